@@ -1,0 +1,43 @@
+# Two commands do all the set-up on a fresh machine with only Python and pip:
+#   make demo   -> creates .venv if missing, installs, runs the main job, prints where its results are
+#   make test   -> creates .venv if missing, installs, runs the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test test-fast lab bench clean help
+
+help:
+	@echo "make demo   run the main job (data, scaling + batch/LR sweeps, report) and print where results are"
+	@echo "make test   run the whole test suite (CPU, simulated replicas)"
+	@echo "make lab    open JupyterLab on notebooks/ with the project's kernel"
+	@echo "make bench  run the benchmarks in benchmarks/ (figures go to BENCHMARKS.md by hand)"
+
+# Re-install when pyproject.toml changes; the stamp keeps repeated `make test` calls fast.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,lab]"
+	$(PY) -m ipykernel install --sys-prefix --name tftoolkit --display-name "Python (tftoolkit)" >/dev/null
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tftoolkit demo --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf runs .pytest_cache

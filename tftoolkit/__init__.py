@@ -1,0 +1,39 @@
+"""tftoolkit: measure and tune multi-GPU data-parallel training with TensorFlow.
+
+Importing the package does not import TensorFlow (the monitor, the report and the plots work without
+it); TensorFlow is imported by the functions that train. Replicas are simulated on CPU where there is
+no GPU: call ``init_devices(N)`` first in a notebook that will use up to N simulated replicas.
+"""
+
+import os
+
+# TensorFlow's C++ info logs drown the toolkit's own lines; users can still override this.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import warnings  # noqa: E402
+
+# tf.data warns that options are "not known at graph construction time" whenever a distributed dataset
+# reads them; it is about serialisation, not about this toolkit's pipelines (options are set eagerly).
+warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+
+from .config import RunConfig  # noqa: E402
+from .errors import ConfigError, DataError, DeviceError, ModelError, RunDirError, ToolkitError  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["RunConfig", "train", "init_devices", "ToolkitError", "ConfigError", "DataError", "DeviceError",
+           "ModelError", "RunDirError"]
+
+
+def train(config, out=None, **kwargs):
+    """Train as ``config`` (a RunConfig or a dict) says; write the run directory; return the summary."""
+    from .train import train as _train
+
+    return _train(config, out, **kwargs)
+
+
+def init_devices(replicas=None, gpus=None):
+    """Set up devices (GPUs, or ``replicas`` simulated CPU devices) before TensorFlow initialises."""
+    from .devices import init
+
+    return init(replicas, gpus)

@@ -1,0 +1,243 @@
+"""RunConfig: every parameter of a training run, validated once, with every derived number computed here.
+
+The config is a frozen dataclass of papermill-safe primitives (int, float, str, bool, None, lists of int),
+so the same object comes from CLI flags, a papermill parameters cell, a sweep YAML or a Python dict.
+The CLI's train options are generated from the field metadata below, so ``--help`` and this file cannot
+drift apart.
+
+Data-parallel arithmetic lives in the properties at the bottom: global batch, per-replica batch, the
+scaled learning rate and steps per epoch. Nothing else in the package recomputes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+LR_RULES = ("none", "linear", "sqrt")
+SCHEDULES = ("constant", "cosine", "step")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "lamb")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
+LAST_BATCH = ("drop", "partial")
+
+
+def _f(default, help, choices=None, cli=True):
+    """A config field with its --help text (and allowed values) attached."""
+    return field(default=default, metadata={"help": help, "choices": choices, "cli": cli})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    # --- devices -------------------------------------------------------------------------------
+    replicas: int | None = _f(None, "number of replicas: the first N GPUs, or N simulated CPU devices where "
+                                    "there is no GPU (default: all GPUs, or 1 on CPU)")
+    gpus: list[int] | None = _f(None, "GPU indices to use, e.g. 0,2,5 (sets replicas to their count)")
+    cross_device_ops: str = _f("auto", "gradient all-reduce implementation; auto = NCCL on multi-GPU Linux, "
+                                       "reduce_to_one on CPU replicas", CROSS_DEVICE_OPS)
+    # --- batch and learning rate ----------------------------------------------------------------
+    per_replica_batch: int = _f(64, "examples per replica per step; global batch = this x replicas")
+    global_batch: int | None = _f(None, "global batch instead of --per-replica-batch; must divide by replicas")
+    base_lr: float = _f(0.02, "learning rate at --base-batch; the LR rule scales it to the global batch")
+    base_batch: int = _f(256, "global batch at which --base-lr was tuned")
+    lr_rule: str = _f("linear", "how the LR scales with global batch: linear (Goyal et al. 2017), "
+                                "sqrt (usual for Adam-type optimisers) or none", LR_RULES)
+    warmup_epochs: float = _f(0.0, "epochs of linear warmup from --base-lr to the scaled LR")
+    schedule: str = _f("constant", "decay after warmup", SCHEDULES)
+    optimizer: str = _f("momentum", "optimiser (momentum = SGD with Nesterov-free momentum 0.9)", OPTIMIZERS)
+    weight_decay: float = _f(0.0, "decoupled weight decay passed to the optimiser (0 = off)")
+    # --- length ---------------------------------------------------------------------------------
+    epochs: float = _f(1.0, "epochs to train (fractions allowed)")
+    steps: int | None = _f(None, "optimizer steps to train; overrides --epochs")
+    # --- model and data -------------------------------------------------------------------------
+    model: str = _f("small_cnn", "registered model name (small_cnn, resnet20, resnet50, mobilenet_v2, ...) "
+                                 "or an import path package.module:function returning a Keras model")
+    dataset: str = _f("synthetic", "synthetic (random tensors in memory) or a dataset name/path")
+    train_images: int | None = _f(None, "use only the first N training images (default: all)")
+    image_size: int = _f(32, "image side in pixels for synthetic data")
+    num_classes: int = _f(10, "classes for synthetic data")
+    augment: bool = _f(False, "random flip and pad-and-crop augmentation on training images")
+    last_batch: str = _f("drop", "a final batch smaller than the global batch: drop it (count reported) or "
+                                 "train on it split evenly across replicas", LAST_BATCH)
+    # --- numerics and speed ---------------------------------------------------------------------
+    precision: str = _f("float32", "float32, or mixed precision (float16 uses dynamic loss scaling)", PRECISIONS)
+    jit: bool = _f(False, "compile the training step with XLA")
+    steps_per_loop: int = _f(10, "training steps per tf.function call (cuts host overhead)")
+    seed: int = _f(0, "seed for weights, data order and augmentation")
+    deterministic: bool = _f(True, "make TensorFlow ops deterministic (same seed -> same result)")
+    # --- run control ----------------------------------------------------------------------------
+    checkpoint_every: int = _f(0, "write a checkpoint every K steps (0 = only at the end); a rerun resumes")
+    eval_every_epoch: bool = _f(True, "evaluate on the held-out split after each epoch")
+    timing_warmup_steps: int = _f(10, "steps excluded from throughput statistics (tracing, autotuning)")
+    divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
+
+    # ------------------------------------------------------------------------------------------
+    def __post_init__(self):
+        _check_types(self)
+        if self.gpus is not None:
+            gpus = [int(g) for g in self.gpus]
+            if not gpus:
+                raise ConfigError("gpus: give at least one GPU index, e.g. --gpus 0,1")
+            if len(set(gpus)) != len(gpus) or min(gpus) < 0:
+                raise ConfigError(f"gpus: indices must be distinct and >= 0, got {gpus}")
+            if self.replicas is not None and self.replicas != len(gpus):
+                raise ConfigError(f"replicas={self.replicas} but gpus names {len(gpus)} GPUs; give one or the other")
+            object.__setattr__(self, "gpus", gpus)
+        for name in ("replicas", "per_replica_batch", "global_batch", "base_batch", "steps",
+                     "steps_per_loop", "train_images", "image_size"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ConfigError(f"{name} must be > 0, got {v}")
+        if self.num_classes < 2:
+            raise ConfigError(f"num_classes must be >= 2, got {self.num_classes}")
+        for name in ("base_lr", "epochs", "divergence_factor"):
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v)):
+                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
+        for name in ("warmup_epochs", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("checkpoint_every", "timing_warmup_steps", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ConfigError(f"{f.name}: unknown value {getattr(self, f.name)!r}; choose one of {', '.join(choices)}")
+        if self.global_batch is not None and self.replicas is not None and self.global_batch % self.replicas:
+            raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}; "
+                              f"use a multiple of {self.replicas}")
+
+    # --- conversion -----------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, params: dict[str, Any]) -> "RunConfig":
+        """Build from a plain dict (papermill parameters, CLI, YAML); unknown keys are rejected by name."""
+        if not isinstance(params, dict):
+            raise ConfigError(f"expected a dict of parameters, got {type(params).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+        return cls(**params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    # --- derived quantities (the only place they are computed) -----------------------------------
+    def _need_replicas(self) -> int:
+        if self.replicas is None:
+            raise ConfigError("replicas is not resolved yet: call tftoolkit.devices.resolve(config) first")
+        return self.replicas
+
+    @property
+    def global_batch_size(self) -> int:
+        n = self._need_replicas()
+        return self.global_batch if self.global_batch is not None else self.per_replica_batch * n
+
+    @property
+    def per_replica_batch_size(self) -> int:
+        # Each replica gets an equal slice of the global batch; gradients are then summed across replicas
+        # of per-example losses divided by the *global* batch, which equals the 1-device mean gradient.
+        return self.global_batch_size // self._need_replicas()
+
+    @property
+    def lr_scale(self) -> float:
+        ratio = self.global_batch_size / self.base_batch
+        return {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_rule]
+
+    @property
+    def learning_rate(self) -> float:
+        """Peak learning rate after scaling for the global batch (Goyal et al. 2017: linear rule)."""
+        return self.base_lr * self.lr_scale
+
+    def steps_per_epoch(self, train_examples: int) -> int:
+        """Optimizer steps in one pass over ``train_examples`` (a partial last batch counts as a step)."""
+        full, rest = divmod(train_examples, self.global_batch_size)
+        steps = full + (1 if rest and self.last_batch == "partial" else 0)
+        if steps == 0:
+            raise ConfigError(f"the training set has {train_examples} examples, fewer than one global batch of "
+                              f"{self.global_batch_size}; lower the batch or use --last-batch partial")
+        return steps
+
+    def total_steps(self, train_examples: int) -> int:
+        if self.steps is not None:
+            return self.steps
+        return max(1, int(round(self.epochs * self.steps_per_epoch(train_examples))))
+
+    def warmup_steps(self, train_examples: int) -> int:
+        return int(round(self.warmup_epochs * self.steps_per_epoch(train_examples)))
+
+    def derived(self, train_examples: int) -> dict[str, Any]:
+        """The numbers a run is about, logged at its start and saved with its config."""
+        return {
+            "replicas": self.replicas,
+            "global_batch": self.global_batch_size,
+            "per_replica_batch": self.per_replica_batch_size,
+            "learning_rate": self.learning_rate,
+            "lr_scale": self.lr_scale,
+            "train_examples": train_examples,
+            "steps_per_epoch": self.steps_per_epoch(train_examples),
+            "total_steps": self.total_steps(train_examples),
+            "warmup_steps": self.warmup_steps(train_examples),
+        }
+
+
+# Keys that describe how a run is executed or reported, not what it computes: changing them does not
+# make a run directory belong to a different run.
+NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps"})
+
+
+def cli_fields():
+    """The config fields exposed as train options, with their help text and choices."""
+    return [f for f in dataclasses.fields(RunConfig) if f.metadata.get("cli", True)]
+
+
+def field_types() -> dict[str, Any]:
+    return typing.get_type_hints(RunConfig)
+
+
+def _base_types(tp) -> tuple[type, ...]:
+    """(int,), (int, NoneType), (list,) ... from an annotation like ``int | None``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        out = ()
+        for a in typing.get_args(tp):
+            out += _base_types(a)
+        return out
+    if origin is list:
+        return (list,)
+    return (tp,)
+
+
+def _check_types(cfg: RunConfig) -> None:
+    hints = field_types()
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        allowed = _base_types(hints[f.name])
+        if v is None and type(None) in allowed:
+            continue
+        if float in allowed and isinstance(v, int) and not isinstance(v, bool):
+            object.__setattr__(cfg, f.name, float(v))  # 1 is a fine float; papermill passes ints for 1.0
+            continue
+        if list in allowed and isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            object.__setattr__(cfg, f.name, list(v))
+            continue
+        ok = any(isinstance(v, t) for t in allowed if t is not type(None))
+        if isinstance(v, bool) and bool not in allowed:
+            ok = False  # True is an int in Python; as a batch size it is a mistake
+        if not ok:
+            names = " or ".join("None" if t is type(None) else ("list of int" if t is list else t.__name__) for t in allowed)
+            raise ConfigError(f"{f.name}: expected {names}, got {type(v).__name__} {v!r}")

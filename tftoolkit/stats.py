@@ -1,0 +1,56 @@
+"""Throughput statistics: the formulas every figure in a summary comes from (pinned by tests/test_stats.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Scales the median absolute deviation to the standard deviation of a normal distribution, so jitter is
+# comparable to a std but not inflated by the occasional slow step (a GC pause, a checkpoint).
+MAD_TO_STD = 1.4826
+
+
+def mean_and_uncertainty(values) -> tuple[float, float]:
+    """Mean and its standard error std/sqrt(n) (sample std, n-1); uncertainty is NaN for one value."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return math.nan, math.nan
+    if v.size == 1:
+        return float(v[0]), math.nan
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size))
+
+
+def jitter(values) -> float:
+    """1.4826 x median absolute deviation."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return math.nan
+    return float(MAD_TO_STD * np.median(np.abs(v - np.median(v))))
+
+
+def throughput(step_times, examples_per_step: int) -> dict:
+    """Images/sec from per-step times (one value per timed step, or per loop of steps averaged).
+
+    The rate is examples / mean step time, which weights every second equally (the mean of per-step rates
+    would overweight fast steps); its uncertainty follows from the step-time standard error (delta method).
+    """
+    t = np.asarray(step_times, dtype=float)
+    if t.size == 0:
+        return {"images_per_sec": math.nan, "images_per_sec_uncertainty": math.nan, "images_per_sec_jitter": math.nan,
+                "step_time_s": math.nan, "step_time_p50_s": math.nan, "step_time_p90_s": math.nan,
+                "step_time_p99_s": math.nan, "timed_steps": 0}
+    mean_t, se_t = mean_and_uncertainty(t)
+    ips = examples_per_step / mean_t
+    rates = examples_per_step / t
+    return {
+        "images_per_sec": ips,
+        "images_per_sec_uncertainty": ips * se_t / mean_t if not math.isnan(se_t) else math.nan,
+        "images_per_sec_jitter": jitter(rates),
+        "step_time_s": float(np.median(t)),
+        "step_time_mean_s": mean_t,
+        "step_time_p50_s": float(np.percentile(t, 50)),
+        "step_time_p90_s": float(np.percentile(t, 90)),
+        "step_time_p99_s": float(np.percentile(t, 99)),
+        "timed_steps": int(t.size),
+    }
