@@ -103,7 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Report Python, TensorFlow build, CPU, memory, GPUs and their interconnect topology.")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_env)
+
+    # `tftoolkit bench <what>`: micro-benchmarks (input pipeline, all-reduce). Each adds its own sub-parser here.
+    bench = sub.add_parser("bench", help="micro-benchmarks: input pipeline, all-reduce bandwidth",
+                           description="Measure one part of the system alone.")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="WHAT", parser_class=_Parser)
+    bench_sub.required = True
+    _add_bench_parsers(bench_sub)
     return parser
+
+
+def _add_bench_parsers(bench_sub) -> None:
+    """Register `tftoolkit bench` sub-commands (one block each)."""
 
 
 def main(argv: list[str] | None = None) -> int:
