@@ -1,0 +1,401 @@
+"""tftoolkit.monitor: the sampler, its CSV, its failure handling, and the summary numbers.
+
+GPU readings come from tests/fake_nvml.py (written from the documented NVML API; see tests/fixtures/README.md);
+host readings are real (psutil on this machine).
+"""
+
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tftoolkit import monitor
+from tftoolkit.errors import ConfigError, DataError, DeviceError, RunDirError, ToolkitError
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("fake_nvml", HERE / "fake_nvml.py")
+fake_nvml = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_nvml)
+REAL_FIXTURES = sorted((HERE / "fixtures").glob("nvml_*.json"))
+
+FAST = 0.05  # seconds between samples in tests
+
+
+def use(monkeypatch, fixture=None, **kw):
+    mod = fake_nvml.build(fixture or fake_nvml.synthetic_fixture(), **kw)
+    monkeypatch.setattr(monitor, "_load_nvml", lambda: mod)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return mod
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    return use(monkeypatch, init_error="NVMLError_LibraryNotFound")
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    return use(monkeypatch)
+
+
+def run(path, seconds, **kw):
+    with monitor.Monitor(path, interval_s=kw.pop("interval_s", FAST), **kw) as mon:
+        time.sleep(seconds)
+    return mon, monitor.read_monitor(path)
+
+
+# -- bad input -----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("interval", [0, -1, 0.0, float("nan"), float("inf"), "0.5", True, None])
+def test_interval_must_be_positive_seconds(tmp_path, no_gpu, interval):
+    with pytest.raises(ConfigError, match="interval_s must be a number of seconds > 0") as e:
+        monitor.Monitor(tmp_path / "m.csv", interval_s=interval)
+    assert isinstance(e.value, ToolkitError)
+
+
+def test_gpu_index_that_does_not_exist_names_the_gpus_present(tmp_path, gpus):
+    with pytest.raises(DeviceError) as e:
+        monitor.Monitor(tmp_path / "m.csv", gpu_indices=[1, 7])
+    msg = str(e.value)
+    assert "GPU index 7 does not exist" in msg
+    assert "0 (NVIDIA A100-SXM4-80GB), 1 (NVIDIA A100-SXM4-80GB), 2 (Tesla T4), 3 (Tesla T4)" in msg
+    assert gpus._initialised == 0
+
+
+def test_gpu_index_on_a_machine_without_gpus(tmp_path, no_gpu):
+    with pytest.raises(DeviceError, match="no GPU can be queried.*gpu_indices=None"):
+        monitor.Monitor(tmp_path / "m.csv", gpu_indices=[0])
+
+
+@pytest.mark.parametrize("bad", [[-1], ["0"], [True], 1.5])
+def test_gpu_indices_must_be_numbers(tmp_path, gpus, bad):
+    with pytest.raises(ConfigError):
+        monitor.Monitor(tmp_path / "m.csv", gpu_indices=bad)
+
+
+def test_phase_names_must_fit_a_csv_cell(tmp_path, no_gpu):
+    mon = monitor.Monitor(tmp_path / "m.csv")
+    for bad in ["", "  ", "a,b", 'say "hi"', "x\ny", None]:
+        with pytest.raises(ConfigError):
+            mon.phase(bad)
+
+
+# -- host monitoring (real psutil) ---------------------------------------------------------------------------------------
+def test_host_only_csv_columns_devices_and_phases(tmp_path, no_gpu, caplog):
+    caplog.set_level(logging.INFO, logger="tftoolkit")
+    path = tmp_path / "run"
+    path.mkdir()
+    with monitor.Monitor(path, interval_s=FAST) as mon:  # a directory: writes <dir>/monitor.csv
+        mon.phase("warmup")
+        time.sleep(0.2)
+        mon.phase("train")
+        sum(i * i for i in range(300_000))
+        time.sleep(0.2)
+        mon.phase("eval")
+        time.sleep(0.15)
+    assert (path / "monitor.csv").read_text().splitlines()[0] == "time_s,device,metric,value,phase"
+    df = monitor.read_monitor(path)
+    assert list(df.columns) == ["time_s", "device", "metric", "value", "phase"]
+    assert {"host", "cpu0"} <= set(df["device"]) and not any(df["device"].str.startswith("gpu"))
+    assert {"cpu_util_pct", "rss_bytes", "sys_mem_used_pct"} <= set(df["metric"])
+    cpu = df[df["metric"] == "cpu_util_pct"]["value"]
+    assert cpu.between(0, 100).all()
+    assert df[df["metric"] == "rss_bytes"]["value"].min() > 10 * 2**20  # a Python with pandas loaded
+    # Phases appear in the order they were set, each over a contiguous stretch of time.
+    first_seen = df.groupby("phase")["time_s"].min().sort_values()
+    assert list(first_seen.index) == ["run", "warmup", "train", "eval"]
+    assert df.groupby("phase")["time_s"].max()["warmup"] <= first_seen["train"]
+    assert df["time_s"].max() >= 0.5
+    assert any("no GPU metrics" in r.message for r in caplog.records)
+
+
+def test_file_is_readable_while_running(tmp_path, no_gpu):
+    path = tmp_path / "m.csv"
+    with monitor.Monitor(path, interval_s=FAST, flush_s=0.1):
+        time.sleep(0.4)
+        during = monitor.read_monitor(path)  # what a killed run would leave behind
+        time.sleep(0.2)
+    after = monitor.read_monitor(path)
+    assert len(during) > 0 and during["time_s"].max() >= 0.1
+    assert len(after) > len(during)
+
+
+def test_killed_run_leaves_a_readable_file(tmp_path):
+    path = tmp_path / "m.csv"
+    code = textwrap.dedent(f"""
+        import os, signal, time
+        from tftoolkit.monitor import Monitor
+        Monitor({str(path)!r}, interval_s={FAST}, flush_s=0.1).start()
+        time.sleep(0.6)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=HERE.parent, capture_output=True, timeout=60)
+    assert proc.returncode == -9
+    df = monitor.read_monitor(path)
+    assert df["time_s"].max() >= 0.3 and {"host"} <= set(df["device"])
+
+
+def test_torn_last_line_is_dropped(tmp_path):
+    path = tmp_path / "monitor.csv"
+    path.write_text("time_s,device,metric,value,phase\n0.0,host,cpu_util_pct,12.5,train\n0.5,host,cpu_ut")
+    df = monitor.read_monitor(tmp_path)
+    assert len(df) == 1 and df.loc[0, "value"] == 12.5
+
+
+def test_read_monitor_missing_or_foreign_file(tmp_path):
+    with pytest.raises(DataError, match="no monitor file"):
+        monitor.read_monitor(tmp_path)
+    (tmp_path / "monitor.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(DataError, match="not a monitor file"):
+        monitor.read_monitor(tmp_path)
+    (tmp_path / "monitor.csv").write_text("time_s,device,metric,value,phase\n")
+    assert list(monitor.read_monitor(tmp_path).columns) == monitor.COLUMNS
+
+
+# -- GPU monitoring through the fake -------------------------------------------------------------------------------------
+def test_gpu_metrics_and_units(tmp_path, gpus):
+    mon, df = run(tmp_path / "m.csv", 0.3)
+    assert mon.gpu_indices == [0, 1, 2, 3]
+    g0 = df[df["device"] == "gpu0"].groupby("metric")["value"]
+    assert g0.max()["util_gpu_pct"] == 90 and g0.max()["util_mem_pct"] == 45
+    assert g0.max()["power_w"] == 250.0  # 250000 mW
+    assert g0.max()["mem_total_bytes"] == 80 * 2**30 and g0.min()["mem_used_bytes"] == 2**30
+    assert g0.max()["sm_clock_mhz"] == 1410 and 60 <= g0.max()["temp_c"] <= 63
+    assert g0.max()["pcie_tx_mb_per_s"] == 1.0 and g0.max()["pcie_rx_mb_per_s"] == 2.0  # 1000 / 2000 KB/s
+    # Each reading adds 1024 KiB on each of 12 links: rate x time between samples = 12 MiB.
+    times = df[df["device"] == "gpu0"].groupby("time_s").size().index.to_series()
+    nvl = df[(df["device"] == "gpu0") & (df["metric"] == "nvlink_tx_mb_per_s")].set_index("time_s")["value"]
+    moved = nvl * times.diff().reindex(nvl.index)
+    assert len(nvl) >= 2 and moved.to_numpy() == pytest.approx(12 * 1024 * 1024 / 1e6, rel=0.05)
+    assert "nvlink_tx_mb_per_s" not in set(df[df["device"] == "gpu2"]["metric"])  # T4: no NVLink
+    # PCIe throughput blocks for 20 ms a call, so it is read at most every PCIE_EVERY_S.
+    assert (df["metric"] == "pcie_tx_mb_per_s").sum() == 4
+    assert gpus._initialised == 0
+
+
+def test_throttle_reasons_bitmask_and_names(tmp_path, monkeypatch):
+    fx = fake_nvml.synthetic_fixture(samples=1)
+    fx["samples"][0][1]["nvmlDeviceGetCurrentClocksEventReasons"] = 0x04 | 0x40
+    use(monkeypatch, fx)
+    _, df = run(tmp_path / "m.csv", 0.15)
+    g1 = set(df[df["device"] == "gpu1"]["metric"])
+    assert {"throttle_sw_power_cap", "throttle_hw_thermal_slowdown"} <= g1
+    assert set(df[(df["device"] == "gpu1") & (df["metric"] == "throttle_reasons")]["value"]) == {0x44}
+    assert not any(m.startswith("throttle_") and m != "throttle_reasons"
+                   for m in df[df["device"] == "gpu0"]["metric"])
+    s = monitor.summarize(df)
+    assert s["gpus"]["gpu1"]["throttled"] and s["gpus"]["gpu1"]["throttle_reasons"] == ["hw_thermal_slowdown",
+                                                                                        "sw_power_cap"]
+    assert not s["gpus"]["gpu0"]["throttled"]
+
+
+def test_gpu_selection_and_cuda_visible_devices(tmp_path, gpus, monkeypatch):
+    assert monitor.Monitor(tmp_path / "a.csv", gpu_indices=[2]).gpu_indices == [2]
+    assert monitor.Monitor(tmp_path / "a.csv", np.float64(0.5), np.array([3, 1])).gpu_indices == [3, 1]
+    assert monitor.Monitor(tmp_path / "a.csv", gpu_indices=[]).gpu_indices == []  # host only
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert monitor.Monitor(tmp_path / "b.csv").gpu_indices == [2, 3]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-00000000-0000-0000-0000-000000000001")
+    assert monitor.Monitor(tmp_path / "c.csv").gpu_indices == [1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert monitor.Monitor(tmp_path / "d.csv").gpu_indices == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-abc")
+    assert monitor.Monitor(tmp_path / "e.csv").gpu_indices == [0, 1, 2, 3]  # cannot map: take all
+
+
+def test_failing_metric_is_logged_once_and_skipped(tmp_path, gpus, caplog):
+    gpus.fail["nvmlDeviceGetPowerUsage"] = "NVMLError_Unknown"  # on all four GPUs, every sample
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        _, df = run(tmp_path / "m.csv", 0.3)
+    power_logs = [r for r in caplog.records if "power" in r.getMessage()]
+    assert len(power_logs) == 1 and power_logs[0].levelno == logging.WARNING
+    assert "skipped for the rest of the run" in power_logs[0].getMessage()
+    assert "power_w" not in set(df["metric"])
+    assert (df["metric"] == "util_gpu_pct").sum() >= 4 * 5  # the rest carried on
+    assert gpus.calls["nvmlDeviceGetPowerUsage"] == 4  # one try per GPU, then left alone
+
+
+def test_metric_failing_mid_run_keeps_earlier_rows(tmp_path, gpus, caplog):
+    with monitor.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
+        time.sleep(0.2)
+        gpus.fail[("nvmlDeviceGetTemperature", 3)] = "NVMLError_GpuIsLost"
+        lost_at = time.monotonic() - mon.t0
+        time.sleep(0.2)
+    df = monitor.read_monitor(tmp_path / "m.csv")
+    temp3 = df[(df["device"] == "gpu3") & (df["metric"] == "temp_c")]
+    assert len(temp3) >= 2 and temp3["time_s"].max() <= lost_at + FAST
+    assert df[(df["device"] == "gpu0") & (df["metric"] == "temp_c")]["time_s"].max() > lost_at + 0.1
+    assert sum("GpuIsLost" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_no_permission_is_logged_once_with_a_hint(tmp_path, gpus, caplog):
+    gpus.fail["nvmlDeviceGetUtilizationRates"] = "NVMLError_NoPermission"
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        _, df = run(tmp_path / "m.csv", 0.2)
+    msgs = [r.getMessage() for r in caplog.records if "NoPermission" in r.getMessage()]
+    assert len(msgs) == 1 and "no permission" in msgs[0]
+    assert "util_gpu_pct" not in set(df["metric"]) and "power_w" in set(df["metric"])
+
+
+def test_nvml_failing_at_start_falls_back_to_host(tmp_path, gpus, caplog):
+    mon = monitor.Monitor(tmp_path / "m.csv", interval_s=FAST)  # GPUs were there at construction...
+    gpus.fail["nvmlInit"] = "NVMLError_DriverNotLoaded"        # ...and the driver went away before start
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        with mon:
+            time.sleep(0.15)
+    df = monitor.read_monitor(tmp_path / "m.csv")
+    assert set(df["device"]) >= {"host"} and not any(df["device"].str.startswith("gpu"))
+    assert sum("NVML failed at start" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_unwritable_path_is_a_run_dir_error(tmp_path, no_gpu):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(RunDirError, match="cannot write the monitor file"):
+        monitor.Monitor(tmp_path / "file" / "monitor.csv").start()
+
+
+def test_monitor_cannot_start_twice(tmp_path, no_gpu):
+    with monitor.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
+        with pytest.raises(ConfigError, match="already running"):
+            mon.start()
+
+
+# -- summaries -----------------------------------------------------------------------------------------------------------
+def frame(rows):
+    return pd.DataFrame(rows, columns=monitor.COLUMNS)
+
+
+def test_energy_is_power_integrated_over_time():
+    # 100 W held for 2 s, sampled every 0.5 s.
+    df = frame([(t / 2, "gpu0", "power_w", 100.0, "train") for t in range(5)])
+    s = monitor.summarize(df, images=1000)
+    g = s["gpus"]["gpu0"]
+    assert g["energy_j"] == pytest.approx(200.0) and g["power_mean_w"] == pytest.approx(100.0)
+    assert s["images_per_joule"] == pytest.approx(5.0) and g["images_per_joule"] == pytest.approx(5.0)
+    # A ramp 0 -> 200 W over 2 s is also 200 J (trapezoids are exact on a line).
+    ramp = frame([(t / 2, "gpu0", "power_w", 50.0 * t, "train") for t in range(5)])
+    assert monitor.summarize(ramp)["gpus"]["gpu0"]["energy_j"] == pytest.approx(200.0)
+    # duration_s sets the window: mean power x duration.
+    assert monitor.summarize(df, duration_s=4.0)["gpus"]["gpu0"]["energy_j"] == pytest.approx(400.0)
+
+
+def test_images_per_joule_splits_images_across_replicas():
+    rows = [(t / 2, g, "power_w", w, "train") for t in range(5) for g, w in (("gpu0", 100.0), ("gpu1", 50.0))]
+    s = monitor.summarize(frame(rows), images=600)
+    assert s["gpu_energy_j"] == pytest.approx(300.0)
+    assert s["images_per_joule"] == pytest.approx(2.0)
+    assert s["gpus"]["gpu0"]["images_per_joule"] == pytest.approx(1.5)  # 300 images / 200 J
+    assert s["gpus"]["gpu1"]["images_per_joule"] == pytest.approx(3.0)  # 300 images / 100 J
+
+
+def test_energy_measured_live_from_a_constant_100w_gpu(tmp_path, monkeypatch):
+    use(monkeypatch, fake_nvml.synthetic_fixture(power_mw=(100_000,) * 4))
+    start = time.monotonic()
+    with monitor.Monitor(tmp_path / "m.csv", interval_s=0.1, gpu_indices=[0]):
+        time.sleep(2.0)
+    wall = time.monotonic() - start  # >= 2 s; more on a loaded machine
+    s = monitor.summarize(monitor.read_monitor(tmp_path / "m.csv"))
+    energy = s["gpus"]["gpu0"]["energy_j"]
+    assert energy == pytest.approx(100.0 * s["duration_s"], rel=1e-3)
+    # The first and last samples sit at the ends of the monitored block, so ~200 J: 100 W x the block's length.
+    assert 100.0 * (wall - 0.1) <= energy <= 100.0 * wall
+    assert energy >= 195.0
+
+
+def _util_frame(gpu1_low: int, n: int = 10, idle_eval: int = 0) -> pd.DataFrame:
+    rows = []
+    for k in range(n):
+        rows += [(k * 0.5, "gpu0", "util_gpu_pct", 90.0, "train"),
+                 (k * 0.5, "gpu1", "util_gpu_pct", 5.0 if k < gpu1_low else 85.0, "train")]
+    for k in range(n, n + idle_eval):  # everyone idle: does not count against anyone
+        rows += [(k * 0.5, "gpu0", "util_gpu_pct", 0.0, "eval"), (k * 0.5, "gpu1", "util_gpu_pct", 0.0, "eval")]
+    return frame(rows)
+
+
+def test_idle_flag():
+    s = monitor.summarize(_util_frame(gpu1_low=3))
+    assert s["gpus"]["gpu1"]["idle"] and s["gpus"]["gpu1"]["idle_frac"] == pytest.approx(0.3)
+    assert not s["gpus"]["gpu0"]["idle"] and s["gpus"]["gpu0"]["idle_frac"] == 0.0
+    assert any(f.startswith("gpu1 was under 10% utilisation 30%") for f in s["flags"])
+    # Exactly 20% is not "more than 20%".
+    assert not monitor.summarize(_util_frame(gpu1_low=2))["gpus"]["gpu1"]["idle"]
+    # Time when all GPUs were idle (an eval on the host, a checkpoint) is not held against any of them.
+    s = monitor.summarize(_util_frame(gpu1_low=3, idle_eval=20))
+    assert s["gpus"]["gpu1"]["idle_frac"] == pytest.approx(0.3)
+    # One GPU has nobody to be compared with.
+    single = monitor.summarize(frame([(k, "gpu0", "util_gpu_pct", 0.0, "train") for k in range(5)]))
+    assert single["gpus"]["gpu0"]["idle"] is False and single["gpus"]["gpu0"]["idle_frac"] is None
+
+
+def test_throttle_flag_needs_more_than_a_blip_and_ignores_idle_clocks():
+    def frame_with(bits):
+        return frame([(k * 0.5, "gpu0", "throttle_reasons", b, "train") for k, b in enumerate(bits)])
+    s = monitor.summarize(frame_with([0x40] * 3 + [0x0] * 7))
+    assert s["gpus"]["gpu0"]["throttled"] and s["gpus"]["gpu0"]["throttle_frac"] == pytest.approx(0.3)
+    assert s["gpus"]["gpu0"]["throttle_reasons"] == ["hw_thermal_slowdown"]
+    assert not monitor.summarize(frame_with([0x1] * 10))["gpus"]["gpu0"]["throttled"]  # GpuIdle is not throttling
+    assert not monitor.summarize(frame_with([0x4] + [0x0] * 39))["gpus"]["gpu0"]["throttled"]  # 2.5%
+
+
+def test_summary_of_a_real_host_run_and_phase_filter(tmp_path, no_gpu):
+    with monitor.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
+        mon.phase("train")
+        time.sleep(0.3)
+        mon.phase("eval")
+        time.sleep(0.1)
+    df = monitor.read_monitor(tmp_path / "m.csv")
+    s = monitor.summarize(df, images=100, duration_s=0.4)
+    assert s["gpus"] == {} and s["gpu_energy_j"] is None and s["images_per_joule"] is None
+    assert 0 <= s["host"]["cpu_util_mean_pct"] <= 100
+    assert s["host"]["rss_peak_bytes"] == df[df["metric"] == "rss_bytes"]["value"].max()
+    train = monitor.summarize(df, phase="train")
+    assert 0 < train["samples"] < s["samples"]
+    json.dumps(s)
+
+
+def test_summary_of_empty_frame():
+    s = monitor.summarize(frame([]))
+    assert s["samples"] == 0 and s["gpus"] == {} and s["host"]["cpu_util_mean_pct"] is None
+
+
+# -- no TensorFlow, ever -------------------------------------------------------------------------------------------------
+def test_hardware_monitor_and_plots_never_import_tensorflow(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys, time
+        from tftoolkit import hardware, monitor
+        from tftoolkit.plots import monitor as plots
+        hardware.format_report(hardware.collect())
+        with monitor.Monitor({str(tmp_path)!r}, interval_s=0.05) as mon:
+            mon.phase("train"); time.sleep(0.2)
+        df = monitor.read_monitor({str(tmp_path)!r})
+        monitor.summarize(df, images=10)
+        plots.plot_monitor_timeseries(df); plots.plot_utilisation_heatmap(df)
+        loaded = sorted(m for m in sys.modules if m == "tensorflow" or m.startswith("tensorflow."))
+        print("TF:", loaded)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=HERE.parent, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "TF: []" in out.stdout
+
+
+# -- a real recording, when there is one ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in REAL_FIXTURES] or [pytest.param(
+    None, marks=pytest.mark.skip(reason="no recorded NVML fixture yet: see tests/fixtures/README.md"))])
+def test_replay_recorded_fixture_through_the_monitor(path, tmp_path, monkeypatch):
+    fixture = json.loads(path.read_text())
+    use(monkeypatch, fixture)
+    n = len(fixture["samples"])
+    _, df = run(tmp_path / "m.csv", FAST * (n + 1))
+    for i, per_dev in enumerate(fixture["samples"][0]):
+        util = per_dev.get("nvmlDeviceGetUtilizationRates")
+        if isinstance(util, dict) and "gpu" in util:
+            recorded = {s[i]["nvmlDeviceGetUtilizationRates"]["gpu"] for s in fixture["samples"]}
+            assert set(df[(df["device"] == f"gpu{i}") & (df["metric"] == "util_gpu_pct")]["value"]) <= recorded
+    json.dumps(monitor.summarize(df))
