@@ -87,6 +87,21 @@ class Engine:
     evaluate: Any     # tf.function(dataset) -> (sum loss, correct, count)
 
 
+def jit_effective(config: RunConfig, strategy) -> bool:
+    """Whether the step is XLA-compiled: asked for, and not over several logical CPU devices.
+
+    XLA maps every logical CPU device to one XLA CPU device, so a compiled step that touches replica 1's
+    variables from replica 0's device fails ("tfvariable_on_a_different_device" in XLA's known issues).
+    """
+    if not config.jit:
+        return False
+    if strategy.num_replicas_in_sync > 1 and "GPU" not in strategy.extended.worker_devices[0].upper():
+        log.warning("--jit ignored: XLA cannot compile one step across several simulated CPU replicas "
+                    "(it works on GPUs, and on one CPU replica)")
+        return False
+    return True
+
+
 def build_engine(config: RunConfig, strategy, source, train_examples: int, allreduce: bool = True) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
     gradients (scaled as if summed): the same compute without communication, for the step-time breakdown.
@@ -133,7 +148,7 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
         optimizer.apply(grads, model.trainable_variables)
         return loss, local_n
 
-    step_fn = tf.function(replica_step, jit_compile=True) if config.jit else replica_step
+    step_fn = tf.function(replica_step, jit_compile=True) if jit_effective(config, strategy) else replica_step
 
     @tf.function
     def train_loop(iterator, n):
@@ -142,7 +157,7 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
         for i in tf.range(n):
             images, labels, _ = next(iterator)
             loss_pr, n_pr = strategy.run(step_fn, args=(images, labels))
-            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None))
+            losses = losses.write(i, tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None), tf.float32))
             counts += tf.cast(tf.stack(strategy.experimental_local_results(n_pr)), tf.int64)
         return losses.stack(), counts
 

@@ -1,0 +1,79 @@
+import json
+import math
+
+import pytest
+
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import ConfigError
+
+
+def test_derived_quantities_linear_rule():
+    c = RunConfig(replicas=4, per_replica_batch=100, base_lr=0.1, base_batch=256, lr_rule="linear")
+    assert c.global_batch_size == 400
+    assert c.per_replica_batch_size == 100
+    assert c.learning_rate == pytest.approx(0.1 * 400 / 256)
+    assert c.steps_per_epoch(16000) == 40
+    assert c.total_steps(16000) == 40
+
+
+def test_sqrt_and_none_rules_and_global_batch():
+    c = RunConfig(replicas=4, global_batch=1024, base_lr=0.001, base_batch=256, lr_rule="sqrt")
+    assert c.per_replica_batch_size == 256
+    assert c.learning_rate == pytest.approx(0.002)
+    assert RunConfig(replicas=2, per_replica_batch=64, lr_rule="none", base_lr=0.3).learning_rate == 0.3
+
+
+def test_partial_last_batch_counts_a_step_and_drop_does_not():
+    assert RunConfig(replicas=3, per_replica_batch=100).steps_per_epoch(1000) == 3
+    assert RunConfig(replicas=3, per_replica_batch=100, last_batch="partial").steps_per_epoch(1000) == 4
+
+
+def test_warmup_and_steps_override():
+    c = RunConfig(replicas=1, per_replica_batch=100, epochs=3, warmup_epochs=0.5)
+    assert c.total_steps(1000) == 30 and c.warmup_steps(1000) == 5
+    assert c.replace(steps=7).total_steps(1000) == 7
+
+
+def test_from_dict_rejects_unknown_key_by_name():
+    with pytest.raises(ConfigError, match="unknown config key.*per_replica_bach"):
+        RunConfig.from_dict({"per_replica_bach": 3})
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"replicas": 0}, "replicas must be > 0"),
+    ({"per_replica_batch": -1}, "per_replica_batch must be > 0"),
+    ({"base_lr": 0.0}, "base_lr must be a finite number > 0"),
+    ({"base_lr": -1e-3}, "base_lr"),
+    ({"replicas": 3, "global_batch": 100}, "does not divide by replicas=3"),
+    ({"lr_rule": "cubic"}, "lr_rule: unknown value 'cubic'"),
+    ({"optimizer": "adagrad"}, "optimizer: unknown value"),
+    ({"precision": "float8"}, "precision: unknown value"),
+    ({"per_replica_batch": "64"}, "per_replica_batch: expected int"),
+    ({"per_replica_batch": 6.4}, "per_replica_batch: expected int"),
+    ({"jit": 1}, "jit: expected bool"),
+    ({"replicas": True}, "replicas: expected int or None"),
+    ({"gpus": [0, 0]}, "distinct"),
+    ({"gpus": [0, 1], "replicas": 3}, "replicas=3 but gpus names 2"),
+])
+def test_bad_values_name_the_key(params, match):
+    with pytest.raises(ConfigError, match=match):
+        RunConfig.from_dict(params)
+
+
+def test_replicas_unresolved_is_an_error_for_derived_numbers():
+    with pytest.raises(ConfigError, match="replicas is not resolved"):
+        RunConfig().global_batch_size
+
+
+def test_ints_accepted_for_floats_and_roundtrip_through_json():
+    c = RunConfig.from_dict({"base_lr": 1, "epochs": 2, "gpus": (0, 2)})
+    assert isinstance(c.base_lr, float) and c.gpus == [0, 2]
+    again = RunConfig.from_dict(json.loads(c.to_json()))
+    assert again == c
+
+
+def test_config_is_frozen():
+    c = RunConfig()
+    with pytest.raises(Exception):
+        c.replicas = 3  # type: ignore[misc]
+    assert math.isclose(RunConfig(replicas=1, per_replica_batch=256, base_lr=0.5).learning_rate, 0.5)

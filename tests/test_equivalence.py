@@ -1,0 +1,95 @@
+"""The invariant the toolkit stands on: N replicas compute what 1 device computes for the same global batch."""
+
+import numpy as np
+import pytest
+
+from tftoolkit import data, devices, strategy as strategy_mod
+from tftoolkit.config import RunConfig
+from tftoolkit.train import build_engine
+
+STEPS = 6
+
+
+def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False):
+    import keras
+    import tensorflow as tf
+
+    config = RunConfig(replicas=replicas, global_batch=48, optimizer=optimizer, base_lr=base_lr, base_batch=48,
+                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit)
+    x, y = data.synthetic_arrays(480, 16, 10, seed=3)
+    source = data.from_arrays(x, y, num_classes=10)
+    setup = devices.init(replicas)
+    strat, _ = strategy_mod.make_strategy(setup, "auto")
+    keras.utils.set_random_seed(7)  # same initial weights for every replica count
+    eng = build_engine(config, strat, source, source.train_examples)
+    it = iter(data.distribute(strat, data.train_dataset(source, config, epoch=0)))
+    losses = []
+    for _ in range(STEPS // steps_per_loop):
+        l, counts = eng.train_loop(it, tf.constant(steps_per_loop))
+        losses.extend(l.numpy().tolist())
+    return [w.copy() for w in eng.model.get_weights()], np.array(losses)
+
+
+def _assert_same(a, b, rtol=1e-5):
+    for wa, wb in zip(a, b):
+        scale = max(np.abs(wa).max(), 1e-3)
+        np.testing.assert_allclose(wa, wb, rtol=0, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("optimizer, lr", [("momentum", 0.05), ("adam", 0.003)])
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_n_replicas_equal_one_device(replicas, optimizer, lr):
+    w1, l1 = _train_weights(1, optimizer, lr)
+    wn, ln = _train_weights(replicas, optimizer, lr)
+    # The weights moved (so the comparison means something) ...
+    w0, _ = _train_weights(1, optimizer, lr * 1e-6)
+    assert max(np.abs(a - b).max() for a, b in zip(w1, w0)) > 1e-3
+    # ... and N replicas end where one device ends, step by step in loss too.
+    _assert_same(w1, wn)
+    np.testing.assert_allclose(ln, l1, rtol=1e-5)
+
+
+@pytest.fixture
+def float64():
+    import keras
+
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")  # the policy is cached on first use; floatx alone is not enough
+    yield
+    keras.config.set_floatx("float32")
+    keras.config.set_dtype_policy("float32")
+
+
+def test_synchronized_batchnorm_resnet20_matches_one_device(float64):
+    # Synchronized BN computes var = E[x^2] - E[x]^2 from all-reduced sums; in float32 the rounding of that
+    # difference, amplified by a few high-LR steps, moves weights by ~1e-3 relative between replica counts.
+    # In float64 the rounding vanishes and what is left is the arithmetic, which must be the same.
+    w1, l1 = _train_weights(1, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS)
+    w2, l2 = _train_weights(2, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS)
+    _assert_same(w1, w2, rtol=1e-5)
+    np.testing.assert_allclose(l2, l1, rtol=1e-6)
+
+
+def test_steps_per_loop_does_not_change_the_result():
+    w_a, l_a = _train_weights(2, "momentum", 0.05, steps_per_loop=1)
+    w_b, l_b = _train_weights(2, "momentum", 0.05, steps_per_loop=6)
+    _assert_same(w_a, w_b, rtol=1e-6)
+    np.testing.assert_allclose(l_a, l_b, rtol=1e-6)
+
+
+def test_xla_step_matches_plain_step():
+    # One replica: XLA cannot compile a step across several *simulated* CPU replicas (see jit_effective).
+    w_a, l_a = _train_weights(1, "momentum", 0.05, jit=False)
+    w_b, l_b = _train_weights(1, "momentum", 0.05, jit=True)
+    _assert_same(w_a, w_b, rtol=1e-4)
+    np.testing.assert_allclose(l_a, l_b, rtol=1e-4)
+
+
+def test_jit_is_skipped_with_a_warning_on_several_cpu_replicas(caplog):
+    from tftoolkit.train import jit_effective
+
+    setup = devices.init(2)
+    strat, _ = strategy_mod.make_strategy(setup, "auto")
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        assert jit_effective(RunConfig(replicas=2, jit=True), strat) is False
+    assert "--jit ignored" in caplog.text
