@@ -172,8 +172,10 @@ def test_gpu_metrics_and_units(tmp_path, gpus):
     # Each reading adds 1024 KiB on each of 12 links: rate x time between samples = 12 MiB.
     times = df[df["device"] == "gpu0"].groupby("time_s").size().index.to_series()
     nvl = df[(df["device"] == "gpu0") & (df["metric"] == "nvlink_tx_mb_per_s")].set_index("time_s")["value"]
-    moved = nvl * times.diff().reindex(nvl.index)
-    assert len(nvl) >= 2 and moved.to_numpy() == pytest.approx(12 * 1024 * 1024 / 1e6, rel=0.05)
+    dt = times.diff().reindex(nvl.index)
+    wide = dt >= 0.03  # time_s is written to the ms: closer samples (the one at stop) cannot be checked to 5%
+    moved = (nvl * dt)[wide]
+    assert len(moved) >= 2 and moved.to_numpy() == pytest.approx(12 * 1024 * 1024 / 1e6, rel=0.05), (nvl, dt)
     assert "nvlink_tx_mb_per_s" not in set(df[df["device"] == "gpu2"]["metric"])  # T4: no NVLink
     # PCIe throughput blocks for 20 ms a call, so it is read at most every PCIE_EVERY_S.
     assert (df["metric"] == "pcie_tx_mb_per_s").sum() == 4
