@@ -5,22 +5,25 @@ import pytest
 
 from tftoolkit import data, devices, strategy as strategy_mod
 from tftoolkit.config import RunConfig
-from tftoolkit.train import build_engine
+from tftoolkit.train import _apply_global_settings, build_engine
 
 STEPS = 6
 
 
-def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False):
-    import keras
+def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False, dtype=None):
     import tensorflow as tf
 
     config = RunConfig(replicas=replicas, global_batch=48, optimizer=optimizer, base_lr=base_lr, base_batch=48,
-                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit)
+                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit, seed=7)
     x, y = data.synthetic_arrays(480, 16, 10, seed=3)
     source = data.from_arrays(x, y, num_classes=10)
     setup = devices.init(replicas)
     strat, _ = strategy_mod.make_strategy(setup, "auto")
-    keras.utils.set_random_seed(7)  # same initial weights for every replica count
+    _apply_global_settings(config, setup)  # seed (same initial weights for every replica count), determinism
+    if dtype:
+        import keras
+
+        keras.config.set_dtype_policy(dtype)
     eng = build_engine(config, strat, source, source.train_examples)
     it = iter(data.distribute(strat, data.train_dataset(source, config, epoch=0)))
     losses = []
@@ -45,27 +48,26 @@ def test_n_replicas_equal_one_device(replicas, optimizer, lr):
     w0, _ = _train_weights(1, optimizer, lr * 1e-6)
     assert max(np.abs(a - b).max() for a, b in zip(w1, w0)) > 1e-3
     # ... and N replicas end where one device ends, step by step in loss too.
-    _assert_same(w1, wn)
+    # Adam divides each coordinate's step by its gradient RMS, so float32 rounding in a near-zero gradient
+    # becomes a visible difference in that coordinate's update: 1e-4 of the weight scale, 1e-5 for momentum.
+    _assert_same(w1, wn, rtol=1e-5 if optimizer == "momentum" else 1e-4)
     np.testing.assert_allclose(ln, l1, rtol=1e-5)
 
 
 @pytest.fixture
-def float64():
+def restore_float32():
+    yield
     import keras
 
-    keras.config.set_floatx("float64")
-    keras.config.set_dtype_policy("float64")  # the policy is cached on first use; floatx alone is not enough
-    yield
-    keras.config.set_floatx("float32")
     keras.config.set_dtype_policy("float32")
 
 
-def test_synchronized_batchnorm_resnet20_matches_one_device(float64):
+def test_synchronized_batchnorm_resnet20_matches_one_device(restore_float32):
     # Synchronized BN computes var = E[x^2] - E[x]^2 from all-reduced sums; in float32 the rounding of that
     # difference, amplified by a few high-LR steps, moves weights by ~1e-3 relative between replica counts.
     # In float64 the rounding vanishes and what is left is the arithmetic, which must be the same.
-    w1, l1 = _train_weights(1, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS)
-    w2, l2 = _train_weights(2, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS)
+    w1, l1 = _train_weights(1, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS, dtype="float64")
+    w2, l2 = _train_weights(2, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS, dtype="float64")
     _assert_same(w1, w2, rtol=1e-5)
     np.testing.assert_allclose(l2, l1, rtol=1e-6)
 

@@ -19,17 +19,14 @@ warnings.filterwarnings("ignore", message="To make it possible to preserve tf.da
 from .config import RunConfig  # noqa: E402
 from .errors import ConfigError, DataError, DeviceError, ModelError, RunDirError, ToolkitError  # noqa: E402
 
+# The module tftoolkit.train holds no TensorFlow import at module level, so this stays cheap; importing
+# the function also keeps ``tftoolkit.train`` the function rather than the submodule.
+from .train import train  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = ["RunConfig", "train", "init_devices", "ToolkitError", "ConfigError", "DataError", "DeviceError",
            "ModelError", "RunDirError"]
-
-
-def train(config, out=None, **kwargs):
-    """Train as ``config`` (a RunConfig or a dict) says; write the run directory; return the summary."""
-    from .train import train as _train
-
-    return _train(config, out, **kwargs)
 
 
 def init_devices(replicas=None, gpus=None):

@@ -117,15 +117,11 @@ def _augment(image, seed):
     return tf.image.stateless_random_crop(padded, [h, w, image.shape[2]], seed + 1)
 
 
-def _options(shards: int = 1):
+def _options():
     import tensorflow as tf
 
     options = tf.data.Options()
-    # Explicit policy, so TensorFlow never guesses (and never warns): file-based sharding only when every
-    # worker can get its own files; otherwise each worker takes every n-th element.
-    policy = tf.data.experimental.AutoShardPolicy
-    options.experimental_distribute.auto_shard_policy = policy.FILE if shards > 1 else policy.DATA
-    options.deterministic = True
+    options.deterministic = True  # the data order is part of what a seed reproduces
     return options
 
 
@@ -150,7 +146,7 @@ def train_dataset(source: DataSource, config, epoch: int, skip_batches: int = 0)
     if skip_batches:
         ds = ds.skip(skip_batches)
     ds = ds.prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options(source.info.get("shards", 1)))
+    return ds.with_options(_options())
 
 
 def eval_dataset(source: DataSource, config):
@@ -160,16 +156,43 @@ def eval_dataset(source: DataSource, config):
         return None
     ds = source.val.map(lambda i, l, e: (_to_float(i), l, e), num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(config.global_batch_size).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options(source.info.get("val_shards", 1)))
+    return ds.with_options(_options())
 
 
 def distribute(strategy, dataset):
-    """Per-replica batches: each global batch is split into equal consecutive slices, one per replica.
+    """Per-replica batches from a dataset of global batches.
 
-    A final short batch (``last_batch=partial``) is split as evenly as TensorFlow can (replica sizes differ
-    by at most one, possibly empty); the loss is still divided by the true global count (see train.py).
+    Every global batch of n examples is cut into ``replicas`` consecutive slices whose sizes differ by at
+    most one (slice r = examples [r*n//R, (r+1)*n//R)), so a short last batch is split as evenly as possible
+    and full batches give every replica exactly n/R examples. Replica r always gets slice r, on one host or
+    across workers (worker w's local replica j is global replica w*R_local + j), which is what makes N
+    replicas on any number of workers compute exactly what one device computes on the same global batch.
+    TensorFlow's own ``experimental_distribute_dataset`` splits a short batch as ceil(n/R) per replica
+    (e.g. 14, 14, 12 for 40 over 3) and shards differently across workers, so it is not used.
     """
-    return strategy.experimental_distribute_dataset(dataset)
+    import tensorflow as tf
+
+    def dataset_fn(ctx):
+        total = ctx.num_replicas_in_sync
+        local = total // ctx.num_input_pipelines
+        first = ctx.input_pipeline_id * local
+
+        def split(images, labels, ids):
+            n = tf.shape(labels)[0]
+            bounds = (tf.range(total + 1) * n) // total
+
+            def piece(r):
+                lo, hi = bounds[first + r], bounds[first + r + 1]
+                return images[lo:hi], labels[lo:hi], ids[lo:hi]
+
+            return tf.data.Dataset.range(local).map(piece)
+
+        # Slicing here replaces auto-sharding; say so explicitly so TensorFlow never shards (or warns) itself.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.flat_map(split).with_options(options)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
 
 
 def dropped_per_epoch(config, train_examples: int) -> int:

@@ -187,9 +187,18 @@ def _apply_global_settings(config: RunConfig, setup) -> None:
     import keras
     import tensorflow as tf
 
+    from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not exported
+
     keras.utils.set_random_seed(config.seed)
-    if config.deterministic:
+    # Op determinism is process-wide, so it is set (or unset) for every run: a notebook may sweep over both.
+    if config.deterministic and config.jit:
+        log.warning("--jit with --deterministic: XLA has no deterministic MaxPool gradient, so ops are left "
+                    "non-deterministic for this run (data order and initial weights still follow --seed)")
+        tf_config.disable_op_determinism()
+    elif config.deterministic:
         tf.config.experimental.enable_op_determinism()
+    else:
+        tf_config.disable_op_determinism()
     if config.precision == "mixed_float16" and setup.kind != "GPU":
         log.warning("mixed_float16 on CPU runs, but slowly: CPUs have no fast float16 math (use float32 or "
                     "mixed_bfloat16 here)")
@@ -229,7 +238,7 @@ class _Run:
         self.config, self.setup, self.source, self.derived, self.out, self.quiet = config, setup, source, derived, out, quiet
         self.rows: list[dict] = []
         self.evals: list[dict] = []
-        self.loop_times: list[float] = []   # per timed loop: mean step time
+        self.loop_times: list[tuple[float, int]] = []   # per timed loop: (seconds, steps)
         self.status, self.error = "ok", None
         self.started = time.time()
 
@@ -309,7 +318,7 @@ class _Run:
                     if warm_loops_left > 0:
                         warm_loops_left -= 1
                     else:
-                        self.loop_times.append(dt / n)
+                        self.loop_times.append((dt, n))
                     for i, loss in enumerate(losses):
                         self.rows.append({"step": step + i + 1, "epoch": epoch, "loss": float(loss), "step_time_s": dt / n})
                     if math.isnan(float(st["initial_loss"].numpy())):
@@ -348,7 +357,7 @@ class _Run:
 
     def _eval_dataset(self):
         ds = data_mod.eval_dataset(self.source, self.config)
-        return None if ds is None else self.engine.strategy.experimental_distribute_dataset(ds)
+        return None if ds is None else data_mod.distribute(self.engine.strategy, ds)
 
     def _evaluate(self, dist_val, epoch, step):
         if dist_val is None:
@@ -369,9 +378,9 @@ class _Run:
         if len(df):
             # The LR applied at step k (1-based) is the schedule at optimizer iteration k-1.
             lrs = np.asarray(self.engine.schedule(np.asarray(df["step"] - 1, dtype=np.float32)))
-            df.insert(4, "learning_rate", lrs.astype(float))
+            df.insert(3, "learning_rate", lrs.astype(float))
         else:
-            df.insert(4, "learning_rate", [])
+            df.insert(3, "learning_rate", [])
         return df
 
     def _write_logs(self):
@@ -401,7 +410,8 @@ class _Run:
         self._write_logs()
         step = int(st["step"].numpy())
         spe = self.derived["steps_per_epoch"]
-        thr = stats.throughput(self.loop_times, config.global_batch_size)
+        thr = stats.throughput([dt / n for dt, n in self.loop_times], config.global_batch_size)
+        thr["timed_steps"] = sum(n for _, n in self.loop_times)
         last = self.evals[-1] if self.evals else {}
         losses = [r["loss"] for r in self.rows]
         summary = {
@@ -439,6 +449,10 @@ class _Run:
             "val_accuracy": last.get("val_accuracy", math.nan),
             "wall_time_s": time.time() - self.started,
         }
+        if config.measure and self.status == "ok":
+            from . import measure  # after the timed loop, on a snapshot: the trained weights stay as they are
+
+            summary.update(measure.summary_fields(self.engine, config, setup, self.source, summary))
         rundir.write_json(self.out / "summary.json", summary)
         if self.status == "ok":
             log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",

@@ -1,0 +1,125 @@
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tftoolkit
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import ModelError, RunDirError
+
+SMALL = dict(dataset="synthetic", image_size=16, train_images=1024, steps_per_loop=8)
+
+
+def test_short_run_learns_and_writes_the_run_directory(tmp_path):
+    cfg = RunConfig(replicas=2, global_batch=64, optimizer="adam", base_lr=0.005, lr_rule="none", epochs=3, **SMALL)
+    s = tftoolkit.train(cfg, tmp_path / "run", quiet=True)
+    assert s["status"] == "ok" and s["error"] is None
+    steps = pd.read_csv(tmp_path / "run" / "steps.csv")
+    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s"]
+    assert steps["step"].tolist() == list(range(1, 49))
+    first, last = steps["loss"].iloc[:4].mean(), steps["loss"].iloc[-4:].mean()
+    assert last < 0.5 * first, (first, last)  # "really learns": loss falls by half
+    assert s["val_accuracy"] > 0.3  # 10 classes: chance is 0.1
+    # What the summary promises, with the numbers this run implies.
+    assert s["replicas"] == 2 and s["device_kind"] == "CPU-simulated"
+    assert s["global_batch"] == 64 and s["per_replica_batch"] == 32 and s["learning_rate"] == pytest.approx(0.005)
+    assert s["steps"] == 48 and s["epochs"] == pytest.approx(3.0)
+    assert s["examples_per_replica"] == [1536, 1536] and s["dropped_examples"] == 0
+    assert s["images_per_sec"] > 0 and s["images_per_sec_uncertainty"] >= 0
+    assert s["timed_steps"] == 32  # 6 loops of 8 steps; the first two (>= 10 warm-up steps) are not timed
+    assert s["final_loss"] == pytest.approx(steps["loss"].iloc[-1])
+    cfg_file = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg_file["derived"]["global_batch"] == 64 and cfg_file["config"]["replicas"] == 2
+    assert (tmp_path / "run" / "evals.csv").exists()
+
+
+def test_drop_last_batch_counts_dropped_examples(tmp_path):
+    # 1000 examples, global batch 96 on 3 replicas: 10 full batches, 40 examples dropped per epoch.
+    cfg = RunConfig(replicas=3, per_replica_batch=32, epochs=1, **{**SMALL, "train_images": 1000})
+    s = tftoolkit.train(cfg, tmp_path / "drop", quiet=True)
+    assert s["examples_per_replica"] == [320, 320, 320] and s["dropped_examples"] == 40
+
+
+def test_partial_last_batch_is_trained_and_split_evenly(tmp_path):
+    cfg = RunConfig(replicas=3, per_replica_batch=32, epochs=1, last_batch="partial", **{**SMALL, "train_images": 1000})
+    s = tftoolkit.train(cfg, tmp_path / "partial", quiet=True)
+    assert sum(s["examples_per_replica"]) == 1000 and s["dropped_examples"] == 0
+    assert max(s["examples_per_replica"]) - min(s["examples_per_replica"]) <= 1
+    assert s["steps"] == 11
+
+
+def test_divergence_stops_the_run_and_is_recorded(tmp_path):
+    cfg = RunConfig(replicas=2, per_replica_batch=32, optimizer="sgd", base_lr=300.0, lr_rule="none", epochs=3, **SMALL)
+    s = tftoolkit.train(cfg, tmp_path / "div", quiet=True)
+    assert s["status"] == "diverged"
+    assert "at step" in s["error"]
+    assert s["steps"] < 48
+    on_disk = json.loads((tmp_path / "div" / "summary.json").read_text())
+    assert on_disk["status"] == "diverged"
+
+
+def test_run_directory_with_a_different_config_is_refused_unless_forced(tmp_path):
+    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, **SMALL)
+    tftoolkit.train(cfg, tmp_path / "r", quiet=True)
+    with pytest.raises(RunDirError, match="differs in base_lr"):
+        tftoolkit.train(cfg.replace(base_lr=0.5), tmp_path / "r", quiet=True)
+    s = tftoolkit.train(cfg.replace(base_lr=0.5), tmp_path / "r", quiet=True, force=True)
+    assert s["learning_rate"] == pytest.approx(0.5 * 64 / 256)
+
+
+def test_same_config_on_a_finished_run_returns_it_without_training(tmp_path):
+    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, **SMALL)
+    first = tftoolkit.train(cfg, tmp_path / "r", quiet=True)
+    again = tftoolkit.train(cfg, tmp_path / "r", quiet=True)
+    assert again == json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert again["wall_time_s"] == first["wall_time_s"]
+
+
+def test_numpy_arrays_through_the_api(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (200, 8, 8, 1)).astype("float32")
+    y = (x.mean(axis=(1, 2, 3)) > 0.5).astype("int32")
+    cfg = RunConfig(replicas=2, per_replica_batch=25, num_classes=2, steps=4, steps_per_loop=2)
+    s = tftoolkit.train(cfg, tmp_path / "np", quiet=True, data=(x, y))
+    assert s["status"] == "ok" and s["dataset"] == "arrays" and math.isnan(s["val_loss"])
+
+
+def test_mixed_float16_on_cpu_warns_but_runs(tmp_path, caplog):
+    cfg = RunConfig(replicas=1, per_replica_batch=32, steps=2, precision="mixed_float16", **SMALL)
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        s = tftoolkit.train(cfg, tmp_path / "fp16", quiet=True)
+    assert s["status"] == "ok" and "mixed_float16 on CPU" in caplog.text
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("model, match", [
+    ("no_such_model", "unknown model 'no_such_model'"),
+    ("no_such_pkg.mod:fn", "cannot import 'no_such_pkg.mod'"),
+    ("json:dumps", "failed"),
+    ("math:pi", "has no function 'pi'"),
+])
+def test_bad_models_are_clear_errors_and_write_no_ok_summary(tmp_path, model, match):
+    cfg = RunConfig(replicas=1, per_replica_batch=32, steps=2, model=model, **SMALL)
+    with pytest.raises(ModelError, match=match):
+        tftoolkit.train(cfg, tmp_path / "bad", quiet=True)
+    summary = tmp_path / "bad" / "summary.json"
+    assert not summary.exists() or json.loads(summary.read_text())["status"] != "ok"
+
+
+def test_import_path_model(tmp_path, monkeypatch):
+    (tmp_path / "mymodels.py").write_text(
+        "import keras\n"
+        "def tiny(input_shape, num_classes):\n"
+        "    i = keras.Input(input_shape)\n"
+        "    return keras.Model(i, keras.layers.Dense(num_classes)(keras.layers.Flatten()(i)))\n"
+        "def not_a_model(input_shape, num_classes):\n"
+        "    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = RunConfig(replicas=2, per_replica_batch=32, steps=2, model="mymodels:tiny", **SMALL)
+    assert tftoolkit.train(cfg, tmp_path / "ok", quiet=True)["status"] == "ok"
+    with pytest.raises(ModelError, match="returned int, not a keras.Model"):
+        tftoolkit.train(cfg.replace(model="mymodels:not_a_model"), tmp_path / "nm", quiet=True)
