@@ -274,8 +274,14 @@ class _Run:
             self.resumed_from = int(self.state["step"].numpy())
             self._reload_logs()
             log.info("resuming from step %d (%s)", self.resumed_from, self.manager.latest_checkpoint)
+        self._write_env()
+        from .monitor import Monitor
+
+        # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
+        self.monitor = Monitor(self.out / "monitor.csv", interval_s=0.5, gpu_indices=setup.gpu_indices, phase="warmup")
         try:
-            self._loop()
+            with self.monitor:
+                self._loop()
         except KeyboardInterrupt:
             self.status, self.error = "failed", f"interrupted at step {int(self.state['step'].numpy())}; run the same command again to resume"
             self._finish()
@@ -287,6 +293,17 @@ class _Run:
             self._finish()
             raise
         return self._finish()
+
+    def _write_env(self):
+        import tensorflow as tf
+
+        from . import hardware
+
+        info = {"version": tf.__version__, **tf.sysconfig.get_build_info()}
+        env = hardware.collect(tf_info=info)
+        env["tftoolkit"] = {"device_kind": self.setup.kind, "devices": list(self.setup.devices),
+                            "threads": devices.thread_settings()}
+        rundir.write_json(self.out / "env.json", env)
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self):
@@ -317,6 +334,8 @@ class _Run:
                     st["counts"].assign_add(counts)
                     if warm_loops_left > 0:
                         warm_loops_left -= 1
+                        if not warm_loops_left:
+                            self.monitor.phase("train")
                     else:
                         self.loop_times.append((dt, n))
                     for i, loss in enumerate(losses):
@@ -338,7 +357,9 @@ class _Run:
                 if self.status == "ok" and config.eval_every_epoch and (pos == spe or step == total):
                     if dist_val is None:
                         dist_val = self._eval_dataset()
+                    self.monitor.phase("eval")
                     self._evaluate(dist_val, epoch, step)
+                    self.monitor.phase("train" if warm_loops_left == 0 else "warmup")
         finally:
             bar.close()
         if self.status == "ok":
@@ -405,6 +426,21 @@ class _Run:
         self.manager.save(checkpoint_number=int(self.state["step"].numpy()))
         self._write_logs()
 
+    def _monitor_summary(self, thr) -> dict:
+        from . import monitor
+
+        path = self.out / "monitor.csv"
+        if not path.exists():
+            return {}
+        try:
+            df = monitor.read_monitor(path)
+            timed_s = sum(dt for dt, _ in self.loop_times)
+            images = thr["timed_steps"] * self.config.global_batch_size
+            return monitor.summarize(df, images=images or None, duration_s=timed_s or None, phase="train")
+        except Exception as e:  # noqa: BLE001 - the monitor never fails a run
+            log.warning("monitor summary skipped: %s", e)
+            return {}
+
     def _finish(self) -> dict:
         config, setup, st = self.config, self.setup, self.state
         self._write_logs()
@@ -453,6 +489,7 @@ class _Run:
             from . import measure  # after the timed loop, on a snapshot: the trained weights stay as they are
 
             summary.update(measure.summary_fields(self.engine, config, setup, self.source, summary))
+        summary["monitor"] = self._monitor_summary(thr)
         rundir.write_json(self.out / "summary.json", summary)
         if self.status == "ok":
             log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",
