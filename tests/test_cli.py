@@ -1,0 +1,89 @@
+"""The command line: every option documented, bad input gets one line and exit code 2, no traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tftoolkit import cli
+from tftoolkit.config import cli_fields
+
+
+def run_cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tftoolkit", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _user_lines(stderr: str) -> list[str]:
+    # TensorFlow's C++ runtime prints its own start-up lines (absl) that no setting silences in 2.21.
+    return [l for l in stderr.splitlines() if l.strip() and not l.startswith(("WARNING: All log messages", "I0000", "W0000", "E0000"))]
+
+
+def test_train_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    required = ["--replicas", "--gpus", "--per-replica-batch", "--global-batch", "--base-lr", "--base-batch", "--lr-rule",
+                "--warmup-epochs", "--schedule", "--optimizer", "--epochs", "--steps", "--model", "--dataset",
+                "--precision", "--jit", "--seed", "--cross-device-ops", "--steps-per-loop", "--checkpoint-every",
+                "--quiet", "--out", "--force"]
+    for flag in required:
+        assert flag in text, flag
+    for f in cli_fields():
+        assert "--" + f.name.replace("_", "-") in text
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["train", "--out", "X", "--replicas", "0"], "replicas must be > 0"),
+    (["train", "--out", "X", "--per-replica-batch", "0"], "per_replica_batch must be > 0"),
+    (["train", "--out", "X", "--base-lr", "-0.1"], "base_lr must be a finite number > 0"),
+    (["train", "--out", "X", "--replicas", "3", "--global-batch", "100"], "does not divide by replicas=3"),
+    (["train", "--out", "X", "--lr-rule", "cubic"], "invalid choice: 'cubic'"),
+    (["train", "--out", "X", "--optimizer", "adagrad"], "invalid choice: 'adagrad'"),
+    (["train", "--out", "X", "--precision", "fp8"], "invalid choice: 'fp8'"),
+    (["train", "--out", "X", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["train", "--replicas", "2"], "the following arguments are required: --out"),
+    (["train", "--out", "X", "--gpus", "0,x"], "expected comma-separated integers"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
+    argv = [str(tmp_path / "X") if a == "X" else a for a in argv]
+    with pytest.raises(SystemExit) as e:
+        code = cli.main(argv)
+        raise SystemExit(code)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0], err
+    assert not (tmp_path / "X" / "summary.json").exists()
+
+
+def test_gpus_on_a_machine_without_gpus(tmp_path):
+    r = run_cli("train", "--out", str(tmp_path / "g"), "--gpus", "0,2")
+    assert r.returncode == 2
+    lines = _user_lines(r.stderr)
+    assert len(lines) == 1 and "asked for GPUs, but this machine has none" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_model_and_existing_run_dir_through_the_cli(tmp_path):
+    common = ["--replicas", "2", "--per-replica-batch", "16", "--steps", "2", "--dataset", "synthetic",
+              "--image-size", "16", "--train-images", "256", "--quiet"]
+    r = run_cli("train", "--out", str(tmp_path / "m"), "--model", "nope", *common)
+    assert r.returncode == 2 and "unknown model 'nope'" in _user_lines(r.stderr)[-1] and "Traceback" not in r.stderr
+
+    ok = run_cli("train", "--out", str(tmp_path / "r"), *common)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "ok"
+    assert "status ok" in ok.stdout
+    clash = run_cli("train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.3")
+    assert clash.returncode == 2 and "holds a different run" in _user_lines(clash.stderr)[-1]
+    assert "--force" in _user_lines(clash.stderr)[-1]
+    forced = run_cli("train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.3", "--force")
+    assert forced.returncode == 0
+
+
+def test_env_command_runs_without_gpu():
+    r = run_cli("env", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["gpus"] == []

@@ -1,0 +1,46 @@
+"""Set-up files agree with each other: conda users and pip users get the same dependencies."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[\s<>=!~\[;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_environment_yml_matches_pyproject_dependencies():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_list = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    conda_reqs = {r.strip() for r in pip_list if not r.startswith("-e")}
+    assert {_name(r) for r in conda_reqs} == {_name(r) for r in project["dependencies"]}
+    # Same version bounds too, not only the same names.
+    assert conda_reqs == {r.strip() for r in project["dependencies"]}
+    assert any(r.startswith("-e .") for r in pip_list), "environment.yml must install the package itself"
+    assert "python=3.11" in env["dependencies"]
+
+
+def test_gpu_extra_pulls_tensorflow_cuda_build():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(r.startswith("tensorflow[and-cuda]") for r in project["optional-dependencies"]["gpu"])
+    assert project["scripts"]["tftoolkit"] == "tftoolkit.cli:main"
+
+
+def test_ci_runs_make_test_and_readme_shows_both_commands():
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make demo" in readme and "make test" in readme
+
+
+def test_importing_the_package_does_not_import_tensorflow():
+    import subprocess
+    import sys
+
+    code = "import sys, tftoolkit, tftoolkit.config, tftoolkit.cli; print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
