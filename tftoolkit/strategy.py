@@ -24,6 +24,8 @@ def nccl_available() -> tuple[bool, str]:
     info = tf.sysconfig.get_build_info()
     if not info.get("is_cuda_build", False):
         return False, "this TensorFlow build has no CUDA (install tensorflow[and-cuda])"
+    if not tf.config.list_physical_devices("GPU"):
+        return False, "TensorFlow sees no GPU (driver missing, or CUDA_VISIBLE_DEVICES empty)"
     return True, ""
 
 
