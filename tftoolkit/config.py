@@ -77,6 +77,9 @@ class RunConfig:
     eval_every_epoch: bool = _f(True, "evaluate on the held-out split after each epoch")
     timing_warmup_steps: int = _f(10, "steps excluded from throughput statistics (tracing, autotuning)")
     divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
+    noise_scale: bool = _f(False, "measure the gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al. "
+                                  "2018) from the per-replica and all-reduced gradients (one replica: two half "
+                                  "batches); adds noise_scale to steps.csv and summary.json")
 
     # ------------------------------------------------------------------------------------------
     def __post_init__(self):
@@ -114,6 +117,15 @@ class RunConfig:
         if self.global_batch is not None and self.replicas is not None and self.global_batch % self.replicas:
             raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}; "
                               f"use a multiple of {self.replicas}")
+        if self.noise_scale:
+            # The small batch is a replica's (on one replica: half the batch). A batch of 1 cannot be halved,
+            # and on several replicas one example per replica makes |G_small|^2 a single per-example norm,
+            # the noisiest estimate there is: refuse both rather than report a number that has not settled.
+            small = (self.per_replica_batch if self.global_batch is None
+                     else self.global_batch // self.replicas if self.replicas else None)
+            if small is not None and small < 2:
+                raise ConfigError(f"noise_scale needs a per-replica batch of at least 2, got {small}; raise "
+                                  "--per-replica-batch (or --global-batch) or drop --noise-scale")
 
     # --- conversion -----------------------------------------------------------------------------
     @classmethod

@@ -85,6 +85,7 @@ class Engine:
     schedule: Any
     train_loop: Any   # tf.function(iterator, n) -> (losses[n], examples per replica[R])
     evaluate: Any     # tf.function(dataset) -> (sum loss, correct, count)
+    noise: Any = None  # noise.NoiseScale with --noise-scale: EMAs, and the latest loop's per-step values
 
 
 def jit_effective(config: RunConfig, strategy) -> bool:
@@ -102,24 +103,42 @@ def jit_effective(config: RunConfig, strategy) -> bool:
     return True
 
 
-def build_engine(config: RunConfig, strategy, source, train_examples: int, allreduce: bool = True) -> Engine:
+def build_engine(config: RunConfig, strategy, source, train_examples: int, allreduce: bool = True,
+                 schedule=None) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
     gradients (scaled as if summed): the same compute without communication, for the step-time breakdown.
+    ``schedule`` replaces the config's learning-rate schedule (the LR finder's sweep).
     """
     import keras
     import tensorflow as tf
 
-    from . import models, schedules
+    from . import models, noise as noise_mod, schedules
 
     replicas = strategy.num_replicas_in_sync
     global_batch = config.global_batch_size
     partial = config.last_batch == "partial"
     with strategy.scope():
         model = models.build(config.model, source.input_shape, source.num_classes)
-        schedule = schedules.from_config(config, train_examples)
+        if schedule is None:
+            schedule = schedules.from_config(config, train_examples)
         optimizer = make_optimizer(config, schedule)
         optimizer.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
+    noise = noise_mod.NoiseScale(replicas) if config.noise_scale and allreduce else None
+
+    def forward_backward(images, labels, denom, reg_share=1.0):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            per_example = loss_fn(labels, logits)
+            # Sum over this replica / global batch: summing these over replicas gives the global mean.
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=denom)
+            if model.losses:
+                # Regularisation is computed identically on every replica; divide by replicas so the sum
+                # over replicas counts it once.
+                loss += reg_share * tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            scaled = optimizer.scale_loss(loss)
+        return loss, tape.gradient(scaled, model.trainable_variables)
 
     def replica_step(images, labels):
         ctx = tf.distribute.get_replica_context()
@@ -129,23 +148,26 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
             denom = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_n)
         else:
             denom = global_batch
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            per_example = loss_fn(labels, logits)
-            # Sum over this replica / global batch: summing these over replicas gives the global mean.
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=denom)
-            if model.losses:
-                # Regularisation is computed identically on every replica; divide by replicas so the sum
-                # over replicas counts it once.
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        if allreduce:
+        if noise is not None and replicas == 1:
+            # One replica has no smaller batch to compare with: its two halves are the small batches.
+            loss, grads, parts = noise_mod.two_halves(forward_backward, images, labels, denom)
+        else:
+            loss, grads = forward_backward(images, labels, denom)
+            parts = [(grads, local_n)]
+        if allreduce and noise is not None:
+            # The replica's squared norm rides along in the gradient all-reduce: no extra collective.
+            scale = noise_mod.loss_scale(optimizer)
+            *grads, sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                          list(grads) + [noise.replica_sums(parts, denom, scale)])
+            estimate = noise.estimate(sums, grads, denom, scale)
+        elif allreduce:
             # SUM, not MEAN: each replica's gradient is already divided by the global batch.
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         else:
             grads = [g * replicas for g in grads]
         optimizer.apply(grads, model.trainable_variables)
+        if noise is not None:
+            return loss, local_n, estimate
         return loss, local_n
 
     step_fn = tf.function(replica_step, jit_compile=True) if jit_effective(config, strategy) else replica_step
@@ -154,11 +176,18 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
     def train_loop(iterator, n):
         losses = tf.TensorArray(tf.float32, size=n)
         counts = tf.zeros([replicas], tf.int64)
+        noise_rows = tf.TensorArray(tf.float32, size=n if noise is not None else 0)
         for i in tf.range(n):
             images, labels, _ = next(iterator)
-            loss_pr, n_pr = strategy.run(step_fn, args=(images, labels))
+            out = strategy.run(step_fn, args=(images, labels))
+            loss_pr, n_pr = out[0], out[1]
             losses = losses.write(i, tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None), tf.float32))
             counts += tf.cast(tf.stack(strategy.experimental_local_results(n_pr)), tf.int64)
+            if noise is not None:
+                # Every replica computed the same estimate from all-reduced values; take the first.
+                noise_rows = noise_rows.write(i, noise.update(strategy.experimental_local_results(out[2])[0]))
+        if noise is not None:
+            noise.last.assign(noise_rows.stack())
         return losses.stack(), counts
 
     def replica_eval(images, labels):
@@ -175,7 +204,7 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
             total += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, o, axis=None) for o in out])
         return total
 
-    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate)
+    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise)
 
 
 def _default_out(config: RunConfig) -> Path:
@@ -266,7 +295,8 @@ class _Run:
             "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
             "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
         }
-        ckpt = tf.train.Checkpoint(model=eng.model, optimizer=eng.optimizer, **self.state)
+        extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
+        ckpt = tf.train.Checkpoint(model=eng.model, optimizer=eng.optimizer, **self.state, **extra)
         self.manager = tf.train.CheckpointManager(ckpt, str(self.out / "checkpoints"), max_to_keep=2)
         self.resumed_from = 0
         if self.manager.latest_checkpoint:
@@ -338,8 +368,11 @@ class _Run:
                             self.monitor.phase("train")
                     else:
                         self.loop_times.append((dt, n))
+                    noise_rows = eng.noise.last.numpy() if eng.noise is not None else None
                     for i, loss in enumerate(losses):
                         self.rows.append({"step": step + i + 1, "epoch": epoch, "loss": float(loss), "step_time_s": dt / n})
+                        if noise_rows is not None:
+                            self.rows[-1]["noise_scale"] = float(noise_rows[i, 2])
                     if math.isnan(float(st["initial_loss"].numpy())):
                         st["initial_loss"].assign(float(losses[0]))
                     step += n
@@ -395,7 +428,7 @@ class _Run:
 
         from .schedules import lr_at  # noqa: F401 - same schedule object the optimizer uses
 
-        df = pd.DataFrame(self.rows, columns=["step", "epoch", "loss", "step_time_s"])
+        df = pd.DataFrame(self.rows, columns=self._row_columns())
         if len(df):
             # The LR applied at step k (1-based) is the schedule at optimizer iteration k-1.
             lrs = np.asarray(self.engine.schedule(np.asarray(df["step"] - 1, dtype=np.float32)))
@@ -417,10 +450,13 @@ class _Run:
         step = self.resumed_from
         if (self.out / "steps.csv").exists():
             df = pd.read_csv(self.out / "steps.csv")
-            self.rows = df[df["step"] <= step][["step", "epoch", "loss", "step_time_s"]].to_dict("records")
+            self.rows = df[df["step"] <= step][self._row_columns()].to_dict("records")
         if (self.out / "evals.csv").exists():
             df = pd.read_csv(self.out / "evals.csv")
             self.evals = df[df["step"] <= step].to_dict("records")
+
+    def _row_columns(self) -> list[str]:
+        return ["step", "epoch", "loss", "step_time_s"] + (["noise_scale"] if self.config.noise_scale else [])
 
     def _checkpoint(self):
         self.manager.save(checkpoint_number=int(self.state["step"].numpy()))
@@ -460,6 +496,9 @@ class _Run:
             "threads": devices.thread_settings(),
             "model": config.model,
             "params": int(self.engine.model.count_params()),
+            # What each step all-reduces (trainable variables only); tftoolkit predict scales from it.
+            "gradient_bytes": int(sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                                      for v in self.engine.model.trainable_variables)),
             "dataset": self.source.name,
             "train_examples": self.source.train_examples,
             "per_replica_batch": config.per_replica_batch_size,
@@ -485,6 +524,11 @@ class _Run:
             "val_accuracy": last.get("val_accuracy", math.nan),
             "wall_time_s": time.time() - self.started,
         }
+        if self.engine.noise is not None:
+            # Before measure: its extra steps on this engine would move the EMAs.
+            summary.update(self.engine.noise.summary(
+                small_batch=config.global_batch_size / 2 if setup.replicas == 1 else config.per_replica_batch_size,
+                big_batch=config.global_batch_size))
         if config.measure and self.status == "ok":
             from . import measure  # after the timed loop, on a snapshot: the trained weights stay as they are
 
