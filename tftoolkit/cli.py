@@ -110,11 +110,106 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", metavar="WHAT", parser_class=_Parser)
     bench_sub.required = True
     _add_bench_parsers(bench_sub)
+    _add_data_parsers(sub)
     return parser
 
 
 def _add_bench_parsers(bench_sub) -> None:
     """Register `tftoolkit bench` sub-commands (one block each)."""
+    p = bench_sub.add_parser("input", help="input pipeline alone: images/sec, cold (from files) and warm (cached)",
+                             description="Pull the training input pipeline (data.train_dataset + distribute) through "
+                                         "the strategy with no model: images/sec for the first epoch (read and "
+                                         "decoded from the files) and for later ones (served from the cache). "
+                                         "Compare with a run's images_per_sec to see whether input can starve "
+                                         "training.")
+    p.add_argument("--seconds", type=float, default=10.0, metavar="S",
+                   help="measure warm epochs for about S seconds; the cold epoch is always whole (default: 10)")
+    p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
+                   help="cache decoded examples in memory after the first epoch; --no-cache re-reads the files "
+                        "every epoch (default: --cache)")
+    p.add_argument("--compare", metavar="RUN_DIR", help="also print the ratio to the images/sec this training "
+                                                        "run consumed (its summary.json)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_config_options(p, skip=_NOT_INPUT_OPTIONS)
+    p.set_defaults(func=cmd_bench_input)
+
+
+# --- data: shapes16k, image folders, TFRecords, the input pipeline (issue 3) -------------------------------
+# RunConfig fields that do not change what the input pipeline does: not offered by `bench input`.
+_NOT_INPUT_OPTIONS = ("base_lr", "base_batch", "lr_rule", "warmup_epochs", "schedule", "optimizer", "weight_decay",
+                      "epochs", "steps", "model", "precision", "jit", "steps_per_loop", "deterministic",
+                      "checkpoint_every", "eval_every_epoch", "timing_warmup_steps", "divergence_factor", "measure",
+                      "noise_scale")
+
+def cmd_data_prepare(args) -> int:
+    from . import shapes
+
+    m = shapes.prepare(args.out, images=args.images, val_images=args.val_images, size=args.size, seed=args.seed,
+                       shard_size=args.shard_size, force=args.force)
+    splits = m["splits"]
+    out = args.out or _default_data_dir()
+    print(f"{out}: shapes16k, {splits['train']['examples']} train images in {len(splits['train']['shards'])} "
+          f"shard(s)" + (f", {splits['val']['examples']} val images in {len(splits['val']['shards'])} shard(s)"
+                         if "val" in splits else "") + f", {m['image_shape'][0]}x{m['image_shape'][1]} RGB, "
+          f"{m['num_classes']} classes; manifest.json")
+    return 0
+
+
+def _default_data_dir() -> str:
+    from .datasets import default_dir
+
+    return str(default_dir())
+
+
+def cmd_bench_input(args) -> int:
+    import json
+
+    from . import inputbench, rundir
+    from .errors import RunDirError
+
+    result = inputbench.measure(config_from_args(args), seconds=args.seconds, cache=args.cache)
+    if args.compare:
+        summary = os.path.join(args.compare, "summary.json")
+        if not os.path.exists(summary):
+            raise RunDirError(f"--compare {args.compare}: no summary.json there; give a finished run directory")
+        consumed = rundir.read_json(summary).get("images_per_sec")
+        result["training_images_per_sec"] = consumed
+        result["cold_ratio"] = result["cold_images_per_sec"] / consumed if consumed else None
+        result["warm_ratio"] = result["warm_images_per_sec"] / consumed if consumed else None
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(inputbench.format_result(result))
+    if args.compare and result["cold_ratio"]:
+        print(f"vs training          {result['training_images_per_sec']:10.0f} images/sec ({args.compare}): "
+              f"cold {result['cold_ratio']:.1f}x, warm {result['warm_ratio']:.1f}x")
+    return 0
+
+
+def _add_data_parsers(sub) -> None:
+    from . import shapes
+
+    data = sub.add_parser("data", help="prepare datasets (shapes16k)",
+                          description="Make the datasets the toolkit trains on.")
+    data_sub = data.add_subparsers(dest="data", metavar="WHAT", parser_class=_Parser)
+    data_sub.required = True
+    p = data_sub.add_parser("prepare", help="render shapes16k into TFRecord shards + manifest.json",
+                            description="Render shapes16k: 10 balanced classes of geometric shapes (RGB, random "
+                                        "position, scale, rotation, colours, background, clutter and noise), the "
+                                        "same bytes for the same seed. Writes TFRecord shards and manifest.json "
+                                        "(see data/README.md). Does nothing if --out already holds the same "
+                                        "dataset, verified.")
+    p.add_argument("--out", default=None, help="folder to write (default: data/shapes16k, or "
+                                               "$TFTOOLKIT_DATA_DIR/shapes16k when that is set)")
+    p.add_argument("--images", type=int, default=16000, help="training images (default: 16000)")
+    p.add_argument("--val-images", type=int, default=4000, help="validation images (default: 4000)")
+    p.add_argument("--size", type=int, default=32, help="image side in pixels (default: 32)")
+    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives byte-identical files "
+                                                       "(default: 0)")
+    p.add_argument("--shard-size", type=int, default=shapes.SHARD_SIZE,
+                   help=f"images per TFRecord shard (default: {shapes.SHARD_SIZE}, i.e. 16 training shards)")
+    p.add_argument("--force", action="store_true", help="render again even if --out already holds this dataset")
+    p.set_defaults(func=cmd_data_prepare)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,123 @@
+"""shapes16k generation: deterministic bytes, balanced classes, the manifest, atomic writes, the CLI."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tftoolkit import cli, shapes, tfrecords
+from tftoolkit.errors import DataError
+
+SMALL = dict(images=400, val_images=100, size=32, seed=0, shard_size=100)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shapes") / "shapes16k"
+    return out, shapes.prepare(out, **SMALL)
+
+
+def _files(path):
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def test_same_seed_gives_byte_identical_files_and_another_seed_does_not(small, tmp_path):
+    out, manifest = small
+    again = shapes.prepare(tmp_path / "again", **SMALL)
+    assert _files(out) == _files(tmp_path / "again")
+    assert again == manifest
+    other = shapes.prepare(tmp_path / "other", **{**SMALL, "seed": 1})
+    shas = lambda m: [s["sha256"] for s in m["splits"]["train"]["shards"]]  # noqa: E731
+    assert not set(shas(other)) & set(shas(manifest))
+
+
+def test_manifest_lists_balanced_classes_shards_and_provenance(small):
+    out, m = small
+    assert m == json.loads((out / "manifest.json").read_text())
+    assert m["name"] == "shapes16k" and m["format"] == tfrecords.FORMAT
+    assert m["class_names"] == shapes.CLASS_NAMES and m["num_classes"] == 10
+    assert m["image_shape"] == [32, 32, 3] and m["image_encoding"] == "raw"
+    assert m["splits"]["train"]["per_class"] == {c: 40 for c in shapes.CLASS_NAMES}
+    assert m["splits"]["val"]["per_class"] == {c: 10 for c in shapes.CLASS_NAMES}
+    train = m["splits"]["train"]["shards"]
+    assert [s["file"] for s in train] == [f"train-0000{i}-of-00004.tfrecord" for i in range(4)]
+    assert [s["records"] for s in train] == [100] * 4 and [s["first_id"] for s in train] == [0, 100, 200, 300]
+    assert [s["file"] for s in m["splits"]["val"]["shards"]] == ["val-00000-of-00001.tfrecord"]
+    for s in train + m["splits"]["val"]["shards"]:
+        assert tfrecords.sha256(out / s["file"]) == s["sha256"]
+        assert tfrecords.check_framing(out / s["file"]) == s["records"]
+    gen = m["generator"]
+    assert gen["version"] == shapes.GENERATOR_VERSION and gen["seed"] == 0 and gen["params"]["images"] == 400
+    assert gen["command"].startswith("tftoolkit data prepare --images 400 --val-images 100 --size 32 --seed 0")
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_labels_are_balanced_for_any_count_and_images_vary():
+    labels = shapes.split_labels(1003, seed=3, split="train")
+    counts = np.bincount(labels, minlength=10)
+    assert counts.max() - counts.min() <= 1 and counts.sum() == 1003
+    imgs = shapes.render_shard(0, "train", 0, np.arange(20) % 10, 32)
+    assert imgs.shape == (20, 32, 32, 3) and imgs.dtype == np.uint8
+    assert len({im.tobytes() for im in imgs}) == 20 and imgs.std() > 20
+
+
+def test_prepare_is_a_no_op_when_the_same_dataset_is_there(small):
+    out, manifest = small
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert shapes.prepare(out, **SMALL) == manifest
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_interrupted_prepare_leaves_no_manifest_pointing_at_missing_shards(small, tmp_path, monkeypatch):
+    out = tmp_path / "ds"
+    shapes.prepare(out, **SMALL)
+    written = []
+    real = tfrecords.DatasetWriter.write_shard
+
+    def failing(self, *args, **kwargs):
+        if len(written) == 2:
+            raise KeyboardInterrupt  # as if the user pressed Ctrl-C while the third shard was written
+        written.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(tfrecords.DatasetWriter, "write_shard", failing)
+    with pytest.raises(KeyboardInterrupt):
+        shapes.prepare(out, **{**SMALL, "seed": 5})
+    assert not (out / "manifest.json").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert tfrecords.read_manifest_if_valid(out) is None
+    monkeypatch.undo()
+    shapes.prepare(out, **{**SMALL, "seed": 5})  # a rerun completes it
+    assert tfrecords.read_manifest_if_valid(out)["generator"]["seed"] == 5
+
+
+def test_prepare_rejects_bad_arguments(tmp_path):
+    with pytest.raises(DataError, match="images must be > 0"):
+        shapes.prepare(tmp_path, images=0)
+
+
+def test_fewer_shards_on_a_rerun_removes_the_old_ones(tmp_path):
+    shapes.prepare(tmp_path, images=200, val_images=0, shard_size=50)
+    shapes.prepare(tmp_path, images=200, val_images=0, shard_size=100)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "train-00000-of-00002.tfrecord",
+                                                          "train-00001-of-00002.tfrecord"]
+
+
+def test_cli_data_prepare(tmp_path, capsys):
+    out = tmp_path / "cli"
+    rc = cli.main(["data", "prepare", "--out", str(out), "--images", "100", "--val-images", "20", "--size", "16",
+                   "--seed", "2", "--shard-size", "50"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "100 train images in 2 shard(s), 20 val images in 1 shard(s), 16x16 RGB, 10 classes" in printed
+    assert json.loads((out / "manifest.json").read_text())["image_shape"] == [16, 16, 3]
+
+
+def test_default_location_follows_tftoolkit_data_dir(tmp_path, monkeypatch):
+    from tftoolkit import datasets
+
+    monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
+    assert datasets.default_dir() == tmp_path / "shapes16k"
+    monkeypatch.delenv("TFTOOLKIT_DATA_DIR")
+    assert datasets.default_dir() == Path("data") / "shapes16k"

@@ -1,0 +1,111 @@
+"""File-backed datasets: what ``config.dataset`` names when it is not ``synthetic``.
+
+    shapes16k          the generated set in $TFTOOLKIT_DATA_DIR/shapes16k (default: data/shapes16k)
+    PATH               a folder of TFRecord shards with a manifest.json (tfrecords.py),
+                       or a folder with one sub-folder of images per class (folders.py)
+
+``data.load_source`` calls ``load``; the per-epoch shuffle, batching and distribution happen in data.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from . import tfrecords
+from .data import DataSource
+from .errors import DataError
+
+log = logging.getLogger("tftoolkit")
+
+SHAPES16K = "shapes16k"
+DATA_DIR_ENV = "TFTOOLKIT_DATA_DIR"
+
+
+def data_root() -> Path:
+    """Where named datasets live: $TFTOOLKIT_DATA_DIR, else data/ under the current directory."""
+    return Path(os.environ.get(DATA_DIR_ENV) or "data")
+
+
+def default_dir() -> Path:
+    return data_root() / SHAPES16K
+
+
+def ensure_shapes16k(out=None, **kwargs) -> Path:
+    """Prepare shapes16k unless ``out`` (default: ``default_dir()``) already holds it; returns the folder.
+
+    The notebooks and the demo call this, so the first run on a new machine makes the data (~10 s).
+    """
+    from . import shapes
+
+    out = Path(out) if out is not None else default_dir()
+    shapes.prepare(out, **kwargs)
+    return out
+
+
+def load(config, cache: bool = True) -> DataSource:
+    """The source ``config.dataset`` names. ``cache=False`` re-reads the files every epoch (benchmarks)."""
+    name = config.dataset
+    if name == SHAPES16K:
+        path = default_dir()
+        if not (path / tfrecords.MANIFEST).exists():
+            where = "" if DATA_DIR_ENV not in os.environ else f" (${DATA_DIR_ENV}={os.environ[DATA_DIR_ENV]})"
+            raise DataError(f"shapes16k is not prepared in {path}{where}: run `tftoolkit data prepare` "
+                            "(or call tftoolkit.datasets.ensure_shapes16k() in Python)")
+    else:
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise DataError(f"dataset {name!r} is not 'synthetic', '{SHAPES16K}' or an existing folder; give one of "
+                            "those (a folder of class sub-folders of images, or of TFRecords with a manifest.json)")
+        if not path.is_dir():
+            raise DataError(f"dataset {name!r} is a file; give the folder that holds the images or the TFRecords")
+    if (path / tfrecords.MANIFEST).exists():
+        return load_tfrecords(path, config.image_size, cache=cache)
+    if any(path.glob("*.tfrecord")):
+        raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
+                        "data/README.md) so the shards can be checked")
+    from . import folders
+
+    return folders.load(path, config.image_size)
+
+
+def load_tfrecords(path, image_size: int | None = None, cache: bool = True) -> DataSource:
+    """A verified TFRecord dataset; images are resized to ``image_size`` if that differs from the manifest's."""
+    import tensorflow as tf
+
+    path = Path(path)
+    manifest = tfrecords.read_manifest(path)
+    verify_s = tfrecords.verify(path, manifest)
+    t0 = time.perf_counter()
+    h, w, c = (int(v) for v in manifest["image_shape"])
+    train, n_train, shards = tfrecords.split_dataset(path, manifest, "train", cache=False)
+    val, n_val, val_shards = None, 0, 0
+    if "val" in manifest["splits"]:
+        val, n_val, val_shards = tfrecords.split_dataset(path, manifest, "val", cache=False)
+    scan_s = time.perf_counter() - t0
+    if image_size is not None and (h, w) != (image_size, image_size):
+        log.warning("%s holds %dx%d images; resizing them to %dx%d (image_size)", path, h, w, image_size, image_size)
+
+        def resize(image, label, ex_id):
+            out = tf.image.resize(image, [image_size, image_size], antialias=True)
+            return tf.cast(tf.clip_by_value(tf.round(out), 0, 255), tf.uint8), label, ex_id
+
+        train = train.map(resize, num_parallel_calls=tf.data.AUTOTUNE)
+        val = val.map(resize, num_parallel_calls=tf.data.AUTOTUNE) if val is not None else None
+        h = w = image_size
+    if cache:
+        # Decoded once, before the per-epoch shuffle: epochs after the first are served from memory.
+        train = train.cache()
+        val = val.cache() if val is not None else None
+    gen = manifest.get("generator") or {}
+    info = {
+        "path": str(path), "format": "tfrecord", "image_encoding": manifest.get("image_encoding", "raw"),
+        "shards": shards, "val_shards": val_shards, "sha256_verified": True,
+        "verify_s": round(verify_s, 3), "scan_s": round(scan_s, 3), "cached": cache,
+        "generator": {k: gen[k] for k in ("name", "version", "seed") if k in gen},
+    }
+    k = int(manifest["num_classes"])
+    names = list(manifest.get("class_names") or [str(i) for i in range(k)])
+    return DataSource(manifest.get("name") or path.name, train, val, n_train, n_val, (h, w, c), k, names, info)

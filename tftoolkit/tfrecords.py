@@ -1,0 +1,297 @@
+"""Image datasets stored as TFRecord shards plus a manifest.json: writing, verifying, reading.
+
+A dataset folder holds ``<split>-<i>-of-<n>.tfrecord`` shards of ``tf.train.Example`` records with the
+features ``image`` (bytes: raw uint8 HWC, or PNG/JPEG when the manifest says so), ``label``, ``id``,
+``height``, ``width`` and ``channels`` (int64), and a ``manifest.json`` that lists every shard with its
+record count and sha256 (data/README.md documents the format, so other tools can write it too).
+
+Before a dataset is used its shards are checked against the manifest: present, not truncated, the right
+number of records, the right sha256; then one pass over the records checks labels, ids and image sizes.
+Anything wrong is a DataError naming the file. Only then is the tf.data pipeline built; it decodes each
+record once and caches the decoded examples in memory, so epochs after the first never touch the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+
+log = logging.getLogger("tftoolkit")
+
+MANIFEST = "manifest.json"
+FORMAT = "tftoolkit-tfrecord"
+FORMAT_VERSION = 1
+ENCODINGS = ("raw", "png", "jpeg")
+PARSE_BATCH = 256  # records parsed per parse_example call: batched parsing is several times faster
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- writing -----------------------------------------------------------------------------------------
+class DatasetWriter:
+    """Writes shards and, last, the manifest, so a manifest only ever names shards that are complete."""
+
+    def __init__(self, out, name: str, class_names: list[str], image_shape: tuple[int, int, int]):
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.name, self.class_names, self.image_shape = name, list(class_names), tuple(int(x) for x in image_shape)
+        self.splits: dict[str, list[dict]] = {}
+        old = self.out / MANIFEST
+        self.old_files: set[str] = set()
+        if old.exists():
+            try:
+                splits = json.loads(old.read_text())["splits"].values()
+                self.old_files = {s["file"] for sp in splits for s in sp["shards"]}
+            except (ValueError, KeyError, TypeError):
+                pass
+            # The old manifest goes before any shard is replaced: from here until finish() there is none.
+            old.unlink()
+        for stale in self.out.glob(".*.tmp*"):
+            stale.unlink()
+
+    def write_shard(self, split: str, index: int, count: int, images: np.ndarray, labels: np.ndarray,
+                    first_id: int) -> dict:
+        import tensorflow as tf
+
+        name = shard_name(split, index, count)
+        path = self.out / name
+        tmp = self.out / f".{name}.tmp{os.getpid()}"
+        h, w, c = self.image_shape
+        if images.shape[1:] != (h, w, c) or images.dtype != np.uint8:
+            raise AssertionError(f"images {images.shape} {images.dtype} do not match {self.image_shape} uint8")
+        fixed = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+                 for k, v in (("height", h), ("width", w), ("channels", c))}
+        try:
+            with tf.io.TFRecordWriter(str(tmp)) as writer:
+                for k, (img, label) in enumerate(zip(images, labels)):
+                    feats = dict(fixed)
+                    feats["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()]))
+                    feats["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
+                    feats["id"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[first_id + k]))
+                    writer.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+            entry = {"file": name, "records": int(len(images)), "first_id": int(first_id), "sha256": sha256(tmp)}
+            os.replace(tmp, path)
+        except BaseException:
+            if tmp.exists():
+                tmp.unlink()
+            raise
+        self.splits.setdefault(split, []).append(entry)
+        return entry
+
+    def finish(self, per_class: dict[str, dict[str, int]], generator: dict | None = None) -> dict:
+        from .rundir import write_json
+
+        h, w, c = self.image_shape
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "image_shape": [h, w, c],
+            "image_encoding": "raw",
+            "num_classes": len(self.class_names),
+            "class_names": self.class_names,
+            "splits": {split: {"examples": sum(s["records"] for s in shards), "per_class": per_class.get(split, {}),
+                               "shards": shards} for split, shards in self.splits.items()},
+            "generator": generator or {},
+        }
+        write_json(self.out / MANIFEST, manifest)  # atomic: temp file + rename
+        keep = {s["file"] for shards in self.splits.values() for s in shards}
+        for name in self.old_files - keep:
+            (self.out / name).unlink(missing_ok=True)
+        return manifest
+
+
+# --- reading the manifest and checking the files -----------------------------------------------------
+def _redo_hint(path: Path, manifest: dict) -> str:
+    cmd = (manifest.get("generator") or {}).get("command")
+    return f"re-create it with `{cmd} --out {path} --force`" if cmd else "copy the dataset again from its source"
+
+
+def read_manifest(path) -> dict:
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not mpath.exists():
+        raise DataError(f"{path} has no {MANIFEST}; a TFRecord dataset folder needs one (see data/README.md)")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except ValueError as e:
+        raise DataError(f"{mpath} is not valid JSON ({e}); re-create the dataset") from None
+    missing = [k for k in ("image_shape", "num_classes", "splits") if k not in manifest]
+    if missing or "train" not in manifest.get("splits", {}):
+        raise DataError(f"{mpath} lacks {', '.join(missing) or 'a train split'}; see data/README.md for the format")
+    enc = manifest.get("image_encoding", "raw")
+    if enc not in ENCODINGS:
+        raise DataError(f"{mpath}: image_encoding {enc!r} is not one of {', '.join(ENCODINGS)}")
+    return manifest
+
+
+def check_framing(path: Path) -> int:
+    """Number of records in a TFRecord file; DataError if the file ends inside a record (truncated)."""
+    size = path.stat().st_size
+    n, pos = 0, 0
+    with open(path, "rb") as f:
+        while pos < size:
+            header = f.read(12)  # uint64 length + uint32 masked crc of the length
+            if len(header) < 12:
+                raise DataError(f"{path} is truncated: it ends inside the header of record {n} (at byte {pos} of "
+                                f"{size}); the copy or download was cut short")
+            (length,) = struct.unpack("<Q", header[:8])
+            end = pos + 12 + length + 4  # data + uint32 masked crc of the data
+            if end > size:
+                raise DataError(f"{path} is truncated: record {n} needs bytes up to {end} but the file has {size}; "
+                                "the copy or download was cut short")
+            pos = end
+            f.seek(pos)
+            n += 1
+    return n
+
+
+def verify(path, manifest: dict) -> float:
+    """Check every shard against the manifest (present, complete, record count, sha256); returns seconds."""
+    path = Path(path)
+    t0 = time.perf_counter()
+    hint = _redo_hint(path, manifest)
+    for split, spec in manifest["splits"].items():
+        for shard in spec["shards"]:
+            f = path / shard["file"]
+            if not f.exists():
+                raise DataError(f"shard {shard['file']} named in {path / MANIFEST} is missing; {hint}")
+            records = check_framing(f)
+            if "records" in shard and records != shard["records"]:
+                raise DataError(f"shard {f} has {records} records but the manifest says {shard['records']}; {hint}")
+            shard["records"] = records  # a hand-written manifest may leave the counts out
+            if shard.get("sha256") and sha256(f) != shard["sha256"]:
+                raise DataError(f"shard {f} does not match the sha256 in the manifest (changed or corrupt); {hint}")
+    return time.perf_counter() - t0
+
+
+def read_manifest_if_valid(path) -> dict | None:
+    """The manifest if ``path`` holds a complete, verified dataset; None otherwise (no error)."""
+    try:
+        manifest = read_manifest(path)
+        verify(path, manifest)
+        return manifest
+    except DataError:
+        return None
+
+
+# --- the tf.data source --------------------------------------------------------------------------------
+def _meta_features(tf):
+    return {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+        "id": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+        "height": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+        "width": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+        "channels": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    }
+
+
+def _scan(files: list[Path], counts: list[int], manifest: dict, split: str) -> bool:
+    """One pass over the records of a split checking labels, sizes and ids; returns whether ids are stored.
+
+    Done before training so bad records are one clear error now, not a failed step halfway through.
+    ``counts`` (records per file, already verified) map a record's position back to its file.
+    """
+    import tensorflow as tf
+
+    h, w, c = manifest["image_shape"]
+    k = int(manifest["num_classes"])
+    raw = manifest.get("image_encoding", "raw") == "raw"
+    feats = _meta_features(tf)
+    starts = np.cumsum([0] + list(counts))
+
+    def where(pos: int) -> str:
+        i = int(np.searchsorted(starts, pos, side="right") - 1)
+        return f"{files[i]}: record {pos - starts[i]}"
+
+    def meta(serialized):
+        p = tf.io.parse_example(serialized, feats)
+        return p["label"], p["id"], tf.stack([p["height"], p["width"], p["channels"]], 1), tf.strings.length(p["image"])
+
+    # One dataset over all files, read in order: a dataset per file would trace ``meta`` once per file.
+    ds = tf.data.TFRecordDataset([str(f) for f in files]).batch(4096).map(meta, num_parallel_calls=tf.data.AUTOTUNE)
+    all_ids, offset = [], 0
+    try:
+        for labels, ids, hwc, nbytes in ds.as_numpy_iterator():
+            bad = np.flatnonzero((labels < 0) | (labels >= k))
+            if len(bad):
+                i = bad[0]
+                raise DataError(f"label out of range in {where(offset + i)} has label {labels[i]} but the manifest "
+                                f"has {k} classes (0..{k - 1}); fix the labels or num_classes")
+            known = hwc[:, 0] >= 0
+            bad = np.flatnonzero(known & np.any(hwc != (h, w, c), axis=1))
+            if raw:
+                bad = np.union1d(bad, np.flatnonzero(nbytes != h * w * c))
+            if len(bad):
+                i = bad[0]
+                got = "x".join(str(x) for x in hwc[i]) if known[i] else f"{nbytes[i]} raw bytes"
+                raise DataError(f"image size mismatch in {where(offset + i)} is {got} but the manifest says "
+                                f"{h}x{w}x{c}; re-create the dataset or fix image_shape in the manifest")
+            all_ids.append(ids)
+            offset += len(labels)
+    except tf.errors.OpError as e:
+        raise DataError(f"cannot read the {split} shards of {files[0].parent}: {e.message.splitlines()[0]}; "
+                        "re-create or re-copy the dataset") from None
+    ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
+    if len(ids) and (ids < 0).all():
+        return False  # no ids stored: examples are numbered by their position in the (deterministic) read order
+    if not np.array_equal(np.sort(ids), np.arange(len(ids))):
+        raise DataError(f"the {split} records' ids in {files[0].parent} are not 0..{len(ids) - 1}, each once; every "
+                        "record needs a unique id (or none at all, and they are numbered in file order)")
+    return True
+
+
+def split_dataset(path, manifest: dict, split: str, cache: bool = True):
+    """(tf.data.Dataset of (image uint8 HWC, label int32, id int64), number of examples, number of files)."""
+    import tensorflow as tf
+
+    path = Path(path)
+    spec = manifest["splits"][split]
+    files = [path / s["file"] for s in spec["shards"]]
+    has_ids = _scan(files, [int(s["records"]) for s in spec["shards"]], manifest, split)
+    h, w, c = (int(x) for x in manifest["image_shape"])
+    raw = manifest.get("image_encoding", "raw") == "raw"
+    feats = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),
+             "id": tf.io.FixedLenFeature([], tf.int64, default_value=-1)}
+
+    def parse(serialized):
+        p = tf.io.parse_example(serialized, feats)
+        images = tf.reshape(tf.io.decode_raw(p["image"], tf.uint8), [-1, h, w, c]) if raw else p["image"]
+        return images, tf.cast(p["label"], tf.int32), p["id"]
+
+    def decode(image, label, ex_id):
+        image = tf.io.decode_image(image, channels=c, expand_animations=False)
+        return tf.ensure_shape(image, [h, w, c]), label, ex_id
+
+    # Several files read at once (deterministic round-robin), records parsed in batches, then one example
+    # at a time again: the per-epoch shuffle and batching happen later, in data.train_dataset.
+    ds = tf.data.TFRecordDataset([str(f) for f in files], num_parallel_reads=min(len(files), 4))
+    ds = ds.batch(PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    if not raw:
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    if not has_ids:
+        ds = ds.enumerate().map(lambda i, ex: (ex[0], ex[1], tf.cast(i, tf.int64)))
+    if cache:
+        ds = ds.cache()  # decoded once; later epochs are served from memory
+    n = sum(int(s["records"]) for s in spec["shards"])
+    return ds, n, len(files)
