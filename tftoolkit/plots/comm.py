@@ -1,0 +1,190 @@
+"""Communication figures: all-reduce time and bus bandwidth against message size, communication vs compute.
+
+Inputs are tidy frames:
+
+    allreduce.csv (``tftoolkit bench allreduce``): impl, replicas, payload, size_bytes, time_s, busbw_GBps, status
+        payload "buffer" rows are the size sweep; "grads:<model>" rows are that model's own gradient set,
+        drawn as stars at their total size so they can be read against the sweep.
+    runs (``tftoolkit.report.scaling_frame``): replicas, compute_time_s, allreduce_time_s,
+        [allreduce_direct_time_s], [communication_fraction]
+
+Bandwidths follow nccl-tests (busbw = algbw x 2(n-1)/n), so a busbw curve compares directly with a link's
+rated bandwidth, given as ``rated_GBps``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..errors import DataError
+from .theme import IDEAL_STYLE, bytes_axis, footnote, format_bytes, new_figure, replicas_axis, require, themed
+
+IMPL_LABELS = {
+    "nccl": "NCCL",
+    "hierarchical_copy": "hierarchical copy",
+    "reduce_to_one": "reduce to one device",
+    "collective": "collective (ring)",
+    "tf_default": "TensorFlow default",
+}
+IMPL_MARKERS = {"nccl": "o", "hierarchical_copy": "s", "reduce_to_one": "^", "collective": "D", "tf_default": "v"}
+
+
+def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df
+    if "status" in rows.columns:
+        rows = rows[rows["status"].fillna("ok") == "ok"]
+    return rows[rows["time_s"].astype(float) > 0]
+
+
+def _label(impl: str, replicas, many_replicas: bool) -> str:
+    name = IMPL_LABELS.get(impl, impl)
+    return f"{name}, {replicas} replicas" if many_replicas else name
+
+
+def _series(df: pd.DataFrame):
+    """(impl, replicas, buffer rows, gradient rows) per implementation and replica count, in a stable order."""
+    order = [i for i in IMPL_LABELS if i in set(df["impl"])] + sorted(set(df["impl"]) - set(IMPL_LABELS))
+    for k, impl in enumerate(order):
+        for n in sorted(df.loc[df["impl"] == impl, "replicas"].unique()):
+            sel = df[(df["impl"] == impl) & (df["replicas"] == n)]
+            payload = sel["payload"].fillna("buffer").astype(str) if "payload" in sel.columns else pd.Series("buffer", index=sel.index)
+            yield k, impl, n, sel[payload == "buffer"].sort_values("size_bytes"), sel[payload.str.startswith("grads:")]
+
+
+def _skipped_note(fig, df: pd.DataFrame) -> None:
+    if "status" not in df.columns:
+        return
+    skipped = df[df["status"].fillna("ok") != "ok"].drop_duplicates("impl")
+    if skipped.empty:
+        return
+    parts = [f"{IMPL_LABELS.get(r['impl'], r['impl'])}: {r['status']}" + (f" ({r['reason']})" if isinstance(r.get("reason"), str) and r.get("reason") else "")
+             for _, r in skipped.iterrows()]
+    text = "not measured here: " + "; ".join(parts)
+    footnote(fig, text[:160] + ("..." if len(text) > 160 else ""))
+
+
+def _time_unit(seconds: pd.Series) -> tuple[float, str]:
+    med = float(np.nanmedian(seconds)) if len(seconds) else 0.0
+    return (1e3, "ms") if med >= 1e-3 else (1e6, "µs")
+
+
+@themed
+def plot_allreduce_time(df: pd.DataFrame) -> Figure:
+    """All-reduce time per call against message size (log-log), one line per implementation."""
+    require(df, ["impl", "replicas", "size_bytes", "time_s"], "all-reduce time plot")
+    ok = _ok_rows(df)
+    if ok.empty:
+        raise DataError("all-reduce time plot: no implementation was measured (all skipped or failed)")
+    scale, unit = _time_unit(ok["time_s"].astype(float))
+    many = ok["replicas"].nunique() > 1
+    fig, ax = new_figure(width=6.6, height=4.3)
+    grad_sets = {}
+    for k, impl, n, buf, grads in _series(ok):
+        colour = f"C{k}"
+        if not buf.empty:
+            ax.plot(buf["size_bytes"], buf["time_s"] * scale, marker=IMPL_MARKERS.get(impl, "o"), ms=4, lw=1.6,
+                    color=colour, label=_label(impl, n, many))
+        for _, g in grads.iterrows():
+            ax.plot([g["size_bytes"]], [g["time_s"] * scale], marker="*", ms=13, color=colour, mec="black", mew=0.5,
+                    ls="")
+            grad_sets[str(g["payload"]).split(":", 1)[1]] = g
+    bytes_axis(ax, ok["size_bytes"])
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (float32 buffer)")
+    ax.set_ylabel(f"time per all-reduce ({unit})")
+    replicas = sorted(ok["replicas"].unique())
+    ax.set_title(f"All-reduce time vs size ({', '.join(map(str, replicas))} replicas)")
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + _grad_handles(grad_sets), loc="upper left", fontsize=8)
+    _skipped_note(fig, df)
+    return fig
+
+
+def _grad_handles(grad_sets: dict) -> list:
+    """Legend entries for the gradient-set stars, in neutral grey (their colour is the implementation's)."""
+    from matplotlib.lines import Line2D
+
+    out = []
+    for model, g in grad_sets.items():
+        tensors = g.get("tensors")
+        detail = f"{format_bytes(g['size_bytes'])}" + (f", {int(tensors)} tensors" if tensors == tensors and tensors is not None else "")
+        out.append(Line2D([], [], marker="*", ms=12, color="0.6", mec="black", mew=0.5, ls="",
+                          label=f"{model}'s gradient set ({detail})"))
+    return out
+
+
+@themed
+def plot_busbw(df: pd.DataFrame, rated_GBps: float | None = None) -> Figure:
+    """Bus bandwidth (nccl-tests definition) against message size, one line per implementation.
+
+    ``rated_GBps`` draws the link's rated bandwidth as a dashed line: the ceiling a good implementation
+    approaches at large sizes.
+    """
+    require(df, ["impl", "replicas", "size_bytes", "busbw_GBps"], "bus-bandwidth plot")
+    ok = _ok_rows(df) if "time_s" in df.columns else df
+    ok = ok[ok["busbw_GBps"].astype(float) > 0]
+    if ok.empty:
+        raise DataError("bus-bandwidth plot: no bandwidth to plot (1 replica has busbw 0, or nothing was measured)")
+    many = ok["replicas"].nunique() > 1
+    fig, ax = new_figure(width=6.6, height=4.3)
+    grad_sets = {}
+    for k, impl, n, buf, grads in _series(ok):
+        if not buf.empty:
+            ax.plot(buf["size_bytes"], buf["busbw_GBps"], marker=IMPL_MARKERS.get(impl, "o"), ms=4, lw=1.6,
+                    color=f"C{k}", label=_label(impl, n, many))
+        for _, g in grads.iterrows():
+            ax.plot([g["size_bytes"]], [g["busbw_GBps"]], marker="*", ms=13, color=f"C{k}", mec="black", mew=0.5, ls="")
+            grad_sets[str(g["payload"]).split(":", 1)[1]] = g
+    top = float(ok["busbw_GBps"].max())
+    if rated_GBps:
+        ax.axhline(rated_GBps, **IDEAL_STYLE, label=f"rated link bandwidth {rated_GBps:g} GB/s")
+        top = max(top, rated_GBps)
+    bytes_axis(ax, ok["size_bytes"])
+    ax.set_ylim(0, top * 1.45)  # headroom for the legend above the curves
+    ax.set_xlabel("message size (float32 buffer)")
+    ax.set_ylabel("bus bandwidth (GB/s) = algbw x 2(n-1)/n")
+    replicas = sorted(ok["replicas"].unique())
+    ax.set_title(f"All-reduce bus bandwidth vs size ({', '.join(map(str, replicas))} replicas)")
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + _grad_handles(grad_sets), loc="upper left", fontsize=8, ncols=2)
+    _skipped_note(fig, df)
+    return fig
+
+
+@themed
+def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
+    """Per-step compute and gradient all-reduce time as replicas grow (left), and communication's share (right).
+
+    Where the all-reduce line crosses the compute line (share above 50%), adding replicas stops paying off.
+    """
+    require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "communication vs compute plot")
+    agg = df.groupby("replicas")[[c for c in ("compute_time_s", "allreduce_time_s", "allreduce_direct_time_s")
+                                  if c in df.columns]].mean().sort_index()
+    if agg[["compute_time_s", "allreduce_time_s"]].isna().all().all():
+        raise DataError("communication vs compute plot: compute_time_s / allreduce_time_s are empty (measure off?)")
+    fig, (ax, ax2) = new_figure(ncols=2, width=10.5, height=4.0)
+    n = agg.index.to_numpy()
+    ax.plot(n, agg["compute_time_s"] * 1e3, marker="o", lw=1.8, color="#4c72b0", label="compute (no all-reduce)")
+    ax.plot(n, agg["allreduce_time_s"] * 1e3, marker="s", lw=1.8, color="#dd8452", label="all-reduce paid in the step")
+    if "allreduce_direct_time_s" in agg.columns and agg["allreduce_direct_time_s"].notna().any():
+        ax.plot(n, agg["allreduce_direct_time_s"] * 1e3, marker="^", lw=1.2, ls="--", color="#dd8452",
+                label="gradient all-reduce timed alone")
+    replicas_axis(ax, n)
+    peak = float(np.nanmax(agg.to_numpy(dtype=float))) * 1e3
+    ax.set_ylim(0, peak * 1.4 if peak > 0 else 1)  # headroom for the legend above the lines
+    ax.set_xlabel("replicas (N)")
+    ax.set_ylabel("time per training step (ms)")
+    ax.set_title("Compute vs communication per step")
+    ax.legend(loc="upper left", fontsize=8)
+    frac = agg["allreduce_time_s"] / (agg["compute_time_s"] + agg["allreduce_time_s"]) * 100
+    ax2.plot(n, frac.values, marker="o", lw=1.8, color="#dd8452", label="all-reduce / (compute + all-reduce)")
+    ax2.axhline(50, **IDEAL_STYLE, label="communication = compute")
+    replicas_axis(ax2, n)
+    ax2.set_ylim(0, 100)
+    ax2.set_xlabel("replicas (N)")
+    ax2.set_ylabel("communication share of the step (%)")
+    ax2.set_title("Communication fraction")
+    ax2.legend(loc="upper left", fontsize=8)
+    return fig
