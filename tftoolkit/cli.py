@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
     add_config_options(p)
     p.set_defaults(func=cmd_train)
+    _add_multiworker_parsers(sub)
 
     p = sub.add_parser("env", help="hardware and software report (GPUs, interconnect topology, TensorFlow build)",
                        description="Report Python, TensorFlow build, CPU, memory, GPUs and their interconnect topology.")
@@ -210,6 +211,43 @@ def _add_data_parsers(sub) -> None:
                    help=f"images per TFRecord shard (default: {shapes.SHARD_SIZE}, i.e. 16 training shards)")
     p.add_argument("--force", action="store_true", help="render again even if --out already holds this dataset")
     p.set_defaults(func=cmd_data_prepare)
+
+
+# --- several workers: tftoolkit launch (issue 7) --------------------------------------------------------
+def _add_multiworker_parsers(sub) -> None:
+    from .multiworker import DEFAULT_JOIN_TIMEOUT_S
+
+    p = sub.add_parser("launch", help="run a train command as K worker processes here (MultiWorkerMirroredStrategy)",
+                       description="Start K workers of `tftoolkit train` on this machine (free localhost ports, "
+                                   "worker 0 is the chief and writes the run directory), stream their output with a "
+                                   "[worker k] prefix and return the chief's exit code. If one worker fails the "
+                                   "others are stopped. With --print-tf-config, print each host's TF_CONFIG instead.",
+                       usage="tftoolkit launch --workers K [--replicas-per-worker N] [--join-timeout S] "
+                             "[--base-port P] -- train [train options] --out RUN_DIR")
+    p.add_argument("--workers", type=int, metavar="K", help="worker processes to start")
+    p.add_argument("--replicas-per-worker", type=int, metavar="N",
+                   help="replicas each worker runs (simulated CPU devices, or its own GPUs); default: the train "
+                        "options' --replicas / K, else an equal share of the GPUs, else 1")
+    p.add_argument("--join-timeout", type=float, default=DEFAULT_JOIN_TIMEOUT_S, metavar="S",
+                   help=f"fail if the workers have not all joined after S seconds (default: {DEFAULT_JOIN_TIMEOUT_S:g})")
+    p.add_argument("--base-port", type=int, metavar="P", help="use ports P..P+K-1 (default: free ports the OS picks)")
+    p.add_argument("--print-tf-config", metavar="HOSTS",
+                   help="print the TF_CONFIG for each of HOSTS (host or host:port, comma-separated; the first is "
+                        "the chief) and start nothing")
+    p.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- train ...",
+                   help="the training command, after --")
+    p.set_defaults(func=cmd_launch)
+
+
+def cmd_launch(args) -> int:
+    from . import launch
+
+    if args.print_tf_config:
+        return launch.print_tf_configs(args.print_tf_config, args.workers, args.base_port)
+    if args.workers is None:
+        raise ConfigError("launch needs --workers K (or --print-tf-config HOSTS); see tftoolkit launch --help")
+    launch.stop_on_sigterm()
+    return launch.launch(args.command_args, args.workers, args.replicas_per_worker, args.join_timeout, args.base_port)
 
 
 def main(argv: list[str] | None = None) -> int:

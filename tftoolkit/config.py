@@ -40,6 +40,9 @@ class RunConfig:
     replicas: int | None = _f(None, "number of replicas: the first N GPUs, or N simulated CPU devices where "
                                     "there is no GPU (default: all GPUs, or 1 on CPU)")
     gpus: list[int] | None = _f(None, "GPU indices to use, e.g. 0,2,5 (sets replicas to their count)")
+    workers: int = _f(1, "worker processes (hosts) sharing the replicas; --replicas then counts all workers' "
+                         "replicas. > 1 trains with MultiWorkerMirroredStrategy on the cluster TF_CONFIG or Slurm "
+                         "describes, or starts the workers on this machine (like tftoolkit launch)")
     cross_device_ops: str = _f("auto", "gradient all-reduce implementation; auto = NCCL on multi-GPU Linux, "
                                        "reduce_to_one on CPU replicas", CROSS_DEVICE_OPS)
     # --- batch and learning rate ----------------------------------------------------------------
@@ -90,10 +93,12 @@ class RunConfig:
                 raise ConfigError("gpus: give at least one GPU index, e.g. --gpus 0,1")
             if len(set(gpus)) != len(gpus) or min(gpus) < 0:
                 raise ConfigError(f"gpus: indices must be distinct and >= 0, got {gpus}")
-            if self.replicas is not None and self.replicas != len(gpus):
-                raise ConfigError(f"replicas={self.replicas} but gpus names {len(gpus)} GPUs; give one or the other")
+            if self.replicas is not None and self.replicas != len(gpus) * self.workers:
+                raise ConfigError(f"replicas={self.replicas} but gpus names {len(gpus)} GPUs"
+                                  + (f" per worker x {self.workers} workers" if self.workers > 1 else "")
+                                  + "; give one or the other")
             object.__setattr__(self, "gpus", gpus)
-        for name in ("replicas", "per_replica_batch", "global_batch", "base_batch", "steps",
+        for name in ("replicas", "workers", "per_replica_batch", "global_batch", "base_batch", "steps",
                      "steps_per_loop", "train_images", "image_size"):
             v = getattr(self, name)
             if v is not None and v <= 0:
@@ -114,6 +119,9 @@ class RunConfig:
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
                 raise ConfigError(f"{f.name}: unknown value {getattr(self, f.name)!r}; choose one of {', '.join(choices)}")
+        if self.replicas is not None and self.replicas % self.workers:
+            raise ConfigError(f"replicas={self.replicas} does not divide among workers={self.workers}: replicas "
+                              f"counts every worker's replicas; use a multiple of {self.workers}")
         if self.global_batch is not None and self.replicas is not None and self.global_batch % self.replicas:
             raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}; "
                               f"use a multiple of {self.replicas}")
@@ -166,6 +174,11 @@ class RunConfig:
         return self.global_batch_size // self._need_replicas()
 
     @property
+    def replicas_per_worker(self) -> int:
+        """Replicas each worker process runs (all of them when there is one worker)."""
+        return self._need_replicas() // self.workers
+
+    @property
     def lr_scale(self) -> float:
         ratio = self.global_batch_size / self.base_batch
         return {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_rule]
@@ -196,6 +209,8 @@ class RunConfig:
         """The numbers a run is about, logged at its start and saved with its config."""
         return {
             "replicas": self.replicas,
+            "workers": self.workers,
+            "replicas_per_worker": self.replicas_per_worker,
             "global_batch": self.global_batch_size,
             "per_replica_batch": self.per_replica_batch_size,
             "learning_rate": self.learning_rate,
@@ -210,6 +225,9 @@ class RunConfig:
 # Keys that describe how a run is executed or reported, not what it computes: changing them does not
 # make a run directory belong to a different run.
 NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps"})
+# How many processes share the replicas does not change what a run computes (tests/test_multiworker.py:
+# 2 workers x 2 replicas end where 1 process x 4 replicas ends), so a run may resume on another host count.
+NON_IDENTITY_KEYS = NON_IDENTITY_KEYS | {"workers"}
 
 
 def cli_fields():

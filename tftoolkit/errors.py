@@ -17,6 +17,10 @@ class DeviceError(ToolkitError):
     """The requested devices are not there, or TensorFlow was initialised before they could be set."""
 
 
+class ClusterError(ToolkitError):
+    """Worker processes of a multi-worker run could not form a cluster, or one of them failed."""
+
+
 class DataError(ToolkitError):
     """A dataset is missing, corrupt, or does not fit the run."""
 

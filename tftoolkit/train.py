@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -45,8 +46,9 @@ def resolve(config: RunConfig | dict) -> RunConfig:
         config = RunConfig.from_dict(config)
     if not isinstance(config, RunConfig):
         raise ConfigError(f"expected a RunConfig or a dict, got {type(config).__name__}")
-    if config.replicas is None or config.gpus is not None:
-        config = config.replace(replicas=devices.resolve_replicas(config.replicas, config.gpus))
+    if config.replicas is None:
+        # replicas counts every worker's: each runs the GPUs named, or all it has, or 1 replica on CPU
+        config = config.replace(replicas=config.workers * devices.resolve_replicas(None, config.gpus))
     return config
 
 
@@ -172,10 +174,22 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
 
     step_fn = tf.function(replica_step, jit_compile=True) if jit_effective(config, strategy) else replica_step
 
+    local_replicas = len(strategy.extended.worker_devices)
+
+    def all_counts(counts):
+        """This worker's per-replica example counts -> every replica's, the same list on every worker."""
+        if local_replicas == replicas:
+            return counts
+
+        def own(c):  # replica r of worker w is global replica w * local + r
+            return c[tf.distribute.get_replica_context().replica_id_in_sync_group % local_replicas][None]
+
+        return strategy.gather(strategy.run(own, args=(counts,)), axis=0)
+
     @tf.function
     def train_loop(iterator, n):
         losses = tf.TensorArray(tf.float32, size=n)
-        counts = tf.zeros([replicas], tf.int64)
+        counts = tf.zeros([local_replicas], tf.int64)
         noise_rows = tf.TensorArray(tf.float32, size=n if noise is not None else 0)
         for i in tf.range(n):
             images, labels, _ = next(iterator)
@@ -188,7 +202,7 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
                 noise_rows = noise_rows.write(i, noise.update(strategy.experimental_local_results(out[2])[0]))
         if noise is not None:
             noise.last.assign(noise_rows.stack())
-        return losses.stack(), counts
+        return losses.stack(), all_counts(counts)
 
     def replica_eval(images, labels):
         logits = model(images, training=False)
@@ -241,7 +255,12 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     ``data``: optional NumPy arrays (x, y) or (x, y, x_val, y_val) instead of ``config.dataset``.
     """
     ensure_logging(quiet)
+    from . import multiworker
+
+    config, cluster = multiworker.resolve(config)  # a cluster in TF_CONFIG or Slurm sets `workers`
     config = resolve(config)
+    if config.workers > 1:
+        return multiworker.train(config, cluster, out, force=force, quiet=quiet, data=data)
     setup = devices.init(config.replicas, config.gpus)
     source = data_mod.limit(data_mod.load_source(config, data), config.train_images)
     n_train = source.train_examples
@@ -263,7 +282,11 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
 class _Run:
     """One training run: state on the host side of the loop (timing, logs, checkpoints, summary)."""
 
-    def __init__(self, config, setup, source, derived, out, quiet):
+    def __init__(self, config, setup, source, derived, out, quiet, cluster=None, strategy=None):
+        # Multi-worker (tftoolkit.multiworker): the strategy made when the cluster formed, and this worker's
+        # place in it. Only the chief writes the run directory's files.
+        self.cluster, self.premade = cluster, strategy
+        self.chief = cluster is None or cluster.is_chief
         self.config, self.setup, self.source, self.derived, self.out, self.quiet = config, setup, source, derived, out, quiet
         self.rows: list[dict] = []
         self.evals: list[dict] = []
@@ -278,7 +301,7 @@ class _Run:
 
         config, setup, derived = self.config, self.setup, self.derived
         _apply_global_settings(config, setup)
-        strategy, impl = make_strategy(setup, config.cross_device_ops)
+        strategy, impl = self.premade or make_strategy(setup, config.cross_device_ops)
         self.impl = impl
         sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
         log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
@@ -291,24 +314,33 @@ class _Run:
         self.engine = eng
         self.state = {
             "step": tf.Variable(0, dtype=tf.int64, trainable=False),
-            "counts": tf.Variable(tf.zeros([setup.replicas], tf.int64), trainable=False),
+            "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
             "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
             "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
         }
         extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
         ckpt = tf.train.Checkpoint(model=eng.model, optimizer=eng.optimizer, **self.state, **extra)
-        self.manager = tf.train.CheckpointManager(ckpt, str(self.out / "checkpoints"), max_to_keep=2)
+        from .multiworker import checkpoint_write_dir
+
+        write_dir = checkpoint_write_dir(self.out / "checkpoints", self.cluster)
+        if not self.chief:
+            shutil.rmtree(write_dir, ignore_errors=True)  # left by a worker killed while saving
+        self.manager = tf.train.CheckpointManager(ckpt, str(write_dir), max_to_keep=2)
         self.resumed_from = 0
-        if self.manager.latest_checkpoint:
-            ckpt.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        latest = tf.train.latest_checkpoint(str(self.out / "checkpoints"))  # every worker restores the chief's
+        if latest:
+            ckpt.restore(latest).assert_existing_objects_matched()
             self.resumed_from = int(self.state["step"].numpy())
             self._reload_logs()
-            log.info("resuming from step %d (%s)", self.resumed_from, self.manager.latest_checkpoint)
-        self._write_env()
+            log.info("resuming from step %d (%s)", self.resumed_from, latest)
+        if self.chief:
+            self._write_env()
         from .monitor import Monitor
 
         # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
-        self.monitor = Monitor(self.out / "monitor.csv", interval_s=0.5, gpu_indices=setup.gpu_indices, phase="warmup")
+        # Every worker samples its own host; the chief's file is the run's monitor.csv.
+        name = "monitor.csv" if self.chief else f"monitor-worker{self.cluster.worker_id}.csv"
+        self.monitor = Monitor(self.out / name, interval_s=0.5, gpu_indices=setup.gpu_indices, phase="warmup")
         try:
             with self.monitor:
                 self._loop()
@@ -438,6 +470,8 @@ class _Run:
         return df
 
     def _write_logs(self):
+        if not self.chief:
+            return
         import pandas as pd
 
         rundir.write_csv(self.out / "steps.csv", self._steps_frame())
@@ -459,7 +493,12 @@ class _Run:
         return ["step", "epoch", "loss", "step_time_s"] + (["noise_scale"] if self.config.noise_scale else [])
 
     def _checkpoint(self):
+        # Every worker saves, since saving may run collectives; a non-chief saves into a temporary directory
+        # and deletes it at once (TensorFlow's rule for multi-worker checkpoints: one copy survives).
+        Path(self.manager.directory).mkdir(parents=True, exist_ok=True)
         self.manager.save(checkpoint_number=int(self.state["step"].numpy()))
+        if not self.chief:
+            shutil.rmtree(self.manager.directory, ignore_errors=True)
         self._write_logs()
 
     def _monitor_summary(self, thr) -> dict:
@@ -489,7 +528,9 @@ class _Run:
         summary = {
             "status": self.status,
             "error": self.error,
-            "replicas": setup.replicas,
+            "replicas": self.engine.strategy.num_replicas_in_sync,
+            "workers": config.workers,
+            "replicas_per_worker": setup.replicas,
             "device_kind": setup.kind,
             "devices": list(setup.devices),
             "cross_device_ops": self.impl,
@@ -534,7 +575,8 @@ class _Run:
 
             summary.update(measure.summary_fields(self.engine, config, setup, self.source, summary))
         summary["monitor"] = self._monitor_summary(thr)
-        rundir.write_json(self.out / "summary.json", summary)
+        if self.chief:
+            rundir.write_json(self.out / "summary.json", summary)
         if self.status == "ok":
             log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",
                      step, thr["images_per_sec"], thr["images_per_sec_uncertainty"] if thr["timed_steps"] > 1 else float("nan"),

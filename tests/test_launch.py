@@ -1,0 +1,165 @@
+"""tftoolkit launch: worker arguments, TF_CONFIG printing, bad input as one line (exit 2), and a launch that fails
+(a worker crashing at start, one that never joins, workers that disagree) ends quickly and leaves no process."""
+
+import json
+import os
+import socket
+import sys
+import time
+
+import psutil
+import pytest
+
+from tftoolkit import cli, launch, multiworker
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import ClusterError, ConfigError
+
+TRAIN = ["train", "--out", "runs/x", "--steps", "2"]
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture
+def no_leftovers():
+    """Fails the test if it leaves a process of its own behind."""
+    before = _descendants()
+    yield
+    deadline = time.time() + 5
+    while _descendants() - before and time.time() < deadline:
+        time.sleep(0.1)
+    assert _descendants() - before == set(), "processes left behind"
+
+
+# --- planning ---------------------------------------------------------------------------------------------
+def test_plan_adds_workers_and_total_replicas(monkeypatch):
+    monkeypatch.setattr(multiworker, "gpu_count", lambda: 0)
+    p = launch.plan(["--", *TRAIN], 2, 2)
+    assert p.argv[-4:] == ["--workers", "2", "--replicas", "4"] and p.replicas_per_worker == 2 and p.gpu_slices is None
+    assert launch.plan([*TRAIN, "--replicas", "6"], 3).replicas_per_worker == 2
+    assert launch.plan(TRAIN, 2).replicas_per_worker == 1  # CPU: one simulated replica per worker by default
+
+
+def test_plan_gives_each_worker_its_own_gpus(monkeypatch):
+    monkeypatch.setattr(multiworker, "gpu_count", lambda: 4)
+    p = launch.plan(TRAIN, 2)
+    assert p.replicas_per_worker == 2 and p.gpu_slices == ["0,1", "2,3"]
+    with pytest.raises(ConfigError, match="need 6 GPUs; this machine has 4"):
+        launch.plan(TRAIN, 2, 3)
+
+
+@pytest.mark.parametrize("argv, workers, n, message", [
+    (TRAIN, 0, None, "--workers must be an integer >= 1, got 0"),
+    (TRAIN, 2, 0, "--replicas-per-worker must be >= 1"),
+    (["env"], 2, None, "give the training command after --"),
+    ([], 2, None, "got nothing"),
+    ([*TRAIN, "--replicas", "4"], 2, 3, "--replicas 4 (all workers' replicas) is not --workers 2 x --replicas-per-worker 3"),
+    ([*TRAIN, "--replicas", "3"], 2, None, "does not divide"),
+    ([*TRAIN, "--workers", "3"], 2, None, "say --workers 3 but the launch has --workers 2"),
+    ([*TRAIN, "--gpus", "0,1"], 2, None, "--gpus names one process's GPUs"),
+])
+def test_plan_refuses_bad_requests(monkeypatch, argv, workers, n, message):
+    monkeypatch.setattr(multiworker, "gpu_count", lambda: 0)
+    with pytest.raises(ConfigError) as e:
+        launch.plan(argv, workers, n)
+    assert message in str(e.value)
+
+
+def test_config_args_rebuild_the_config():
+    c = RunConfig(replicas=4, workers=2, per_replica_batch=16, base_lr=0.05, augment=True, deterministic=False,
+                  gpus=None, model="small_cnn", epochs=2.5)
+    args = cli.build_parser().parse_args(["train", "--out", "x", *launch.config_args(c)])
+    assert cli.config_from_args(args) == c
+
+
+# --- the CLI: one line, exit code 2 -------------------------------------------------------------------------
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    return err
+
+
+def test_k_below_one_is_exit_2(capsys, no_leftovers):
+    assert cli.main(["launch", "--workers", "0", "--", *TRAIN]) == 2
+    assert "--workers must be an integer >= 1, got 0" in _one_line_error(capsys)
+
+
+def test_missing_workers_is_exit_2(capsys):
+    assert cli.main(["launch", "--", *TRAIN]) == 2
+    assert "launch needs --workers K" in _one_line_error(capsys)
+
+
+def test_port_in_use_is_exit_2(capsys, no_leftovers):
+    holder = socket.socket()
+    holder.bind(("", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        assert cli.main(["launch", "--workers", "2", "--base-port", str(port - 1), "--", *TRAIN]) == 2
+    finally:
+        holder.close()
+    err = _one_line_error(capsys)
+    assert f"port {port} (worker 1's port, --base-port {port - 1} + 1" in err and "is in use" in err
+
+
+def test_print_tf_config_gives_each_host_its_task(capsys):
+    assert cli.main(["launch", "--print-tf-config", "node1,node2:2222,node3"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("export TF_CONFIG=")]
+    configs = [multiworker.parse_tf_config(l.split("=", 1)[1].strip("'")) for l in lines]
+    assert [c.worker_id for c in configs] == [0, 1, 2]
+    assert configs[0].addresses == ("node1:12345", "node2:2222", "node3:12345") and configs[0].is_chief
+    assert cli.main(["launch", "--workers", "2", "--print-tf-config", "a,b,c"]) == 2
+
+
+# --- failing launches end, and end clean ----------------------------------------------------------------------
+def _envs(n, launch_dir, ports=None):
+    addresses = [f"localhost:{p}" for p in (ports or multiworker.free_ports(n))]
+    return [{**os.environ, "TF_CONFIG": multiworker.tf_config(addresses, k), multiworker.ENV_LAUNCH_DIR: launch_dir,
+             multiworker.ENV_JOIN_TIMEOUT: "120", launch.ENV_LAUNCHER_PID: str(os.getpid())} for k in range(n)]
+
+
+def _train_cmd(out, *extra):
+    return [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet", "--workers", "2", "--steps", "2",
+            "--image-size", "8", "--train-images", "256", "--no-measure", *extra]
+
+
+def _py(code):
+    return [sys.executable, "-c", code]
+
+
+def test_a_worker_that_never_joins_fails_the_launch_in_time(tmp_path, no_leftovers):
+    d = str(tmp_path)
+    started_then_waits = _py(f"import pathlib, time; pathlib.Path({d!r}, 'started-0').touch(); time.sleep(600)")
+    t0 = time.time()
+    with pytest.raises(ClusterError) as e:
+        launch.spawn([started_then_waits, _py("import time; time.sleep(600)")], _envs(2, d), d, join_timeout=2)
+    assert time.time() - t0 < 10
+    assert str(e.value) == ("the cluster did not form within --join-timeout 2 s: worker(s) 1 never reached the "
+                            "rendezvous; worker(s) 0 waited for the others. Raise --join-timeout if start-up is slow here")
+
+
+@pytest.mark.slow
+def test_a_worker_crashing_at_start_stops_the_others(tmp_path, no_leftovers):
+    # Worker 0 is a real training worker; worker 1 crashes once worker 0 waits at the rendezvous, so the
+    # launcher must stop a TensorFlow process blocked in MultiWorkerMirroredStrategy (it ignores SIGTERM there).
+    d = str(tmp_path)
+    crash = _py(f"import pathlib, sys, time\nwhile not pathlib.Path({d!r}, 'started-0').exists(): time.sleep(0.05)\n"
+                "time.sleep(1); print('boom: no such dataset', file=sys.stderr); sys.exit(3)")
+    t0 = time.time()
+    with pytest.raises(ClusterError, match="worker 1 exit code 3 before joining the cluster: boom: no such dataset"):
+        launch.spawn([_train_cmd(tmp_path / "run", "--replicas", "2"), crash], _envs(2, d), d, join_timeout=120)
+    assert time.time() - t0 < 90
+
+
+@pytest.mark.slow
+def test_workers_with_different_replica_counts_are_refused(tmp_path, no_leftovers):
+    d = str(tmp_path)
+    with pytest.raises(ClusterError) as e:
+        launch.spawn([_train_cmd(tmp_path / "run", "--replicas", "4"), _train_cmd(tmp_path / "run", "--replicas", "2")],
+                     _envs(2, d), d, join_timeout=120)
+    msg = str(e.value)
+    assert "exit code 2 before joining the cluster" in msg
+    assert ("workers run different numbers of replicas: worker 0 has 2 (CPU-simulated), worker 1 has 1 "
+            "(CPU-simulated)") in msg
+    assert not (tmp_path / "run" / "summary.json").exists()

@@ -1,0 +1,273 @@
+"""Multi-worker runs: 2 workers x 2 simulated replicas compute what 1 process x 4 replicas computes, survive a
+worker killed with SIGKILL, and refuse bad clusters (TF_CONFIG, Slurm, mismatched workers) with one line."""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+import tftoolkit
+from tftoolkit import cli, multiworker
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import ConfigError
+
+# 16 steps per epoch (1024 / 64), so evaluation runs at step 16 and at the end: a collective mid-run too.
+ARGS = dict(workers=2, replicas=4, per_replica_batch=16, steps=20, steps_per_loop=5, checkpoint_every=5,
+            dataset="synthetic", image_size=16, train_images=1024, optimizer="momentum", base_lr=0.05)
+
+
+def _variables(run_dir: Path) -> dict:
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints"))
+    skip = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in skip}
+
+
+def _checkpointed_step(run_dir: Path) -> int:
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+@pytest.fixture(scope="module")
+def two_by_two(tmp_path_factory):
+    """An uninterrupted 2-worker x 2-replica run, through the Python API (which launches the workers)."""
+    out = tmp_path_factory.mktemp("mw") / "2x2"
+    summary = tftoolkit.train(RunConfig(**ARGS, measure=False), out, quiet=True)
+    return out, summary
+
+
+# --- the run directory and the invariant -------------------------------------------------------------------
+@pytest.mark.slow
+def test_chief_writes_the_run_directory_and_every_worker_its_monitor(two_by_two):
+    out, s = two_by_two
+    assert s["status"] == "ok" and s["replicas"] == 4 and s["workers"] == 2 and s["replicas_per_worker"] == 2
+    assert s["cross_device_ops"] == "collective_ring" and s["device_kind"] == "CPU-simulated"
+    assert s["examples_per_replica"] == [320] * 4  # 20 steps x 64 / 4: every worker's replicas, in order
+    assert s["steps"] == 20 and s["global_batch"] == 64
+    files = {p.name for p in out.iterdir()}
+    assert files == {"config.json", "summary.json", "steps.csv", "evals.csv", "env.json", "monitor.csv",
+                     "monitor-worker1.csv", "checkpoints"}
+    # Non-chief checkpoints went to a temporary directory that is gone again.
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == []
+    assert pd.read_csv(out / "steps.csv")["step"].tolist() == list(range(1, 21))
+    assert len(pd.read_csv(out / "evals.csv")) == 2
+    assert json.loads((out / "config.json").read_text())["derived"]["replicas_per_worker"] == 2
+
+
+@pytest.mark.slow
+def test_two_workers_of_two_replicas_equal_one_process_of_four(two_by_two, tmp_path):
+    out, s2 = two_by_two
+    s1 = tftoolkit.train(RunConfig(**{**ARGS, "workers": 1, "measure": False}), tmp_path / "1x4", quiet=True)
+    assert s1["replicas"] == 4 and s1["workers"] == 1
+    a, b = _variables(tmp_path / "1x4"), _variables(out)
+    assert a.keys() == b.keys() and len([n for n in a if "_trainable_variables" in n]) == 10
+    for name in a:
+        if a[name].dtype.kind in "fc":
+            # The ring all-reduce sums in another order than reduce_to_one: float32 rounding, nothing more.
+            scale = max(np.abs(a[name]).max(), 1e-3)
+            np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-5 * scale, err_msg=name)
+        else:
+            np.testing.assert_array_equal(b[name], a[name], err_msg=name)  # step, example counters
+    # The weights really moved over the last 5 steps, so agreeing means something.
+    import tensorflow as tf
+
+    earlier = tf.train.load_checkpoint(str(tmp_path / "1x4" / "checkpoints" / "ckpt-15"))
+    assert max(np.abs(a[n] - earlier.get_tensor(n)).max() for n in a if "_trainable_variables" in n) > 1e-3
+    np.testing.assert_allclose(pd.read_csv(out / "steps.csv")["loss"], pd.read_csv(tmp_path / "1x4" / "steps.csv")["loss"],
+                               rtol=1e-5)
+    assert s2["final_loss"] == pytest.approx(s1["final_loss"], rel=1e-5)
+    assert s2["val_loss"] == pytest.approx(s1["val_loss"], rel=1e-5)
+
+
+# --- fault tolerance ---------------------------------------------------------------------------------------
+def _launch_cmd(out: Path, measure: bool = False) -> list[str]:
+    args = [sys.executable, "-m", "tftoolkit", "launch", "--workers", "2", "--replicas-per-worker", "2",
+            "--join-timeout", "150", "--", "train", "--out", str(out), "--quiet",
+            "--measure" if measure else "--no-measure"]
+    for k, v in ARGS.items():
+        if k not in ("workers", "replicas"):
+            args += ["--" + k.replace("_", "-"), str(v)]
+    return args
+
+
+def _alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupted(two_by_two, tmp_path):
+    ref, _ = two_by_two
+    out = tmp_path / "killed"
+    target, victim_index = random.choice([5, 10]), random.choice([0, 1])
+    log = open(tmp_path / "launch.log", "w")
+    launcher = subprocess.Popen(_launch_cmd(out), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 150
+        workers = []
+        while len(workers) < 2 or _checkpointed_step(out) < target:
+            assert launcher.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
+            assert time.time() < deadline, "no checkpoint at step %d in time" % target
+            workers = [p for p in psutil.Process(launcher.pid).children() if "tftoolkit" in " ".join(p.cmdline())]
+            time.sleep(0.05)
+        time.sleep(random.uniform(0, 0.2))  # somewhere between two checkpoints
+        by_index = {json.loads(p.environ()["TF_CONFIG"])["task"]["index"]: p for p in workers}
+        os.kill(by_index[victim_index].pid, signal.SIGKILL)
+        # The launcher notices, stops the other worker (blocked in a collective) and fails.
+        assert launcher.wait(timeout=60) != 0
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        log.close()
+    assert _alive(p.pid for p in workers) == [], "the launcher left a worker behind"
+    text = (tmp_path / "launch.log").read_text()
+    assert f"worker {victim_index} failed (killed by SIGKILL)" in text, text[-2000:]
+    summary = out / "summary.json"
+    assert not summary.exists() or json.loads(summary.read_text())["status"] != "ok"
+    killed_at = _checkpointed_step(out)
+    assert target <= killed_at < 20
+
+    # The measurement steps after training are collectives too: every worker must run them in step.
+    again = subprocess.run(_launch_cmd(out, measure=True), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = json.loads(summary.read_text())
+    assert s["status"] == "ok" and s["resumed_from_step"] == killed_at and s["steps"] == 20
+    assert s["examples_per_replica"] == [320] * 4
+    assert "measure_error" not in s and s["compute_time_s"] > 0 and s["allreduce_time_s"] >= 0
+    a, b = _variables(ref), _variables(out)
+    assert a.keys() == b.keys()
+    for name in a:  # same workers, same order of every sum: deterministic mode gives the same numbers
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    steps = pd.read_csv(out / "steps.csv")
+    assert steps["step"].tolist() == list(range(1, 21))
+    np.testing.assert_allclose(steps["loss"], pd.read_csv(ref / "steps.csv")["loss"], rtol=1e-6)
+    assert not list((out / "checkpoints").glob("workertemp_*"))
+
+
+# --- bad input ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ("{bad", "TF_CONFIG is not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"task": {"type": "worker", "index": 0}}', '"cluster" must map job names'),
+    ('{"cluster": {"ps": ["a:1"], "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}', "job(s) ps are not supported"),
+    ('{"cluster": {"worker": ["a:1", "b"]}, "task": {"type": "worker", "index": 0}}', 'cluster.worker[1] must be a "host:port"'),
+    ('{"cluster": {"worker": ["a:1", "b:99999"]}, "task": {"type": "worker", "index": 0}}', "port from 1 to 65535"),
+    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "appear more than once"),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}}', '"task" must be an object'),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "chief", "index": 0}}', "task.type 'chief' is not a job"),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}', "from 0 to 1"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}}', "must be an integer"),
+])
+def test_malformed_tf_config_says_what_is_wrong(text, message):
+    with pytest.raises(ConfigError) as e:
+        multiworker.parse_tf_config(text)
+    assert message in str(e.value)
+
+
+def test_tf_config_chief_is_worker_zero():
+    c = multiworker.parse_tf_config(json.dumps({"cluster": {"chief": ["c:1"], "worker": ["w:2", "w:3"]},
+                                                "task": {"type": "worker", "index": 1}}))
+    assert c.addresses == ("c:1", "w:2", "w:3") and c.worker_id == 2 and not c.is_chief and c.workers == 3
+    assert multiworker.parse_tf_config(multiworker.tf_config(["a:1", "b:2"], 0)).is_chief
+
+
+def test_train_with_malformed_tf_config_is_one_line_exit_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker"}}')
+    assert cli.main(["train", "--out", str(tmp_path / "r"), "--steps", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "TF_CONFIG: task.index must be an integer from 0 to 1" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_tf_config_port_in_use_is_one_line_exit_2(monkeypatch, tmp_path, capsys):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        monkeypatch.setenv("TF_CONFIG", multiworker.tf_config([f"localhost:{port}", "localhost:1"], 0))
+        assert cli.main(["train", "--out", str(tmp_path / "r"), "--steps", "1", "--quiet"]) == 2
+    finally:
+        holder.close()
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"port {port} (worker 0's address localhost:{port} in TF_CONFIG) is in use" in err
+
+
+def test_workers_in_tf_config_and_options_must_agree(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", multiworker.tf_config(["a:1", "b:2"], 1))
+    config, cluster = multiworker.resolve(RunConfig(replicas=4))
+    assert config.workers == 2 and config.replicas_per_worker == 2 and cluster.worker_id == 1
+    with pytest.raises(ConfigError, match="workers=3 but TF_CONFIG describes 2 workers"):
+        multiworker.resolve(RunConfig(workers=3))
+
+
+def test_slurm_allocation_becomes_a_cluster(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for k, v in {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "node[07-08]",
+                 "SLURM_STEP_TASKS_PER_NODE": "2(x2)", multiworker.ENV_BASE_PORT: "20000"}.items():
+        monkeypatch.setenv(k, v)
+    c = multiworker.cluster_from_env()
+    assert c.source == "Slurm" and c.worker_id == 3 and c.workers == 4
+    assert c.addresses == ("node07:20000", "node07:20001", "node08:20000", "node08:20001")
+    assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 3}
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ or os.environ["CUDA_VISIBLE_DEVICES"] != "0"
+
+
+def test_one_slurm_task_is_an_ordinary_run(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
+    assert multiworker.cluster_from_env() is None
+
+
+def test_config_counts_replicas_over_all_workers():
+    c = RunConfig(workers=2, replicas=4, per_replica_batch=16)
+    assert c.replicas_per_worker == 2 and c.global_batch_size == 64
+    assert c.derived(1024)["workers"] == 2
+    with pytest.raises(ConfigError, match="replicas=3 does not divide among workers=2"):
+        RunConfig(workers=2, replicas=3)
+    with pytest.raises(ConfigError, match="workers must be > 0"):
+        RunConfig(workers=0)
+
+
+def test_single_process_all_reduce_choices_are_refused_across_workers():
+    from tftoolkit.devices import DeviceSetup
+    from tftoolkit.strategy import choose_collective
+
+    cpu = DeviceSetup("CPU-simulated", ("/cpu:0", "/cpu:1"), None, 2)
+    assert choose_collective("auto", cpu)[0] == "ring"
+    for name in ("reduce_to_one", "hierarchical_copy", "nccl"):
+        with pytest.raises(ConfigError):
+            choose_collective(name, cpu)
+
+
+@pytest.mark.slow
+def test_a_worker_alone_gives_up_after_the_join_timeout(tmp_path):
+    # No launcher: the worker's own watchdog ends the wait (TensorFlow would wait for ever) with a message.
+    env = {**os.environ, "TF_CONFIG": multiworker.tf_config(
+        [f"localhost:{p}" for p in multiworker.free_ports(2)], 0), multiworker.ENV_JOIN_TIMEOUT: "5"}
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "tftoolkit", "train", "--out", str(tmp_path / "r"), "--quiet",
+                        "--workers", "2", "--replicas", "2"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]  # its watchdog process ended it
+    assert "waited 5 s and the cluster did not form: no answer from localhost:" in r.stderr
+    assert time.time() - t0 < 60
