@@ -155,3 +155,14 @@ def test_cli_refuses_noise_scale_with_batch_one(tmp_path, capsys):
     assert main(["train", "--replicas", "2", "--per-replica-batch", "1", "--noise-scale", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "noise_scale needs a per-replica batch of at least 2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_replica_with_batch_norm_warns_that_halves_change_training(caplog):
+    import keras
+
+    i = keras.Input((4,))
+    bn_model = keras.Model(i, keras.layers.Dense(2)(keras.layers.BatchNormalization()(i)))
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        noise.NoiseScale(1, model=bn_model)
+        noise.NoiseScale(2, model=bn_model)  # several replicas: training is unchanged, no warning
+    assert caplog.text.count("ghost batch norm") == 1

@@ -11,7 +11,7 @@ E|G_B|² = |G|² + tr(Σ)/B, so two batch sizes give two equations in the two un
 Data parallelism computes both gradients anyway: each replica's own gradient is a small-batch gradient
 (B_small = per-replica batch) and the all-reduced one is the big-batch gradient (B_big = global batch).
 So with ``--noise-scale`` the step adds only squared norms (one pass over the gradients on each replica,
-one over the reduced gradient) and three scalars to the all-reduce it already does; no second backward
+one over the reduced gradient) and four scalars to the all-reduce it already does; no second backward
 pass. With one replica there is no smaller batch, so the step runs forward/backward on the two halves of
 the batch and adds their gradients (the same total work; the sum is the full-batch gradient, exactly for
 models without batch statistics; with batch norm the statistics become per-half, as in ghost batch norm).
@@ -30,9 +30,12 @@ gradients are not finite (float16 overflow), are left out of the averages.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
+
+log = logging.getLogger("tftoolkit")
 
 # EMA decay of the two estimates: 0.99 averages over roughly the last 100 steps, long enough to tame the
 # per-step noise of |G|² (its standard error is of the order of tr(Σ)/B_big per step), short enough to
@@ -78,6 +81,12 @@ def b_simple(grad_sq, trace) -> float:
 
 
 # --- in the training step (TensorFlow) ---------------------------------------------------------------------
+def _all_layers(model):
+    for layer in getattr(model, "layers", []):
+        yield layer
+        yield from _all_layers(layer)
+
+
 def _dense(g):
     import tensorflow as tf
 
@@ -127,9 +136,14 @@ class NoiseScale:
     the EMAs and returns (|G|², tr Σ, B_simple of the EMAs) for steps.csv.
     """
 
-    def __init__(self, replicas: int, decay: float = EMA_DECAY):
+    def __init__(self, replicas: int, decay: float = EMA_DECAY, model=None):
         import tensorflow as tf
 
+        if replicas == 1 and model is not None and any("BatchNormalization" in type(layer).__name__
+                                                       for layer in _all_layers(model)):
+            log.warning("--noise-scale on one replica runs the batch as two halves, so batch norm normalises "
+                        "each half by its own statistics (like ghost batch norm): training differs from a run "
+                        "without it. Use 2 or more replicas to measure the noise scale without changing training")
         self.replicas = replicas
         self.decay = float(decay)
         # Plain variables on the host, outside the strategy's scope: only the cross-replica part of the

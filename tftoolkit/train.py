@@ -127,7 +127,7 @@ def build_engine(config: RunConfig, strategy, source, train_examples: int, allre
         optimizer.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
-    noise = noise_mod.NoiseScale(replicas) if config.noise_scale and allreduce else None
+    noise = noise_mod.NoiseScale(replicas, model=model) if config.noise_scale and allreduce else None
 
     def forward_backward(images, labels, denom, reg_share=1.0):
         with tf.GradientTape() as tape:
