@@ -1,0 +1,102 @@
+"""Advice from the noise scale: the McCandlish trade-off, the recommendation, the files and the bad input.
+Run directories are written by hand (no training), as a run copied from a GPU server would arrive."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tftoolkit import advise
+from tftoolkit.cli import main
+from tftoolkit.errors import ConfigError, RunDirError
+
+
+def _run_dir(tmp_path, name="run", steps=True, **fields):
+    d = tmp_path / name
+    d.mkdir()
+    s = {"replicas": 2, "per_replica_batch": 32, "global_batch": 64, "noise_scale": 500.0, "noise_scale_steps": 120,
+         "params": 1_000_000, "compute_time_s": 0.05, **fields}
+    (d / "summary.json").write_text(json.dumps(s))
+    if steps:
+        pd.DataFrame({"step": range(1, 21), "loss": np.linspace(2, 1, 20),
+                      "noise_scale": np.linspace(300, 500, 20)}).to_csv(d / "steps.csv", index=False)
+    return d
+
+
+def test_steps_and_examples_lie_on_the_hyperbola():
+    b = np.array([1, 10, 100, 1000, 1e4])
+    s, e = advise.steps_ratio(b, 100.0), advise.examples_ratio(b, 100.0)
+    np.testing.assert_allclose((s - 1) * (e - 1), 1.0)
+    assert advise.steps_ratio(100, 100) == 2 and advise.examples_ratio(100, 100) == 2
+
+
+@pytest.mark.parametrize("b_crit, per_replica, replicas, global_batch", [
+    (500.0, 32, 16, 512),      # 500/32 = 15.6 -> 16 GPUs
+    (700.0, 32, 16, 512),      # 21.9 -> log2 4.45 rounds to 16
+    (800.0, 32, 32, 1024),     # 25 -> log2 4.64 rounds to 32
+    (1e6, 32, 64, 2048),       # capped at 64
+    (64.0, 64, 1, 64),         # exactly one replica's batch
+])
+def test_recommendation_is_the_power_of_two_closest_to_b_crit(b_crit, per_replica, replicas, global_batch):
+    rec = advise.recommend(b_crit, per_replica, max_replicas=64)
+    assert (rec["replicas"], rec["global_batch"]) == (replicas, global_batch)
+    assert rec["steps_ratio"] == pytest.approx(1 + b_crit / global_batch)
+    assert ("capped" in rec["note"]) == (b_crit == 1e6)
+
+
+def test_per_replica_batch_above_b_crit_recommends_one_gpu_and_a_smaller_batch():
+    rec = advise.recommend(20.0, 64)
+    assert rec["replicas"] == 1 and rec["global_batch"] == 16 and rec["per_replica_batch"] == 16
+    assert "alone exceeds the critical batch" in rec["note"]
+
+
+@pytest.mark.parametrize("bad", [0.0, -3.0, math.nan, math.inf])
+def test_non_positive_noise_scale_is_refused(bad):
+    with pytest.raises(ConfigError, match="noise scale must be"):
+        advise.recommend(bad, 32)
+
+
+def test_advise_writes_advice_tradeoff_and_figures(tmp_path):
+    run = _run_dir(tmp_path)
+    r = advise.advise(run, interconnect="nvlink4")
+    assert r["recommended"]["replicas"] == 16 and r["recommended"]["global_batch"] == 512
+    assert r["current"] == {"replicas": 2, "global_batch": 64, "steps_ratio": pytest.approx(1 + 500 / 64),
+                            "examples_ratio": pytest.approx(1 + 64 / 500)}
+    frame = pd.read_csv(run / "tradeoff.csv")
+    assert frame["replicas"].tolist() == [1, 2, 4, 8, 16, 32, 64]
+    assert frame.loc[frame["recommended"], "replicas"].tolist() == [16]
+    assert frame.loc[frame["current"], "replicas"].tolist() == [2]
+    # Time to the same loss: S(B)/S(b) x t(N)/t(1); on NVLink 4 with 50 ms of compute, 4 MB of gradients.
+    row = frame.set_index("replicas").loc[16]
+    from tftoolkit import predict
+
+    t16 = 0.05 + predict.allreduce_time(4e6, 8, 2, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
+    assert row["time_ratio"] == pytest.approx((1 + 500 / 512) / (1 + 500 / 32) * t16 / 0.05)
+    assert json.loads((run / "advice.json").read_text())["time_model"]["fastest_replicas"] == 64
+    assert (run / "tradeoff.png").stat().st_size > 20_000 and (run / "noise_scale.png").exists()
+
+
+def test_cli_advise_prints_the_recommendation(tmp_path, capsys):
+    run = _run_dir(tmp_path, steps=False)
+    assert main(["advise", str(run), "--out", str(tmp_path / "adv"), "--per-replica-batch", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: 4 GPU(s) x 128 = global batch 512" in out
+    assert (tmp_path / "adv" / "advice.json").exists() and not (tmp_path / "adv" / "noise_scale.png").exists()
+
+
+def test_cli_advise_bad_run_directories(tmp_path, capsys):
+    no_ns = _run_dir(tmp_path, "plain")
+    s = json.loads((no_ns / "summary.json").read_text())
+    del s["noise_scale"]
+    (no_ns / "summary.json").write_text(json.dumps(s))
+    assert main(["advise", str(no_ns)]) == 2
+    assert "lacks field(s) noise_scale (train with --noise-scale)" in capsys.readouterr().err
+    nan_ns = _run_dir(tmp_path, "nan", noise_scale=math.nan)
+    assert main(["advise", str(nan_ns)]) == 2
+    assert "the noise scale is nan" in capsys.readouterr().err
+    assert main(["advise", str(tmp_path / "missing")]) == 2
+    assert "has no summary.json" in capsys.readouterr().err
+    with pytest.raises(RunDirError):
+        advise.read_run(tmp_path / "missing")

@@ -1,0 +1,181 @@
+"""LR range test and batch finder, under MirroredStrategy on simulated replicas.
+
+The LR test runs on a problem whose stable LR range is known: a zero-initialised linear softmax classifier on
+x ~ N(0, I_8) with K = 4 classes. At zero weights the loss Hessian is E[xxᵀ] ⊗ (I/K − 11ᵀ/K²), whose largest
+eigenvalue is 1/K, so plain gradient descent is stable for LR < 2K = 8 near the start.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tftoolkit import finders
+from tftoolkit.cli import main
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import ConfigError, ModelError
+
+LINEAR_MODULE = (
+    "import keras\n"
+    "def zero_linear(input_shape, num_classes):\n"
+    "    i = keras.Input(input_shape)\n"
+    "    x = keras.layers.Flatten()(i)\n"
+    "    return keras.Model(i, keras.layers.Dense(num_classes, kernel_initializer='zeros')(x))\n"
+    "def dense_net(input_shape, num_classes):\n"
+    "    i = keras.Input(input_shape)\n"
+    "    x = keras.layers.Dense(16, activation='relu')(keras.layers.Flatten()(i))\n"
+    "    return keras.Model(i, keras.layers.Dense(num_classes)(x))\n")
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    (tmp_path / "finder_models.py").write_text(LINEAR_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "finder_models"
+
+
+def _separable(n=4096, d=8, k=4, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype("float32")
+    y = np.argmax(x @ rng.standard_normal((d, k)), 1).astype("int32")
+    return x.reshape(n, 1, 1, d), y
+
+
+# --- pure pieces -----------------------------------------------------------------------------------------
+def test_suggestion_is_the_steepest_point_of_a_known_curve():
+    lrs = finders.exponential_lrs(1e-5, 10.0, 200)
+    assert lrs[0] == pytest.approx(1e-5) and lrs[-1] == pytest.approx(10.0)
+    # Loss falls as a tanh in log LR, steepest at LR 1e-2, then blows up past LR 1.
+    loss = 2.0 - np.tanh(np.log(lrs / 1e-2)) + np.where(lrs > 1.0, (lrs - 1.0) * 50, 0.0)
+    stop = finders.blowup_index(finders.running_smooth(loss, 10))
+    assert lrs[stop] > 1.0 and lrs[stop] < 2.0
+    lr, why = finders.suggest_lr(lrs[:stop], finders.centred_smooth(loss[:stop], 10))
+    assert lr == pytest.approx(1e-2, rel=0.15) and why == "steepest descent of the smoothed loss"
+
+
+def test_no_suggestion_when_the_loss_does_not_fall():
+    lrs = finders.exponential_lrs(1e-5, 10.0, 100)
+    lr, why = finders.suggest_lr(lrs, np.full(100, 2.3) + 0.001 * np.sin(np.arange(100)))
+    assert np.isnan(lr) and "fell by only" in why
+
+
+def test_centred_smoothing_does_not_lag():
+    ramp = np.arange(100.0)
+    np.testing.assert_allclose(finders.centred_smooth(ramp, 11)[5:-5], ramp[5:-5])
+    assert finders.running_smooth(ramp, 11)[50] < 46  # an EMA of span 11 trails a ramp by ~5 points
+
+
+def test_search_doubles_then_bisects():
+    calls = []
+
+    def fits(b):
+        calls.append(b)
+        return b <= 300
+
+    assert finders.search_batch(fits, 32) == (300, False)
+    assert calls[:5] == [32, 64, 128, 256, 512] and len(calls) == 5 + 8  # 256..512 bisected in 8 steps
+    calls.clear()
+    assert finders.search_batch(fits, 1000) == (300, False)  # halving first
+    assert calls[:3] == [1000, 500, 250]
+    assert finders.search_batch(lambda b: True, 8, max_batch=100) == (100, True)
+    assert finders.search_batch(lambda b: False, 8) == (0, False)
+
+
+def test_memory_estimate_of_a_hand_counted_model(models):
+    import keras
+
+    from tftoolkit import models as registry
+
+    model = registry.build(f"{models}:dense_net", (2, 2, 3), 5)
+    params = 12 * 16 + 16 + 16 * 5 + 5
+    est = finders.estimate_memory(model, 10, "adam")
+    assert est["fixed"] == params * 4 * (2 + 2)  # weights, gradients, two Adam slots
+    assert est["per_example"] == 2 * (12 + 12 + 16 + 5) * 4  # input, flatten, dense, logits; x2 for backward
+    assert est["total"] == est["fixed"] + 10 * est["per_example"]
+    assert isinstance(model, keras.Model)
+
+
+def test_oom_errors_are_recognised():
+    import tensorflow as tf
+
+    assert finders._is_oom(tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor"))
+    assert finders._is_oom(MemoryError())
+    assert finders._is_oom(tf.errors.InternalError(None, None, "Failed to allocate 4 GiB"))
+    assert not finders._is_oom(tf.errors.InternalError(None, None, "something else"))
+    assert not finders._is_oom(ValueError("OOM"))
+
+
+# --- under the strategy ----------------------------------------------------------------------------------
+def test_find_lr_on_a_problem_with_a_known_stable_range(tmp_path, models):
+    cfg = RunConfig(replicas=2, per_replica_batch=32, optimizer="sgd", lr_rule="linear", base_batch=32,
+                    model=f"{models}:zero_linear", num_classes=4, steps_per_loop=25)
+    r = finders.find_lr(cfg, tmp_path / "lr", lr_min=1e-4, lr_max=1e3, steps=150, quiet=True, data=_separable())
+    assert r["stopped_at_step"] is not None and r["stopped_at_step"] < 150  # the loss blew up before lr_max
+    blown = r["frame"]["learning_rate"].iloc[-1]
+    assert 8 < blown < 300  # past the stable limit 2K = 8 of plain gradient descent, well before 1e3
+    assert 0.05 < r["suggested_lr"] < 2  # where the loss falls fastest, an order of magnitude under the blow-up
+    assert r["suggested_base_lr"] == pytest.approx(r["suggested_lr"] / 2)  # linear rule: global 64 vs base 32
+    frame = pd.read_csv(tmp_path / "lr" / "lr_find.csv")
+    assert list(frame.columns) == ["step", "learning_rate", "loss", "smoothed_loss"]
+    assert frame["smoothed_loss"].min() < 0.6 * frame["smoothed_loss"].iloc[0]
+    assert json.loads((tmp_path / "lr" / "lr_find.json").read_text())["suggested_lr"] == r["suggested_lr"]
+    assert (tmp_path / "lr" / "lr_find.png").stat().st_size > 10_000
+
+
+def test_find_batch_on_cpu_follows_the_memory_estimate(tmp_path, models):
+    cfg = RunConfig(replicas=2, per_replica_batch=16, optimizer="momentum", model=f"{models}:dense_net",
+                    dataset="synthetic", image_size=4, train_images=256)
+    limit_mb = 0.25
+    r = finders.find_batch(cfg, tmp_path / "fb", memory_limit_mb=limit_mb, quiet=True)
+    fixed, per_ex = r["estimate_fixed_bytes"], r["estimate_per_example_bytes"]
+    assert per_ex == 2 * (48 + 48 + 16 + 10) * 4
+    assert r["max_per_replica_batch"] == (limit_mb * 2**20 - fixed) // per_ex  # 267
+    assert r["max_global_batch"] == 2 * r["max_per_replica_batch"] and r["device_kind"] == "CPU-simulated"
+    frame = pd.read_csv(tmp_path / "fb" / "batch_find.csv")
+    assert frame["per_replica_batch"].tolist()[:6] == [16, 32, 64, 128, 256, 512]
+    assert frame["fits"].tolist()[:6] == [True] * 5 + [False]
+    assert (tmp_path / "fb" / "batch_find.png").exists()
+
+
+def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatch):
+    # A stand-in for a GPU: the step raises ResourceExhaustedError above 48 examples per replica.
+    import sys
+
+    import tensorflow as tf
+
+    train_mod = sys.modules["tftoolkit.train"]  # the module (tftoolkit.train is the function)
+    real = train_mod.build_engine
+
+    def build_with_small_memory(*args, **kwargs):
+        eng = real(*args, **kwargs)
+        loop = eng.train_loop
+
+        def oom_loop(iterator, n):
+            losses, counts = loop(iterator, n)
+            if int(counts.numpy()[0]) > 48 * int(n):
+                raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape [49,...]")
+            return losses, counts
+
+        eng.train_loop = oom_loop
+        return eng
+
+    monkeypatch.setattr(train_mod, "build_engine", build_with_small_memory)
+    cfg = RunConfig(replicas=2, per_replica_batch=32, model=f"{models}:dense_net", image_size=4, train_images=256)
+    r = finders.find_batch(cfg, tmp_path / "oom", memory_limit_mb=1024, quiet=True)
+    assert r["max_per_replica_batch"] == 48
+    frame = r["frame"]
+    assert frame["per_replica_batch"].tolist() == [32, 64, 48, 56, 52, 50, 49]
+    assert frame.loc[~frame["fits"], "reason"].str.startswith("out of memory: ResourceExhaustedError").all()
+
+
+def test_find_batch_bad_input(tmp_path, models, capsys):
+    cfg = RunConfig(replicas=2, per_replica_batch=8, model=f"{models}:dense_net", image_size=4, train_images=256)
+    with pytest.raises(ConfigError, match="simulated on CPU.*--memory-limit-mb"):
+        finders.find_batch(cfg, tmp_path / "a", quiet=True)
+    with pytest.raises(ModelError, match="does not fit even at per-replica batch 1"):
+        finders.find_batch(cfg, tmp_path / "b", memory_limit_mb=0.001, quiet=True)
+    rc = main(["find-batch", "--replicas", "2", "--model", f"{models}:dense_net", "--image-size", "4",
+               "--memory-limit-mb", "0.001", "--out", str(tmp_path / "c"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not fit even at per-replica batch 1" in err and len(err.strip().splitlines()) == 1

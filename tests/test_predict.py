@@ -1,0 +1,204 @@
+"""The scaling model: ring and hierarchical all-reduce cost, calibration from run directories and
+allreduce.csv, the prediction table, crossover, and the errors for bad input. No TensorFlow needed."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tftoolkit import predict
+from tftoolkit.cli import main
+from tftoolkit.errors import ConfigError, DataError, RunDirError
+from tftoolkit.predict import Calibration, Link
+
+RESNET50_BYTES = 25.6e6 * 4  # ~25.6 M parameters in float32
+
+
+def _run_dir(tmp_path, name="run", **fields):
+    d = tmp_path / name
+    d.mkdir()
+    s = {"replicas": 1, "per_replica_batch": 64, "params": 1_000_000, "step_time_s": 0.1, **fields}
+    (d / "summary.json").write_text(json.dumps(s))
+    return d
+
+
+def test_ring_allreduce_cost_is_the_alpha_beta_formula():
+    link = Link("x", 100.0, 5.0)
+    # 8 ranks, 1 GB: 2*7/8 * 1e9 / 100e9 = 17.5 ms, plus 14 steps * 5 us = 70 us.
+    assert predict.ring_allreduce_time(1e9, 8, link) == pytest.approx(0.0175 + 70e-6)
+    assert predict.ring_allreduce_time(1e9, 1, link) == 0.0
+    # Bandwidth term approaches 2 S/B: the bus factor of nccl-tests.
+    assert predict.ring_allreduce_time(1e9, 1000, Link("y", 100.0, 0.0)) == pytest.approx(0.02, rel=1e-3)
+
+
+def test_hierarchical_allreduce_adds_the_inter_host_ring_per_host():
+    nv, ib = predict.PRESETS["nvlink4"], predict.PRESETS["ib200"]
+    s = RESNET50_BYTES
+    one_host = predict.allreduce_time(s, 8, 1, nv)
+    assert one_host == pytest.approx(2 * 7 / 8 * s / 370e9 + 14 * 0.6e-6)
+    four_hosts = predict.allreduce_time(s, 8, 4, nv, ib)
+    assert four_hosts == pytest.approx(one_host + 2 * 3 / 4 * s / 22.6e9 + 6 * 9.8e-6)
+    # Eight NICs per host carry the inter-host stage eight times faster.
+    eight_nics = predict.allreduce_time(s, 8, 4, nv, ib, nics_per_host=8)
+    assert eight_nics - one_host == pytest.approx(2 * 3 / 4 * s / (8 * 22.6e9) + 6 * 9.8e-6)
+    with pytest.raises(ConfigError, match="inter-host link"):
+        predict.allreduce_time(s, 8, 2, nv, None)
+
+
+def test_overlap_hides_at_most_the_backward_pass():
+    assert predict.step_time(0.1, 0.05) == pytest.approx(0.15)
+    assert predict.step_time(0.1, 0.05, overlap=1.0) == pytest.approx(0.1)
+    # A long all-reduce can only hide behind the backward pass (2/3 of compute).
+    assert predict.step_time(0.03, 0.5, overlap=1.0) == pytest.approx(0.03 + 0.5 - 0.02)
+
+
+def test_prediction_table_weak_scaling_resnet50_on_nvlink4():
+    cal = Calibration(compute_s=0.2, per_replica_batch=64, replicas=1, gradient_bytes=RESNET50_BYTES, source="test")
+    df = predict.predict(cal, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
+    assert df["replicas"].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 40, 48, 56, 64]
+    row8 = df.set_index("replicas").loc[8]
+    comm8 = 2 * 7 / 8 * RESNET50_BYTES / 370e9 + 14 * 0.6e-6
+    assert row8["allreduce_s"] == pytest.approx(comm8)
+    assert row8["efficiency"] == pytest.approx(0.2 / (0.2 + comm8))
+    assert row8["speedup"] == pytest.approx(8 * 0.2 / (0.2 + comm8))
+    assert df.set_index("replicas").loc[1, "efficiency"] == pytest.approx(1.0)
+    assert row8["hosts"] == 1 and df.set_index("replicas").loc[64, "hosts"] == 8
+    assert predict.crossover(df) == {"nvlink4 + ib200": None}  # 0.2 s of compute dwarfs ~9 ms of all-reduce
+
+
+def test_crossover_where_communication_overtakes_compute_on_pcie():
+    # 10 ms of compute, 400 MB of gradients over PCIe 4: 2(N-1)/N * 0.4 GB / 31.5 GB/s > 10 ms from N = 2.
+    cal = Calibration(0.01, 32, 1, 400e6, "test")
+    df = predict.predict(cal, predict.PRESETS["pcie4"], max_replicas=8)
+    assert predict.crossover(df) == {"pcie4": 2}
+    # Strong scaling divides a fixed global batch: compute shrinks with N, so efficiency falls faster.
+    weak = predict.predict(cal, predict.PRESETS["nvlink4"], max_replicas=8).set_index("replicas")
+    strong = predict.predict(cal, predict.PRESETS["nvlink4"], max_replicas=8, mode="strong",
+                             global_batch=128).set_index("replicas")
+    assert strong.loc[8, "per_replica_batch"] == 16 and strong.loc[1, "compute_s"] == pytest.approx(0.04)
+    assert strong.loc[8, "efficiency"] < weak.loc[8, "efficiency"]
+
+
+def test_shared_devices_scale_compute_with_total_examples():
+    cal = Calibration(0.04, 32, 2, 1e6, "test")  # measured: 2 replicas of 32 on shared cores, 40 ms
+    assert cal.compute_at(4, 32, "shared") == pytest.approx(0.08)
+    assert cal.compute_at(4, 32, "dedicated") == pytest.approx(0.04)
+
+
+def test_calibration_from_run_directories(tmp_path):
+    cal = predict.calibrate(_run_dir(tmp_path))
+    assert cal.compute_s == 0.1 and cal.gradient_bytes == 4e6 and "step_time_s" in cal.source
+    cal = predict.calibrate(_run_dir(tmp_path, "m", replicas=4, compute_time_s=0.07, gradient_bytes=3_000_000))
+    assert cal.compute_s == 0.07 and cal.gradient_bytes == 3e6 and cal.replicas == 4
+    with pytest.raises(RunDirError, match=r"lacks field\(s\) the prediction needs: compute_time_s \(train with --measure\)"):
+        predict.calibrate(_run_dir(tmp_path, "n", replicas=4))
+    with pytest.raises(RunDirError, match="per_replica_batch.*gradient_bytes \\(or params\\)"):
+        predict.calibrate_summary({"replicas": 1, "step_time_s": 0.1})
+    with pytest.raises(RunDirError, match="step_time_s \\(it is nan\\)"):
+        predict.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "params": 10, "step_time_s": math.nan})
+    with pytest.raises(RunDirError, match="no summary.json"):
+        predict.calibrate(tmp_path / "nowhere")
+
+
+def test_fit_link_recovers_bandwidth_and_latency_from_allreduce_csv():
+    true = Link("t", 12.5, 40.0)
+    rows = []
+    for n in (2, 4):
+        for size in 2.0 ** np.arange(12, 27, 2):
+            t = predict.ring_allreduce_time(size, n, true)
+            rows.append({"impl": "ring", "replicas": n, "size_bytes": size, "time_s": t * (1.02 if n == 4 else 0.98),
+                         "busbw_GBps": size / t * 2 * (n - 1) / n / 1e9, "status": "ok"})
+    rows.append({"impl": "slow", "replicas": 2, "size_bytes": 1e6, "time_s": 1.0, "busbw_GBps": 1e-3, "status": "ok"})
+    rows.append({"impl": "nccl", "replicas": 2, "size_bytes": None, "time_s": None, "status": "skipped"})
+    link, fit = predict.fit_link(pd.DataFrame(rows))
+    assert fit["impl"] == "ring" and fit["replicas"] == [2, 4] and fit["rows"] == 16
+    assert link.bandwidth_GBps == pytest.approx(12.5, rel=0.05)
+    assert link.latency_us == pytest.approx(40.0, rel=0.1)
+    assert fit["median_abs_rel_error"] < 0.03
+    with pytest.raises(DataError, match="lacks column"):
+        predict.fit_link(pd.DataFrame({"impl": ["a"]}))
+    with pytest.raises(DataError, match="no usable rows"):
+        predict.fit_link(pd.DataFrame(rows[-1:]))
+
+
+@pytest.mark.parametrize("text, match", [("nvlink9", "unknown interconnect"), ("x=0", "bandwidth must be"),
+                                         ("x=-5:1", "bandwidth must be"), ("x=10:-1", "latency must be"),
+                                         ("x=fast", "cannot read link"), ("x=inf", "bandwidth must be")])
+def test_bad_links_are_refused(text, match):
+    with pytest.raises(ConfigError, match=match):
+        predict.parse_link(text)
+
+
+def test_custom_link_and_presets_are_valid():
+    assert predict.parse_link("mylink=25:5") == Link("mylink", 25.0, 5.0, "given on the command line")
+    for link in predict.PRESETS.values():
+        assert link.bandwidth_GBps > 0 and link.latency_us >= 0 and link.source
+
+
+def test_compare_reports_the_relative_error(tmp_path):
+    cal = Calibration(0.01, 32, 1, 4e6, "test")
+    link = Link("m", 1.0, 100.0)
+    runs = [_run_dir(tmp_path, f"r{n}", replicas=n, per_replica_batch=32, step_time_s=st, images_per_sec=32 * n / st,
+                     images_per_sec_uncertainty=1.0) for n, st in ((2, 0.03), (4, 0.05))]
+    cmp_ = predict.compare(cal, link, predict.measured_frame(runs), devices="shared")
+    # N=2: compute 0.02 + all-reduce 2*1/2*4e6/1e9 + 2*100e-6 = 0.0242; measured 0.03 -> -19.3%.
+    r2 = cmp_.set_index("replicas").loc[2]
+    assert r2["predicted_step_time_s"] == pytest.approx(0.0242)
+    assert r2["error"] == pytest.approx(0.0242 / 0.03 - 1)
+
+
+def test_cli_predict_writes_table_json_and_figures(tmp_path, capsys):
+    run = _run_dir(tmp_path, replicas=1, step_time_s=0.05, params=25_600_000)
+    out = tmp_path / "pred"
+    assert main(["predict", str(run), "--out", str(out), "--measured", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "nvlink4 + ib200: efficiency 1: 100%" in text and "predicted vs measured" in text
+    df = pd.read_csv(out / "prediction.csv")
+    assert set(df["scenario"]) == {"pcie4 + ib200", "pcie5 + ib200", "nvlink3 + ib200", "nvlink4 + ib200"}
+    assert len(df) == 4 * 15
+    result = json.loads((out / "prediction.json").read_text())
+    assert result["links"]["pcie4"]["bandwidth_GBps"] == 31.5
+    assert (out / "efficiency_vs_replicas.png").stat().st_size > 10_000
+    assert (out / "predicted_vs_measured.png").exists()
+
+
+def test_cli_predict_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    run = _run_dir(tmp_path)
+    assert main(["predict", str(run), "--interconnect", "slow=0"]) == 2
+    assert "bandwidth must be a finite number of GB/s > 0" in capsys.readouterr().err
+    bad = _run_dir(tmp_path, "bad", replicas=2)
+    assert main(["predict", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks field(s) the prediction needs: compute_time_s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_fit_uses_single_buffers_and_checks_gradient_sets_against_them():
+    true = Link("t", 4.0, 10.0)
+    rows = [{"impl": "r", "replicas": n, "payload": "buffer", "tensors": 1, "size_bytes": s,
+             "time_s": predict.ring_allreduce_time(s, n, true), "status": "ok"}
+            for n in (2, 4) for s in (2.0**16, 2.0**20, 2.0**24)]
+    # A gradient set of 22 tensors pays a per-tensor cost the buffer model leaves out: 3x the time.
+    rows.append({"impl": "r", "replicas": 2, "payload": "grads:small_cnn", "tensors": 22, "size_bytes": 244520,
+                 "time_s": 3 * predict.ring_allreduce_time(244520, 2, true), "status": "ok"})
+    link, fit = predict.fit_link(pd.DataFrame(rows))
+    assert fit["rows"] == 6 and link.bandwidth_GBps == pytest.approx(4.0) and link.latency_us == pytest.approx(10.0)
+    check = predict.check_gradient_sets(pd.DataFrame(rows), link)
+    assert check["payload"].tolist() == ["grads:small_cnn"] and check["error"].iloc[0] == pytest.approx(1 / 3 - 1)
+
+
+def test_star_model_for_reduce_to_one():
+    link = Link("x", 100.0, 5.0)
+    assert predict.star_allreduce_time(1e9, 4, link) == pytest.approx(6 * (0.01 + 5e-6))
+    assert predict.star_allreduce_time(1e9, 1, link) == 0.0
+    # Star grows with N-1, ring levels off at 2S/B: 4 vs 2 replicas cost 3x (star) and 1.5x (ring).
+    assert predict.star_allreduce_time(1e9, 4, Link("y", 100.0, 0)) / predict.star_allreduce_time(
+        1e9, 2, Link("y", 100.0, 0)) == pytest.approx(3.0)
+    rows = [{"impl": "reduce_to_one", "replicas": n, "size_bytes": s, "time_s": predict.star_allreduce_time(s, n, link)}
+            for n in (2, 4) for s in (1e5, 1e6, 1e7)]
+    fitted, fit = predict.fit_link(pd.DataFrame(rows), algorithm="star")
+    assert fitted.bandwidth_GBps == pytest.approx(100.0) and fitted.latency_us == pytest.approx(5.0)
+    assert fit["algorithm"] == "star"
+    with pytest.raises(ConfigError, match="algorithm must be one of ring, star"):
+        predict.allreduce_time(1e6, 2, 1, link, algorithm="tree")

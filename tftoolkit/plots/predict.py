@@ -1,0 +1,82 @@
+"""Figures of the scaling model (``tftoolkit.predict``): efficiency vs replicas per interconnect, and
+predicted vs measured step time.
+
+Inputs are the tidy frames ``predict.predict`` (prediction.csv) and ``predict.compare``
+(prediction_vs_measured.csv) return.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .theme import IDEAL_STYLE, new_figure, replicas_axis, require, themed
+
+
+@themed
+def efficiency(frame: pd.DataFrame) -> Figure:
+    """Predicted scaling efficiency against replicas, one line per interconnect scenario; a marker where
+    the all-reduce first takes longer than the compute; hosts boundaries shaded."""
+    require(frame, ["scenario", "replicas", "efficiency", "comm_exceeds_compute"], "efficiency vs replicas")
+    fig, (ax, ax2) = new_figure(2, width=11.0, height=4.2)
+    for name, g in frame.groupby("scenario", sort=False):
+        g = g.sort_values("replicas")
+        line, = ax.plot(g["replicas"], g["efficiency"], marker=".", label=name)
+        over = g[g["comm_exceeds_compute"]]
+        if len(over):
+            first = over.iloc[0]
+            ax.plot([first["replicas"]], [first["efficiency"]], marker="o", ms=9, mfc="none", color=line.get_color())
+        ax2.plot(g["replicas"], g["speedup"], marker=".", color=line.get_color(), label=name)
+    reps = sorted(frame["replicas"].unique())
+    ax2.plot(reps, reps, label="ideal (linear)", **IDEAL_STYLE)
+    ticks = [r for r in reps if r in (1, 2, 4, 8, 16, 32, 64, 128)] or reps
+    for a in (ax, ax2):
+        replicas_axis(a, ticks)
+        a.set_xlabel("replicas (GPUs)")
+    multi = frame[frame["hosts"] > 1] if "hosts" in frame.columns else frame.iloc[0:0]
+    if len(multi):
+        first_multi = multi["replicas"].min()
+        single = frame.loc[frame["hosts"] == 1, "replicas"]
+        edge = (single.max() * first_multi) ** 0.5 if len(single) else first_multi / 2**0.15
+        for a in (ax, ax2):
+            a.axvspan(edge, max(reps) * 2**0.3, color="0.9", zorder=0, lw=0)
+        ax.text(first_multi, 0.02, " several hosts", va="bottom", ha="left", fontsize=8, color="0.35")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("scaling efficiency (speedup / N)")
+    ax.set_title("Predicted efficiency (circle: all-reduce > compute)")
+    ax2.set_yscale("log", base=2)
+    ax2.set_ylabel("speedup over 1 replica")
+    ax2.set_title("Predicted speedup")
+    ax.legend(fontsize=8, loc="lower left")
+    ax2.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+@themed
+def predicted_vs_measured(frame: pd.DataFrame) -> Figure:
+    """Measured step time (with its uncertainty) and the model's prediction, split into compute and
+    all-reduce, at each measured replica count; the relative error printed above each point."""
+    require(frame, ["replicas", "step_time_s", "predicted_step_time_s", "predicted_compute_s", "error"],
+            "predicted vs measured")
+    df = frame.sort_values("replicas")
+    fig, ax = new_figure(width=6.4, height=4.2)
+    x = df["replicas"].to_numpy()
+    ms = 1e3
+    ax.plot(x, df["predicted_step_time_s"] * ms, marker="s", color="#dd8452", label="predicted step")
+    ax.plot(x, df["predicted_compute_s"] * ms, ls=":", color="#4c72b0", label="predicted compute part")
+    yerr = df["step_time_uncertainty_s"].to_numpy() * ms if "step_time_uncertainty_s" in df.columns else None
+    if yerr is not None and not np.isfinite(yerr).any():
+        yerr = None
+    ax.errorbar(x, df["step_time_s"] * ms, yerr=yerr, fmt="o", color="black", capsize=3, label="measured step")
+    if "compute_time_s" in df.columns and np.isfinite(df["compute_time_s"]).any():
+        ax.plot(x, df["compute_time_s"] * ms, "x", color="#4c72b0", label="measured compute part")
+    for xi, yi, e in zip(x, df["step_time_s"] * ms, df["error"]):
+        ax.annotate(f"{e:+.0%}", (xi, yi), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+    replicas_axis(ax, x)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("time per step (ms)")
+    ax.set_title("Scaling model: predicted vs measured")
+    ax.legend(fontsize=8)
+    return fig
