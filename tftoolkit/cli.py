@@ -113,11 +113,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_parsers(bench_sub)
     _add_data_parsers(sub)
     _add_batch_science_parsers(sub)
+    _add_measure_parsers(sub)
     return parser
 
 
 def _add_bench_parsers(bench_sub) -> None:
     """Register `tftoolkit bench` sub-commands (one block each)."""
+    from .allreduce import DEFAULT_MODELS, DEFAULT_SIZES, IMPLS
+
+    p = bench_sub.add_parser("allreduce", help="all-reduce time and bus bandwidth per implementation and size",
+                             description="Time the gradient all-reduce of every cross-device implementation over a "
+                                         "size sweep and for real models' gradient sets; write allreduce.csv with "
+                                         "nccl-tests' algbw = size/time and busbw = algbw x 2(n-1)/n (GB = 10^9 B).")
+    p.add_argument("--replicas", type=int, required=True, help="replicas to all-reduce across (GPUs, or simulated "
+                                                               "CPU devices)")
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help="A..B: powers of two from A to B; or A,B,C exact sizes. KB/MB/GB = 10^3/10^6/10^9 bytes, "
+                        f"KiB/MiB/GiB = 2^10/2^20/2^30; plain numbers (4096, 1e6) are bytes (default: {DEFAULT_SIZES})")
+    p.add_argument("--impl", default="all", help=f"all, or a comma list of {', '.join(IMPLS)}; one that cannot run "
+                                                 "here is a row with its reason (default: all)")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per size; the median is reported (default: 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls first (tracing, allocation) (default: 2)")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                   help="also all-reduce these models' gradient sets, as the training step does; 'none' to skip "
+                        f"(default: {','.join(DEFAULT_MODELS)})")
+    p.add_argument("--image-size", type=int, default=32, help="input side for building --models (default: 32)")
+    p.add_argument("--num-classes", type=int, default=10, help="classes for building --models (default: 10)")
+    p.add_argument("--out", required=True, help="directory for allreduce.csv and bench.json")
+    p.add_argument("--quiet", action="store_true", help="only warnings")
+    p.set_defaults(func=cmd_bench_allreduce)
+
     p = bench_sub.add_parser("input", help="input pipeline alone: images/sec, cold (from files) and warm (cached)",
                              description="Pull the training input pipeline (data.train_dataset + distribute) through "
                                          "the strategy with no model: images/sec for the first epoch (read and "
@@ -212,6 +237,54 @@ def _add_data_parsers(sub) -> None:
                    help=f"images per TFRecord shard (default: {shapes.SHARD_SIZE}, i.e. 16 training shards)")
     p.add_argument("--force", action="store_true", help="render again even if --out already holds this dataset")
     p.set_defaults(func=cmd_data_prepare)
+
+
+# --- measurement: scaling study and all-reduce bandwidth (issue 4) --------------------------------------------
+def cmd_bench_allreduce(args) -> int:
+    from . import allreduce
+
+    frame = allreduce.bench(args.replicas, args.sizes, args.impl, repeats=args.repeats, warmup=args.warmup,
+                            models=args.models, image_size=args.image_size, num_classes=args.num_classes,
+                            out=args.out, quiet=args.quiet)
+    ok = frame[frame["status"] == "ok"]
+    for impl, rows in ok.groupby("impl", sort=False):
+        best = rows.loc[rows["busbw_GBps"].idxmax()]
+        print(f"{impl:18s} peak busbw {best['busbw_GBps']:8.3f} GB/s at {int(best['size_bytes'])} bytes")
+    for _, row in frame[frame["status"] != "ok"].iterrows():
+        print(f"{row['impl']:18s} {row['status']}: {row['reason']}")
+    print(f"written: {args.out}/allreduce.csv")
+    return 0
+
+
+def cmd_scale(args) -> int:
+    from . import scale
+
+    frame = scale.scale(config_from_args(args, skip=("replicas", "gpus")), args.replicas, args.out, args.mode,
+                        force=args.force, quiet=args.quiet)
+    cols = ["replicas", "global_batch", "images_per_sec", "speedup", "efficiency", "communication_fraction", "status"]
+    print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print(f"written: {args.out}/scaling.csv (speedup and efficiency relative to "
+          f"{int(frame['baseline_replicas'].iloc[0])} replica(s))")
+    return 0 if (frame["status"] == "ok").all() else 1
+
+
+def _add_measure_parsers(sub) -> None:
+    from .scale import MODES
+
+    p = sub.add_parser("scale", help="train at several replica counts; speedup and efficiency table",
+                       description="Run the same training at each replica count (OUT/runs/r<N>/) and write "
+                                   "OUT/scaling.csv: throughput, speedup and efficiency relative to the smallest "
+                                   "count, and each run's compute / all-reduce / input-wait breakdown.")
+    p.add_argument("--replicas", required=True, metavar="N,M,...",
+                   help="replica counts, e.g. 1,2,4 (each once, all >= 1)")
+    p.add_argument("--mode", choices=MODES, default="weak",
+                   help="weak: keep the per-replica batch; strong: keep the global batch (--global-batch, or "
+                        "--per-replica-batch x the smallest count) (default: weak)")
+    p.add_argument("--out", required=True, help="study folder; rerunning the same study there reuses finished runs")
+    p.add_argument("--force", action="store_true", help="overwrite run folders that hold a different run")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and only warnings")
+    add_config_options(p, skip=("replicas", "gpus"))
+    p.set_defaults(func=cmd_scale)
 
 
 # --- batch science: noise-scale advice, LR and batch finders, the scaling model (issue 6) ------------------

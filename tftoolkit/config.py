@@ -80,6 +80,8 @@ class RunConfig:
     eval_every_epoch: bool = _f(True, "evaluate on the held-out split after each epoch")
     timing_warmup_steps: int = _f(10, "steps excluded from throughput statistics (tracing, autotuning)")
     divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
+    measure: bool = _f(True, "time compute / all-reduce / input separately after training (a few extra steps), "
+                             "and count FLOPs for MFU; adds the breakdown fields to summary.json")
     noise_scale: bool = _f(False, "measure the gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al. "
                                   "2018) from the per-replica and all-reduced gradients (one replica: two half "
                                   "batches); adds noise_scale to steps.csv and summary.json")
@@ -224,7 +226,7 @@ class RunConfig:
 
 # Keys that describe how a run is executed or reported, not what it computes: changing them does not
 # make a run directory belong to a different run.
-NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps"})
+NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure"})
 # How many processes share the replicas does not change what a run computes (tests/test_multiworker.py:
 # 2 workers x 2 replicas end where 1 process x 4 replicas ends), so a run may resume on another host count.
 NON_IDENTITY_KEYS = NON_IDENTITY_KEYS | {"workers"}

@@ -54,3 +54,36 @@ def throughput(step_times, examples_per_step: int) -> dict:
         "step_time_p99_s": float(np.percentile(t, 99)),
         "timed_steps": int(t.size),
     }
+
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0-100, linear interpolation as NumPy's default); NaN for no values."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return math.nan
+    return float(np.percentile(v, q))
+
+
+def speedup(throughput: float, baseline_throughput: float) -> float:
+    """How many times faster than the baseline run (same work per second measure, e.g. images/sec)."""
+    if not baseline_throughput > 0:
+        return math.nan
+    return float(throughput) / float(baseline_throughput)
+
+
+def scaling_efficiency(speedup_value: float, replicas: int, baseline_replicas: int = 1) -> float:
+    """Speedup over the ideal (linear) speedup replicas/baseline_replicas: 1.0 = perfect scaling."""
+    if replicas <= 0 or baseline_replicas <= 0:
+        raise ValueError(f"replica counts must be > 0, got {replicas} and {baseline_replicas}")
+    return float(speedup_value) / (replicas / baseline_replicas)
+
+
+def ratio_uncertainty(a: float, a_err: float, b: float, b_err: float) -> float:
+    """Standard error of a/b for independent a and b (first-order error propagation)."""
+    if not (b != 0 and math.isfinite(a) and math.isfinite(b)):
+        return math.nan
+    if math.isnan(a_err) or math.isnan(b_err):
+        return math.nan
+    r = a / b
+    rel = math.hypot(a_err / a if a else 0.0, b_err / b)
+    return abs(r) * rel

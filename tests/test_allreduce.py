@@ -1,0 +1,111 @@
+"""All-reduce bandwidth: nccl-tests' formulas, size parsing, and the benchmark end to end on CPU replicas."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from tftoolkit import allreduce, cli, devices
+from tftoolkit.errors import ConfigError
+
+devices.init(4)  # before anything touches TensorFlow (conftest does the same)
+
+
+def test_bus_factor_and_bandwidths_follow_nccl_tests():
+    assert [allreduce.bus_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+    assert allreduce.algbw_gbps(1e9, 0.5) == pytest.approx(2.0)            # 1 GB in 0.5 s
+    assert allreduce.busbw_gbps(1e9, 0.5, 4) == pytest.approx(3.0)         # x 2(4-1)/4
+    assert allreduce.busbw_gbps(64 * 2**20, 0.01, 8) == pytest.approx(67108864 / 0.01 / 1e9 * 1.75)
+    assert math.isnan(allreduce.algbw_gbps(4096, 0.0))
+    with pytest.raises(ConfigError):
+        allreduce.bus_factor(0)
+
+
+@pytest.mark.parametrize("text, size", [
+    ("4KB", 4000), ("4kb", 4000), ("4KiB", 4096), ("64MiB", 64 * 2**20), ("1e6", 10**6), ("4096", 4096),
+    ("1.5MB", 1_500_000), ("2GB", 2 * 10**9), (" 8 KiB ", 8192), (4096, 4096), ("6", 4),  # whole float32s
+])
+def test_parse_size(text, size):
+    assert allreduce.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["4K", "64M", "abc", "4 parsecs", "2", "-4KB", "", "KB"])
+def test_parse_size_refuses_ambiguous_and_bad_sizes(text):
+    with pytest.raises(ConfigError):
+        allreduce.parse_size(text)
+
+
+def test_parse_sizes_sweeps_powers_of_two_between_the_bounds():
+    assert allreduce.parse_sizes("4KiB..64KiB") == [4096, 8192, 16384, 32768, 65536]
+    assert allreduce.parse_sizes("4KB..64KB") == [4096, 8192, 16384, 32768]  # 4000..64000 bytes
+    assert allreduce.parse_sizes("16MiB,1MiB,1MiB") == [2**20, 16 * 2**20]
+    assert allreduce.parse_sizes("1e6") == [10**6]
+    for bad in ("1MiB..4KiB", "5000..6000", "x..1MiB", "4KiB..", ","):
+        with pytest.raises(ConfigError):
+            allreduce.parse_sizes(bad)
+
+
+def test_parse_impls():
+    assert allreduce.parse_impls("all") == list(allreduce.IMPLS)
+    assert allreduce.parse_impls("reduce_to_one, nccl,reduce_to_one") == ["reduce_to_one", "nccl"]
+    with pytest.raises(ConfigError, match="unknown"):
+        allreduce.parse_impls("nccl,mpi")
+
+
+def test_bench_on_two_replicas_writes_a_row_per_impl_and_size(tmp_path):
+    frame = allreduce.bench(2, "8KiB", "all", repeats=2, warmup=1, models="none", out=tmp_path, quiet=True)
+    csv = pd.read_csv(tmp_path / "allreduce.csv")
+    assert list(csv.columns) == allreduce.COLUMNS
+    assert len(csv) == len(frame) == 5  # nccl skipped; 4 impls x 1 size
+    nccl = csv[csv["impl"] == "nccl"].iloc[0]
+    assert nccl["status"] == "skipped" and "GPU" in nccl["reason"]  # a row with the reason, not a crash
+    ok = csv[csv["status"] == "ok"]
+    assert set(ok["impl"]) == {"hierarchical_copy", "reduce_to_one", "collective", "tf_default"}
+    assert (ok["time_s"] > 0).all() and (ok["time_min_s"] <= ok["time_s"]).all()
+    assert (ok["replicas"] == 2).all() and (ok["size_bytes"] == 8192).all() and (ok["tensors"] == 1).all()
+    assert (ok["iters"] == allreduce.MAX_CHAIN).all()  # small buffers: several all-reduces per timed call
+    # n = 2: busbw = algbw x 2(2-1)/2 = algbw; algbw = bytes / s / 1e9
+    assert ok["busbw_GBps"].to_numpy() == pytest.approx(ok["algbw_GBps"].to_numpy())
+    assert ok["algbw_GBps"].to_numpy() == pytest.approx((ok["size_bytes"] / ok["time_s"] / 1e9).to_numpy())
+    assert set(csv[csv["impl"] == "tf_default"]["detail"]) == {"CollectiveAllReduce(RING)"}
+    assert (tmp_path / "bench.json").exists()
+
+
+def test_collective_strategies_in_one_process_do_not_share_keys(cpu_devices):
+    # Without a key range per strategy the second all-reduce reuses the first one's collective instance with
+    # another shape, which aborts every collective op in the process.
+    for impl, size in (("tf_default", 16384), ("collective", 4096), ("tf_default", 8192)):
+        strategy, options, _ = allreduce.make_strategy(impl, cpu_devices)
+        t = allreduce.time_allreduce(strategy, [(size // 4,)], options=options, repeats=1, warmup=1, iters=1)
+        assert t["time_s"] > 0
+
+
+def test_bench_cli_on_four_replicas_with_a_models_gradients(tmp_path, capsys):
+    rc = cli.main(["bench", "allreduce", "--replicas", "4", "--sizes", "64KiB", "--impl", "reduce_to_one,nccl",
+                   "--repeats", "2", "--warmup", "1", "--models", "small_cnn", "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    csv = pd.read_csv(tmp_path / "allreduce.csv")
+    row = csv[(csv["impl"] == "reduce_to_one") & (csv["payload"] == "buffer")].iloc[0]
+    assert row["status"] == "ok" and row["replicas"] == 4 and row["size_bytes"] == 65536
+    assert row["busbw_GBps"] == pytest.approx(1.5 * row["algbw_GBps"])
+    grads = csv[csv["payload"] == "grads:small_cnn"].iloc[0]
+    # small_cnn at 32x32x3, 10 classes: 10 trainable tensors, 61,130 float32 parameters
+    assert grads["status"] == "ok" and grads["tensors"] == 10 and grads["size_bytes"] == 4 * 61130
+    assert "reduce_to_one" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sizes", "1MiB..4KiB"], "backwards"),
+    (["--sizes", "lots"], "cannot read size"),
+    (["--impl", "mpi"], "unknown all-reduce"),
+    (["--replicas", "0"], "replicas"),
+])
+def test_bench_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    base = {"--replicas": "2", "--sizes": "4KiB", "--impl": "reduce_to_one"}
+    base.update(dict(zip(argv[::2], argv[1::2])))
+    args = ["bench", "allreduce", "--models", "none", "--out", str(tmp_path)]
+    for k, v in base.items():
+        args += [k, v]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
