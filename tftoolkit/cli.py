@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", metavar="WHAT", parser_class=_Parser)
     bench_sub.required = True
     _add_bench_parsers(bench_sub)
+    _add_workflow_parsers(sub)
     _add_data_parsers(sub)
     _add_batch_science_parsers(sub)
     _add_measure_parsers(sub)
@@ -439,6 +440,34 @@ def cmd_launch(args) -> int:
         raise ConfigError("launch needs --workers K (or --print-tf-config HOSTS); see tftoolkit launch --help")
     launch.stop_on_sigterm()
     return launch.launch(args.command_args, args.workers, args.replicas_per_worker, args.join_timeout, args.base_port)
+
+
+# --- workflow: notebook sweeps (issue 5) -------------------------------------------------------
+def cmd_sweep(args) -> int:
+    from . import sweep
+
+    return sweep.main_cli(args)
+
+
+def _add_workflow_parsers(sub) -> None:
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill (resumable)",
+                       description="Run SPEC's notebook once per point of its parameter grid (grid: crossed, zip: "
+                                   "paired, fixed: shared), each point in its own process and folder "
+                                   "OUT/runs/<id>/; write OUT/results.csv and the report (OUT/report.html). "
+                                   "Running the same command again resumes: finished points are skipped.")
+    p.add_argument("spec", metavar="SPEC.yaml", help="sweep spec: notebook, report, fixed, grid, zip (see sweeps/)")
+    p.add_argument("--out", required=True, help="sweep folder; rerunning the same spec there resumes it")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="stop a point after S seconds and record it as 'timeout' (default: no limit)")
+    p.add_argument("--rerun-failed", action="store_true", help="also run failed and timed-out points again")
+    p.add_argument("--dry-run", action="store_true", help="list the points and what would run; run nothing")
+    p.add_argument("--force", action="store_true", help="delete a different sweep found in --out and start over")
+    p.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
+                   help="give each point K GPUs (CUDA_VISIBLE_DEVICES) and run as many points at once as there "
+                        "are disjoint sets of K; without GPUs points run one after another")
+    p.add_argument("--no-report", action="store_true", help="skip the report notebook")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
+    p.set_defaults(func=cmd_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:

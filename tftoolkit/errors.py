@@ -31,3 +31,7 @@ class RunDirError(ToolkitError):
 
 class ModelError(ToolkitError):
     """A model name is unknown, or an import path does not give a Keras model."""
+
+
+class SweepError(ToolkitError):
+    """A sweep spec is invalid (notebook, parameters, grid, values) or its output folder holds another sweep."""
