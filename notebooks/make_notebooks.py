@@ -1,0 +1,440 @@
+"""Write the toolkit's notebooks from the cell sources below (run: python notebooks/make_notebooks.py).
+
+The notebooks are generated so that a review reads this file, not JSON. Rules every notebook follows
+(tests/test_notebooks.py checks them):
+- the first code cell is tagged ``parameters`` and holds only typed, commented literal defaults (so
+  ``papermill --help-notebook`` documents them); it always has ``smoke: bool`` and ``out_dir: str``;
+- the code cell after it calls ``tftoolkit.init_devices`` before anything touches TensorFlow;
+- every other cell is one or two package calls: no ``def`` or ``class`` (logic lives in tftoolkit/, tested);
+- each notebook saves its figures (PNG + SVG under ``out_dir/figures``) and a results table into ``out_dir``;
+- committed without outputs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def md(text: str):
+    return new_markdown_cell(text.strip("\n"))
+
+
+def code(text: str):
+    return new_code_cell(text.strip("\n"))
+
+
+def params(text: str):
+    return new_code_cell(text.strip("\n"), metadata={"tags": ["parameters"]})
+
+
+def run_hint(name: str, extra: str = "") -> str:
+    return (f"Headless: `papermill notebooks/{name}.ipynb out.ipynb -p smoke True{extra}` "
+            "(any parameter below can be given with `-p NAME VALUE`; `papermill --help-notebook` lists them). "
+            "Over a grid of parameters: `tftoolkit sweep SPEC.yaml --out DIR` (examples in `sweeps/`).")
+
+
+NOTEBOOKS = {}
+
+NOTEBOOKS["00_environment"] = [
+    md("""
+# 00 · Environment: what this machine offers for data-parallel training
+
+The hardware and software report (TensorFlow build, CPU, memory, every GPU and the interconnect between each
+pair), then a quick all-reduce bandwidth check on the replicas training would use. Without GPUs the replicas are
+simulated as logical CPU devices sharing the host's cores: the numbers then describe memory bandwidth, not links.
+
+""" + run_hint("00_environment")),
+    params("""
+replicas: int = 4  # replicas for the all-reduce check: the first N GPUs, or N simulated CPU devices
+sizes: str = "64KiB..16MiB"  # all-reduce message sizes: A..B sweeps powers of two, or a list like 4KB,1MB
+impls: str = "all"  # all-reduce implementations to time: all, or a list like nccl,reduce_to_one
+repeats: int = 10  # timed repeats per size (the median is reported)
+smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores
+out_dir: str = "runs/00_environment"  # where env.json, allreduce.csv and figures/ go
+"""),
+    code("""
+%matplotlib inline
+import tftoolkit
+from tftoolkit import allreduce, hardware, report, rundir
+from tftoolkit import notebook as nb
+
+out = nb.start(out_dir)
+tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
+"""),
+    md("## Hardware, software and topology"),
+    code("""
+env = hardware.collect()
+rundir.write_json(out / "env.json", env)
+print(hardware.format_report(env))
+"""),
+    md("""
+## Quick all-reduce check
+
+Bus bandwidth follows nccl-tests (`busbw = algbw × 2(n−1)/n`), so it compares with a link's rated bandwidth.
+Implementations that cannot run here (NCCL without GPUs) are listed as skipped with the reason.
+"""),
+    code("""
+table = allreduce.bench(replicas, "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
+                        models=() if smoke else ("small_cnn",), out=out)
+table
+"""),
+    code("""
+res = report.load([out])
+report.figure(res, "busbw", out / "figures")
+"""),
+    code("""
+report.figure(res, "allreduce_time", out / "figures")
+"""),
+    md("Written: `env.json`, `allreduce.csv`, `bench.json` and `figures/` in `out_dir`."),
+]
+
+NOTEBOOKS["01_data_parallel_scaling"] = [
+    md("""
+# 01 · Data-parallel scaling: how much faster on N replicas?
+
+The same training at 1, 2, 4 … replicas on the 16000-image `shapes16k` set. **Weak scaling** keeps the
+per-replica batch (the global batch grows with N: the usual data-parallel use); **strong scaling** keeps the
+global batch, so each replica's share shrinks. Throughput is plotted against the ideal line (N × the
+smallest count's rate), with the efficiency, where each step's time goes (compute / gradient all-reduce /
+input wait), how many images each replica trained on, and the hardware monitor's trace of the largest run.
+
+On CPU-simulated replicas all replicas share the host's cores, so throughput cannot grow with N there: the
+notebook then demonstrates the method; run it on GPUs for the real curve.
+
+""" + run_hint("01_data_parallel_scaling", " -p replicas '[1, 2]'")),
+    params("""
+replicas: list = [1, 2, 4]  # replica counts to compare: the first N GPUs, or N simulated CPU devices
+mode: str = "weak"  # weak: keep the per-replica batch; strong: keep the global batch
+per_replica_batch: int = 64  # examples per replica per step (weak scaling: the global batch is this x N)
+global_batch: int = 0  # strong scaling's fixed global batch (0: per_replica_batch x the smallest N)
+model: str = "small_cnn"  # registered model name, or package.module:function returning a Keras model
+dataset: str = "shapes16k"  # shapes16k (made on first use), synthetic, or a folder of images / TFRecords
+steps: int = 60  # optimizer steps per run; the first timing_warmup_steps are not timed
+timing_warmup_steps: int = 10  # steps left out of throughput (tracing, autotuning)
+steps_per_loop: int = 10  # training steps per tf.function call
+measure: bool = True  # time compute, all-reduce and input wait separately (a few extra loops per run)
+seed: int = 0  # seed for weights and data order
+smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores (synthetic data, a few steps)
+out_dir: str = "runs/01_data_parallel_scaling"  # where runs/, scaling.csv and figures/ go
+"""),
+    code("""
+%matplotlib inline
+import tftoolkit
+from tftoolkit import notebook as nb
+from tftoolkit import report, scale
+
+replicas = nb.smoke_values(nb.as_list(replicas, int, "replicas"), smoke, "replicas")  # -p passes '[1, 2]' as text
+tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
+out = nb.start(out_dir)
+"""),
+    code("""
+config = nb.training_config(smoke, model=model, dataset=dataset, per_replica_batch=per_replica_batch,
+                            global_batch=global_batch, steps=steps, timing_warmup_steps=timing_warmup_steps,
+                            steps_per_loop=steps_per_loop, measure=measure, seed=seed)
+nb.prepare_data(config["dataset"])
+config
+"""),
+    md("## Train at each replica count"),
+    code("""
+table = scale.scale(config, replicas, out, mode=mode, quiet=True)
+table
+"""),
+    md("""
+## Throughput and efficiency
+
+Error bars: the standard error of the mean images/sec over timed steps. Percentages: scaling efficiency.
+"""),
+    code("""
+res = report.load([out])
+report.figure(res, "throughput", out / "figures")
+"""),
+    code("""
+report.figure(res, "efficiency", out / "figures")
+"""),
+    md("""
+## Where each step's time goes
+
+Compute is the step with the gradient all-reduce removed; the all-reduce is what the full step costs on top;
+input wait is the training step's time beyond the same step on a batch already in memory.
+"""),
+    code("""
+report.figure(res, "step_breakdown", out / "figures")
+"""),
+    md("## Images per replica (equal bars: every replica trained on the same share)"),
+    code("""
+report.figure(res, "images_per_replica", out / "figures")
+"""),
+    md("## Hardware monitor: the largest run (GPUs, or the host's CPUs for simulated replicas)"),
+    code("""
+report.figure(res, "monitor", out / "figures")
+"""),
+    code("""
+report.save_tables(res, out)
+"""),
+]
+
+NOTEBOOKS["02_batch_and_lr_scaling"] = [
+    md("""
+# 02 · Batch size and learning-rate scaling
+
+Global batch × LR rule × warmup. The learning rate is `base_lr` at `base_batch` and scales with the global
+batch by the rule: **none** (unchanged), **linear** (× batch/base_batch, Goyal et al. 2017) or **sqrt**
+(× √(batch/base_batch), the usual advice for Adam-type optimisers); warmup ramps from `base_lr` to the scaled
+LR. Curves are drawn against epochs, the axis on which runs with different batches saw the same data.
+Diverged runs are marked with a red ✕ where they stopped, never hidden.
+
+""" + run_hint("02_batch_and_lr_scaling", " -p global_batches '[64, 256]'")),
+    params("""
+global_batches: list = [64, 256, 1024]  # global batches to compare (each divides by replicas)
+lr_rules: list = ["none", "linear", "sqrt"]  # how the LR scales with the global batch
+warmup_epochs: list = [0.0]  # warmup lengths to compare, in epochs
+replicas: int = 4  # replicas for every run: the first N GPUs, or N simulated CPU devices
+base_lr: float = 0.05  # learning rate at base_batch
+base_batch: int = 64  # global batch at which base_lr is right
+optimizer: str = "momentum"  # sgd, momentum, adam, adamw or lamb
+epochs: float = 3.0  # epochs per run
+train_images: int = 0  # use only the first N training images (0: all of them)
+model: str = "small_cnn"  # registered model name, or package.module:function returning a Keras model
+dataset: str = "shapes16k"  # shapes16k (made on first use), synthetic, or a folder of images / TFRecords
+seed: int = 0  # seed for weights and data order (the same for every run)
+smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores (synthetic data, a few steps)
+out_dir: str = "runs/02_batch_and_lr_scaling"  # where runs/, results.csv and figures/ go
+"""),
+    code("""
+%matplotlib inline
+import tftoolkit
+from tftoolkit import grid, report
+from tftoolkit import notebook as nb
+
+global_batches = nb.smoke_values(nb.as_list(global_batches, int, "global_batches"), smoke, "global_batches")
+lr_rules = nb.smoke_values(nb.as_list(lr_rules, str, "lr_rules"), smoke, "lr_rules")  # -p passes lists as text
+warmup_epochs = nb.smoke_values(nb.as_list(warmup_epochs, float, "warmup_epochs"), smoke, "warmup_epochs")
+tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
+out = nb.start(out_dir)
+"""),
+    code("""
+config = nb.training_config(smoke, replicas=replicas, base_lr=base_lr, base_batch=base_batch, optimizer=optimizer,
+                            epochs=epochs, train_images=train_images, model=model, dataset=dataset, seed=seed,
+                            measure=False)
+nb.prepare_data(config["dataset"])
+config
+"""),
+    md("## Train every combination (a diverged or failed run is recorded and the grid goes on)"),
+    code("""
+table = grid.train_grid(config, {"global_batch": global_batches, "lr_rule": lr_rules, "warmup_epochs": warmup_epochs},
+                        out)
+table.filter(items=["run", "global_batch", "lr_rule", "warmup_epochs", "learning_rate", "status", "error",
+                    "final_loss", "val_accuracy"])
+"""),
+    md("## Training loss"),
+    code("""
+res = report.load([out])
+report.figure(res, "loss_curves", out / "figures")
+"""),
+    md("## Validation accuracy after each epoch"),
+    code("""
+report.figure(res, "val_accuracy", out / "figures")
+"""),
+    md("## Final accuracy against global batch, per rule"),
+    code("""
+report.figure(res, "final_accuracy", out / "figures")
+"""),
+    code("""
+report.save_tables(res, out)
+"""),
+]
+
+NOTEBOOKS["03_communication"] = [
+    md("""
+# 03 · Communication: all-reduce cost, and when it outgrows compute
+
+All-reduce time and bus bandwidth against message size for every cross-device implementation available here,
+the model's own gradient all-reduce (its real tensor sizes, drawn as a star), and the per-step compute and
+all-reduce time of real training as replicas grow: where the all-reduce share passes 50%, adding replicas stops
+paying off.
+
+""" + run_hint("03_communication", " -p replicas '[1, 2]'")),
+    params("""
+replicas: list = [1, 2, 4]  # replica counts for the compute-vs-communication runs (the bench uses the largest)
+sizes: str = "4KiB..64MiB"  # all-reduce message sizes: A..B sweeps powers of two, or a list like 4KB,1MB
+impls: str = "all"  # all-reduce implementations to time: all, or a list like nccl,reduce_to_one
+repeats: int = 10  # timed repeats per size (the median is reported)
+model: str = "small_cnn"  # the model whose gradients are all-reduced and trained
+per_replica_batch: int = 64  # examples per replica per step in the training runs
+steps: int = 40  # optimizer steps per training run
+dataset: str = "synthetic"  # synthetic keeps input out of the picture; shapes16k or a folder also work
+smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores
+out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures/ go
+"""),
+    code("""
+%matplotlib inline
+import tftoolkit
+from tftoolkit import allreduce, report, scale
+from tftoolkit import notebook as nb
+
+replicas = nb.as_list(replicas, int, "replicas")  # papermill's -p passes '[1, 2]' as text
+tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
+out = nb.start(out_dir)
+"""),
+    md("## All-reduce time and bus bandwidth against size"),
+    code("""
+table = allreduce.bench(max(replicas), "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
+                        models=(model,), out=out)
+res = report.load([out])
+report.figure(res, "allreduce_time", out / "figures")
+"""),
+    code("""
+report.figure(res, "busbw", out / "figures")
+"""),
+    md("## The model's own gradient all-reduce (all its gradient tensors, as the training step packs them)"),
+    code("""
+table[table["payload"].astype(str).str.startswith("grads:")]
+"""),
+    md("""
+## Compute vs communication as replicas grow
+
+Each run is timed three ways after training: the full step, the step without the gradient all-reduce
+(compute), and the gradient all-reduce alone.
+"""),
+    code("""
+config = nb.training_config(smoke, model=model, per_replica_batch=per_replica_batch, steps=steps, dataset=dataset)
+config["measure"] = True  # the breakdown is what this notebook is about, smoke or not
+nb.prepare_data(config["dataset"])
+steps_table = scale.scale(config, nb.smoke_values(replicas, smoke, "replicas"), out / "compute", quiet=True)
+steps_table[["replicas", "step_time_s", "compute_time_s", "allreduce_time_s", "communication_fraction"]]
+"""),
+    code("""
+res = report.load([out])
+report.figure(res, "comm_vs_compute", out / "figures")
+"""),
+    code("""
+report.save_tables(res, out)
+"""),
+]
+
+NOTEBOOKS["04_report"] = [
+    md("""
+# 04 · Report
+
+Reads sweep folders (or any folders of run directories) and renders the summary figures and tables: every
+point's status (failed, timed-out and diverged points listed with their errors), data-parallel scaling,
+communication, and batch-size / learning-rate curves. It reads files only (no TensorFlow), so it also renders
+on a laptop from results copied off a GPU server. `tftoolkit sweep` runs it on each sweep into
+`SWEEP_DIR/report.html`; `make demo` runs it on both demo sweeps.
+
+Headless: `papermill notebooks/04_report.ipynb report.ipynb -p sweep_dirs '[\"runs/demo/scaling\"]' -p out_dir runs/report`.
+"""),
+    params("""
+sweep_dirs: list = ["runs/demo/scaling", "runs/demo/batch_lr"]  # sweep folders or folders of run directories
+out_dir: str = "runs/demo/report"  # where figures/ and the tables go
+smoke: bool = False  # no effect: the report only reads files (kept so every notebook takes it)
+"""),
+    code("""
+%matplotlib inline
+from tftoolkit import notebook as nb
+from tftoolkit import report
+
+sweep_dirs = nb.as_list(sweep_dirs, str, "sweep_dirs")  # papermill's -p passes lists as text
+out = nb.start(out_dir)
+res = report.load(sweep_dirs)
+res
+"""),
+    md("## Overview: every point, its status and key figures"),
+    code("""
+report.status_counts(res)
+"""),
+    code("""
+report.overview(res)
+"""),
+    md("""
+## Data-parallel scaling
+
+Throughput against the ideal line (N × the smallest count's rate), efficiency, where each step's time goes,
+and how many images each replica trained on. With CPU-simulated replicas all replicas share the host's cores,
+so no speed-up is expected there: run the scaling sweep on GPUs for the real curve.
+"""),
+    code("""
+report.figure(res, "throughput", out / "figures")
+"""),
+    code("""
+report.figure(res, "efficiency", out / "figures")
+"""),
+    code("""
+report.figure(res, "step_breakdown", out / "figures")
+"""),
+    code("""
+report.figure(res, "images_per_replica", out / "figures")
+"""),
+    code("""
+report.figure(res, "monitor", out / "figures")
+"""),
+    md("## Communication"),
+    code("""
+report.figure(res, "comm_vs_compute", out / "figures")
+"""),
+    code("""
+report.figure(res, "allreduce_time", out / "figures")
+"""),
+    code("""
+report.figure(res, "busbw", out / "figures")
+"""),
+    md("""
+## Batch size and learning rate
+
+One panel per LR rule, one colour per global batch; a red ✕ marks a run that diverged or failed where it
+stopped.
+"""),
+    code("""
+report.figure(res, "loss_curves", out / "figures")
+"""),
+    code("""
+report.figure(res, "val_accuracy", out / "figures")
+"""),
+    code("""
+report.figure(res, "final_accuracy", out / "figures")
+"""),
+    md("## Tables (written to `out_dir`: runs.csv, points.csv, scaling.csv)"),
+    code("""
+report.save_tables(res, out)
+"""),
+]
+
+
+def build(name: str, cells: list) -> nbformat.NotebookNode:
+    for i, cell in enumerate(cells):
+        cell["id"] = f"cell-{i:02d}"  # stable ids: regenerating an unchanged notebook changes no byte
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = dict(KERNEL)
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+def main(argv: list[str]) -> int:
+    """Write every notebook; with --check, only report which committed notebooks differ from this file."""
+    check = "--check" in argv
+    stale = []
+    for name, cells in NOTEBOOKS.items():
+        path = HERE / f"{name}.ipynb"
+        nb = build(name, cells)
+        nbformat.validate(nb)
+        text = nbformat.writes(nb) + "\n"
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+    if check and stale:
+        print(f"out of date (run python notebooks/make_notebooks.py): {', '.join(stale)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

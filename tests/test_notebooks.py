@@ -1,0 +1,223 @@
+"""The notebooks: committed clean and thin, generated from notebooks/make_notebooks.py, and each one runs
+under papermill in smoke mode and writes what it promises (the slow tests).
+"""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import papermill
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NAMES = [p.stem for p in NOTEBOOKS]
+# Modules whose functions train or touch TensorFlow: a notebook using them must set up devices first.
+TF_MODULES = ("scale", "grid", "allreduce", "finders", "noise", "tftoolkit.train")
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _python(source: str) -> str:
+    """Cell source without IPython magics, so it parses as Python."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def test_there_are_the_five_notebooks():
+    assert {"00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication",
+            "04_report"} <= set(NAMES)
+
+
+def test_notebooks_match_their_generator():
+    done = subprocess.run([sys.executable, str(ROOT / "notebooks" / "make_notebooks.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_committed_notebook_is_clean_thin_and_parameterised(path):
+    nb = nbformat.read(str(path), as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, f"{path.name} was committed with outputs"
+    cells = _code_cells(nb)
+    first = cells[0]
+    assert "parameters" in first.metadata.get("tags", []), "the first code cell must be tagged 'parameters'"
+
+    # Only typed, commented literal defaults, each visible to papermill (--help-notebook, sweeps).
+    declared = papermill.inspect_notebook(str(path))
+    tree = ast.parse(first.source)
+    for stmt in tree.body:
+        assert isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name), \
+            f"{path.name}: parameters cell line {stmt.lineno} is not `name: type = literal  # comment`"
+        name = stmt.target.id
+        ast.literal_eval(stmt.value)  # a literal, not an expression
+        assert name in declared, f"{path.name}: papermill cannot read {name!r} (an '=' in its comment?)"
+        assert declared[name]["inferred_type_name"] == ast.unparse(stmt.annotation)
+        assert declared[name]["help"], f"{path.name}: {name} has no comment saying what it is"
+    assert declared["smoke"]["inferred_type_name"] == "bool" and declared["smoke"]["default"] == "False"
+    assert declared["out_dir"]["inferred_type_name"] == "str"
+
+    # Thin: no function or class definitions anywhere.
+    for c in cells:
+        for node in ast.walk(ast.parse(_python(c.source))):
+            assert not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)), \
+                f"{path.name}: define {getattr(node, 'name', 'lambda')} in tftoolkit/, not in the notebook"
+
+    # Devices are set up in the first cell after the parameters, before anything touches TensorFlow.
+    body = "\n".join(c.source for c in cells[1:])
+    uses_tf = any(re.search(rf"\b{re.escape(m)}\b", body) for m in TF_MODULES)
+    if uses_tf or "init_devices" in body:
+        assert "init_devices" in cells[1].source, f"{path.name}: call tftoolkit.init_devices in the cell after the parameters"
+
+
+# --- the helpers the notebooks call (tftoolkit.notebook) ----------------------------------------------------
+@pytest.mark.parametrize("value, item, expected", [
+    ([1, 2], int, [1, 2]), ("[1, 2]", int, [1, 2]), ("1,2,4", int, [1, 2, 4]), (4, int, [4]),
+    ("['linear', 'sqrt']", str, ["linear", "sqrt"]), ("linear,sqrt", str, ["linear", "sqrt"]),
+    ("[0, 0.5]", float, [0.0, 0.5]), ((64, 128), int, [64, 128]),
+])
+def test_as_list_reads_what_papermill_and_sweeps_pass(value, item, expected):
+    from tftoolkit.notebook import as_list
+
+    assert as_list(value, item) == expected
+
+
+@pytest.mark.parametrize("value", ["[1.5]", "[True]", "[]", "[1, 2", "one,two"])
+def test_as_list_refuses_what_is_not_a_list_of_ints(value):
+    from tftoolkit.errors import ConfigError
+    from tftoolkit.notebook import as_list
+
+    with pytest.raises(ConfigError, match="replicas"):
+        as_list(value, int, "replicas")
+
+
+def test_smoke_shrinks_configs_and_lists_and_nothing_otherwise():
+    from tftoolkit import notebook as nb
+
+    cfg = nb.training_config(False, dataset="shapes16k", steps=60, global_batch=0, train_images=0)
+    assert cfg == {"dataset": "shapes16k", "steps": 60, "global_batch": None, "train_images": None}
+    smoke = nb.training_config(True, dataset="shapes16k", steps=60)
+    assert smoke["dataset"] == "synthetic" and smoke["steps"] < 10 and smoke["measure"] is False
+    assert nb.smoke_values([1, 2, 4], True) == [1, 2] and nb.smoke_values([1, 2, 4], False) == [1, 2, 4]
+
+
+# --- executing every notebook in smoke mode (slow) -------------------------------------------------------------
+_EXECUTED: dict = {}
+
+
+def _execute(name: str, out_root: Path, **parameters) -> tuple[Path, nbformat.NotebookNode]:
+    """Run notebook ``name`` once per session in smoke mode (cwd = the repository root, as papermill users do)."""
+    if name not in _EXECUTED:
+        out = out_root / name
+        executed = out_root / f"{name}.ipynb"
+        papermill.execute_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"), str(executed),
+                                   parameters={"smoke": True, "out_dir": str(out), **parameters},
+                                   cwd=str(ROOT), progress_bar=False)
+        _EXECUTED[name] = (out, nbformat.read(str(executed), as_version=4))
+    return _EXECUTED[name]
+
+
+@pytest.fixture(scope="session")
+def out_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("notebooks")
+
+
+def _figures(out: Path, *names):
+    for n in names:
+        for ext in ("png", "svg"):
+            f = out / "figures" / f"{n}.{ext}"
+            assert f.exists() and f.stat().st_size > 1000, f"missing figure {f}"
+
+
+def _shows_images(nb) -> int:
+    return sum(1 for c in _code_cells(nb) for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
+
+
+@pytest.mark.slow
+def test_00_environment_smoke(out_root):
+    out, nb = _execute("00_environment", out_root, replicas=2)
+    env = json.loads((out / "env.json").read_text())
+    assert "host" in env and "gpus" in env
+    table = pd.read_csv(out / "allreduce.csv")
+    assert (table["status"] == "ok").any() and (table.loc[table["status"] == "ok", "busbw_GBps"] > 0).all()
+    _figures(out, "busbw", "allreduce_time")
+    assert _shows_images(nb) == 2
+
+
+@pytest.mark.slow
+def test_01_scaling_smoke_through_the_papermill_cli(out_root):
+    # Exactly as a user would: the papermill CLI, a list parameter given as text.
+    out = out_root / "01_cli"
+    executed = out_root / "01_cli.ipynb"
+    done = subprocess.run([str(Path(sys.executable).parent / "papermill"), "notebooks/01_data_parallel_scaling.ipynb",
+                           str(executed), "-p", "smoke", "True", "-p", "replicas", "[1, 2]", "-p", "out_dir", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pd.read_csv(out / "scaling.csv")
+    assert table["replicas"].tolist() == [1, 2] and (table["status"] == "ok").all()
+    assert table["images_per_sec"].gt(0).all() and table.loc[0, "speedup"] == pytest.approx(1.0)
+    _figures(out, "throughput", "efficiency", "images_per_replica", "monitor")
+    assert (out / "runs.csv").exists()
+    nb = nbformat.read(str(executed), as_version=4)
+    assert _shows_images(nb) >= 4  # figures render inline, so they reach the HTML report too
+    _EXECUTED["01_data_parallel_scaling"] = (out, nb)
+
+
+@pytest.mark.slow
+def test_02_batch_and_lr_smoke(out_root):
+    out, nb = _execute("02_batch_and_lr_scaling", out_root, replicas=2)
+    table = pd.read_csv(out / "results.csv")
+    # Smoke keeps the first two batches and rules: four runs, each recorded with its status.
+    assert sorted(zip(table["global_batch"], table["lr_rule"])) == [(64, "linear"), (64, "none"), (256, "linear"),
+                                                                     (256, "none")]
+    assert set(table["status"]) <= {"ok", "diverged"}
+    _figures(out, "loss_curves", "val_accuracy", "final_accuracy")
+
+
+@pytest.mark.slow
+def test_03_communication_smoke(out_root):
+    out, nb = _execute("03_communication", out_root, replicas=[1, 2])
+    table = pd.read_csv(out / "allreduce.csv")
+    assert table["payload"].astype(str).str.startswith("grads:small_cnn").any()  # the model's own gradients
+    compute = pd.read_csv(out / "compute" / "scaling.csv")
+    assert compute["compute_time_s"].gt(0).all() and compute["allreduce_time_s"].ge(0).all()
+    _figures(out, "allreduce_time", "busbw", "comm_vs_compute")
+
+
+@pytest.mark.slow
+def test_04_report_smoke_on_the_other_notebooks_outputs(out_root):
+    scaling_out, _ = _EXECUTED.get("01_data_parallel_scaling") or _execute("01_data_parallel_scaling", out_root,
+                                                                            replicas=[1, 2])
+    batch_out, _ = _execute("02_batch_and_lr_scaling", out_root, replicas=2)
+    out, nb = _execute("04_report", out_root, sweep_dirs=[str(scaling_out), str(batch_out)])
+    _figures(out, "throughput", "efficiency", "images_per_replica", "loss_curves", "val_accuracy", "final_accuracy")
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 2 + 4
+    assert (out / "scaling.csv").exists()
+
+
+def _tested_elsewhere(name: str) -> bool:
+    """A notebook another test module executes (and checks in detail) is not run a second time here."""
+    here = Path(__file__).resolve()
+    return any(f"{name}.ipynb" in p.read_text() for p in here.parent.glob("test_*.py") if p != here)
+
+
+MINE = ("00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication", "04_report")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MINE])
+def test_other_notebooks_run_in_smoke_mode(out_root, name):
+    if _tested_elsewhere(name):
+        pytest.skip(f"{name} is executed by its own test module")
+    out, nb = _execute(name, out_root)
+    assert any(out.iterdir()), f"{name} wrote nothing into out_dir"

@@ -1,0 +1,127 @@
+"""tftoolkit.report: reads sweep folders and run directories (files only, no TensorFlow) into tidy frames and
+figures. The folders here are written by hand in the layout sweeps and notebooks produce.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tftoolkit import report
+from tftoolkit.errors import DataError
+
+
+def _run(d: Path, summary: dict, config: dict, steps: int = 10):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "config.json").write_text(json.dumps({"config": config}))
+    b, n = summary["global_batch"], summary["train_examples"]
+    done = summary.get("steps", steps)
+    pd.DataFrame({"step": range(1, done + 1), "epoch": [(s - 1) * b // n for s in range(1, done + 1)],
+                  "loss": [2.3 / s for s in range(1, done + 1)], "learning_rate": 0.1,
+                  "step_time_s": 0.01}).to_csv(d / "steps.csv", index=False)
+    pd.DataFrame({"epoch": [0], "step": [done], "val_loss": [1.0], "val_accuracy": [summary.get("val_accuracy", 0.5)],
+                  "val_examples": [100]}).to_csv(d / "evals.csv", index=False)
+
+
+def _sweep(root: Path, notebook: str, points: list[tuple[str, dict, dict]]) -> Path:
+    """A sweep folder: sweep.json, results.csv, runs/<id>/parameters.json and one run directory per point."""
+    root.mkdir(parents=True)
+    (root / "sweep.json").write_text(json.dumps({"identity": {"notebook": notebook, "points": []}}))
+    rows = []
+    for pid, params, summary in points:
+        pdir = root / "runs" / pid
+        pdir.mkdir(parents=True)
+        (pdir / "parameters.json").write_text(json.dumps({**params, "out_dir": str(pdir)}))
+        if summary is not None:
+            _run(pdir / "runs" / "r", summary, {"warmup_epochs": 0.0, "seed": 0, **params})
+        rows.append({"id": pid, **params, "status": summary["status"] if summary else "failed",
+                     "error": None if summary else "ValueError: boom"})
+    pd.DataFrame(rows).to_csv(root / "results.csv", index=False)
+    return root
+
+
+@pytest.fixture
+def sweeps(tmp_path):
+    scaling = _sweep(tmp_path / "scaling", "01_data_parallel_scaling.ipynb", [
+        (f"0{i}_replicas-{n}", {"replicas": n, "mode": "weak"},
+         {"status": "ok", "replicas": n, "global_batch": 64 * n, "per_replica_batch": 64, "train_examples": 6400,
+          "images_per_sec": 1000.0 * n * (1 - 0.1 * i), "images_per_sec_uncertainty": 5.0, "device_kind": "GPU",
+          "compute_time_s": 0.05, "allreduce_time_s": 0.005 * i, "input_wait_s": 0.0,
+          "examples_per_replica": [640 * 64 // n] * n, "lr_rule": "linear"})
+        for i, n in enumerate([1, 2, 4])])
+    batch = _sweep(tmp_path / "batch_lr", "02_batch_and_lr_scaling.ipynb", [
+        (f"0{i}_b-{b}_r-{r}", {"global_batches": b, "lr_rules": r},
+         None if (b, r) == (512, "sqrt") else
+         {"status": "diverged" if (b, r) == (512, "linear") else "ok", "error": None, "replicas": 4, "global_batch": b,
+          "per_replica_batch": b // 4, "train_examples": 3200, "lr_rule": r, "val_accuracy": 0.6, "epochs": 1.0,
+          "steps": 4 if (b, r) == (512, "linear") else 10, "images_per_sec": 900.0})
+        for i, (b, r) in enumerate([(64, "none"), (64, "linear"), (512, "linear"), (512, "sqrt")])])
+    return scaling, batch
+
+
+def test_load_reads_points_runs_and_curves(sweeps):
+    res = report.load(list(sweeps))
+    assert len(res.points) == 3 + 4
+    assert len(res.runs) == 3 + 3  # the failed point wrote no run directory; it is still in the points
+    assert res.point_params == {"scaling": ["replicas", "mode"], "batch_lr": ["global_batches", "lr_rules"]}
+    diverged = res.steps[res.steps["status"] == "diverged"]
+    assert diverged["step"].max() == 4
+    # Epochs on the x axis: step x global batch / training-set size.
+    row = res.steps[(res.steps["global_batch"] == 512)].iloc[-1]
+    assert row["epoch_frac"] == pytest.approx(4 * 512 / 3200)
+    assert set(res.runs.loc[res.runs["source"] == "scaling", "mode"]) == {"weak"}
+
+
+def test_scaling_frame_uses_only_sources_that_vary_replicas(sweeps):
+    res = report.load(list(sweeps))
+    df = report.scaling_frame(res)
+    assert df["replicas"].tolist() == [1, 2, 4] and set(df["source"]) == {"scaling"}
+    assert df["speedup"].tolist() == pytest.approx([1.0, 1.8, 3.2])
+    assert df["efficiency"].tolist() == pytest.approx([1.0, 0.9, 0.8])
+
+
+def test_overview_lists_every_point_with_status_and_error(sweeps):
+    res = report.load(list(sweeps))
+    ov = report.overview(res)
+    assert list(ov.columns[:6]) == ["source", "id", "replicas", "mode", "global_batches", "lr_rules"]
+    failed = ov[ov["status"] == "failed"]
+    assert len(failed) == 1 and failed["error"].iloc[0] == "ValueError: boom"
+    counts = report.status_counts(res)
+    assert counts.set_index(["source", "status"])["count"].to_dict() == {
+        ("batch_lr", "diverged"): 1, ("batch_lr", "failed"): 1, ("batch_lr", "ok"): 2, ("scaling", "ok"): 3}
+
+
+def test_figures_come_from_the_right_sources_and_are_saved(sweeps, tmp_path):
+    res = report.load(list(sweeps))
+    figs = report.all_figures(res, tmp_path / "figures")
+    assert {"throughput", "efficiency", "step_breakdown", "images_per_replica", "comm_vs_compute", "loss_curves",
+            "val_accuracy", "final_accuracy"} <= set(figs)
+    assert "allreduce_time" not in figs and "monitor" not in figs  # no allreduce.csv, no monitor.csv: skipped
+    assert (tmp_path / "figures" / "throughput.png").exists() and (tmp_path / "figures" / "loss_curves.svg").exists()
+    # The batch/LR runs (4 replicas each) do not leak into the scaling figure.
+    measured = [ln for ln in figs["throughput"].axes[0].get_lines() if ln.get_linestyle() == "-"][0]
+    assert list(measured.get_xdata()) == [1, 2, 4]
+
+
+def test_save_tables(sweeps, tmp_path):
+    written = report.save_tables(report.load(list(sweeps)), tmp_path / "tables")
+    assert set(written) == {"runs", "points", "scaling"}
+    assert len(pd.read_csv(written["runs"])) == 6
+
+
+def test_missing_folder_and_unknown_figure_are_clear_errors(sweeps, tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        report.load([tmp_path / "nope"])
+    with pytest.raises(DataError, match="unknown figure"):
+        report.figure(report.load(list(sweeps)), "pie_chart")
+
+
+def test_report_never_imports_tensorflow(sweeps):
+    code = ("import sys; from tftoolkit import report; r = report.load(sys.argv[1:]); report.all_figures(r); "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+    done = subprocess.run([sys.executable, "-c", code, *map(str, sweeps)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
