@@ -1,6 +1,9 @@
 """shapes16k generation: deterministic bytes, balanced classes, the manifest, atomic writes, the CLI."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +33,16 @@ def test_same_seed_gives_byte_identical_files_and_another_seed_does_not(small, t
     other = shapes.prepare(tmp_path / "other", **{**SMALL, "seed": 1})
     shas = lambda m: [s["sha256"] for s in m["splits"]["train"]["shards"]]  # noqa: E731
     assert not set(shas(other)) & set(shas(manifest))
+
+
+def test_another_process_writes_the_same_bytes(tmp_path):
+    # A different string-hash seed changes the order of any unordered map; the files must not depend on it.
+    out = tmp_path / "sub"
+    code = f"from tftoolkit import shapes; shapes.prepare({str(out)!r}, images=60, val_images=20, shard_size=30)"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
+    shapes.prepare(tmp_path / "here", images=60, val_images=20, shard_size=30)
+    assert _files(out) == _files(tmp_path / "here")
 
 
 def test_manifest_lists_balanced_classes_shards_and_provenance(small):

@@ -76,15 +76,15 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     pull(iterator(stand_in, 0), tf.constant(0))
 
     def run_epoch(epoch):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n = int(pull(iterator(source, epoch), tf.constant(steps)).numpy())
-        return n, time.perf_counter() - t0
+        return n, time.perf_counter() - t0, time.process_time() - c0
 
-    cold_n, cold_s = run_epoch(0)
-    warm_n, warm_s, epochs = 0, 0.0, 0
+    cold_n, cold_s, cold_cpu = run_epoch(0)
+    warm_n, warm_s, warm_cpu, epochs = 0, 0.0, 0.0, 0
     while warm_s < seconds or epochs == 0:
-        n, s = run_epoch(1 + epochs)
-        warm_n, warm_s, epochs = warm_n + n, warm_s + s, epochs + 1
+        n, s, c = run_epoch(1 + epochs)
+        warm_n, warm_s, warm_cpu, epochs = warm_n + n, warm_s + s, warm_cpu + c, epochs + 1
     traces = pull.experimental_get_tracing_count()
     if traces > 1:
         log.warning("input benchmark: the pull loop was traced %d times; tracing time is in the figures", traces)
@@ -104,6 +104,12 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         "warm_s": warm_s,
         "warm_images_per_sec": warm_n / warm_s if warm_s else float("nan"),
         "warm_epochs": epochs,
+        # CPU seconds of this process (all its threads) per pass: what the pipeline costs, whatever else
+        # the machine is doing at the time (wall-clock figures on a shared machine are not).
+        "cold_cpu_s": cold_cpu,
+        "warm_cpu_s": warm_cpu,
+        "cold_images_per_cpu_s": cold_n / cold_cpu if cold_cpu else float("nan"),
+        "warm_images_per_cpu_s": warm_n / warm_cpu if warm_cpu else float("nan"),
         "cross_device_ops": impl,
     }
     log.info("input pipeline %s: cold %.0f images/sec (%d in %.2f s), warm%s %.0f images/sec (%d in %.2f s)",
@@ -123,4 +129,6 @@ def format_result(r: dict) -> str:
         f"warm ({'cached' if r['cached'] else 'no cache'})"
         f"{' ' * (6 if r['cached'] else 4)}{r['warm_images_per_sec']:10.0f} images/sec  "
         f"({r['warm_images']} images in {r['warm_s']:.2f} s, {r['warm_epochs']} epoch(s))",
+        f"CPU cost           cold {r['cold_images_per_cpu_s']:.0f}, warm {r['warm_images_per_cpu_s']:.0f} images per "
+        f"CPU-second (all threads)",
     ])

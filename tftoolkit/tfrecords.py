@@ -87,7 +87,10 @@ class DatasetWriter:
                     feats["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()]))
                     feats["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
                     feats["id"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[first_id + k]))
-                    writer.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+                    example = tf.train.Example(features=tf.train.Features(feature=feats))
+                    # deterministic: features is a protobuf map, whose order otherwise follows the
+                    # per-process string hash seed, and the same seed must give the same bytes.
+                    writer.write(example.SerializeToString(deterministic=True))
             entry = {"file": name, "records": int(len(images)), "first_id": int(first_id), "sha256": sha256(tmp)}
             os.replace(tmp, path)
         except BaseException:
