@@ -407,6 +407,138 @@ report.save_tables(res, out)
 ]
 
 
+NOTEBOOKS["05_batch_science"] = [
+    md("""
+# 05 · Batch-size science: how many GPUs are worth using?
+
+Two halves of one question (McCandlish et al. 2018; Shallue et al. 2019). **Statistics**: past the critical batch
+size B_crit a bigger global batch stops cutting the number of optimizer steps; the gradient noise scale
+B_simple = tr(Σ)/|G|², measured during training from what data parallelism already computes, estimates it.
+**Systems**: past some replica count the gradient all-reduce outgrows the compute. This notebook finds an LR and
+the largest batch that fits, measures the noise scale, turns it into a recommended global batch and GPU count, and
+predicts speedup and efficiency for 1…64 GPUs. The same steps on the command line: `tftoolkit find-lr`,
+`find-batch`, `train --noise-scale`, `advise` and `predict`.
+
+""" + run_hint("05_batch_science")),
+    params("""
+replicas: int = 4  # data-parallel replicas: the first N GPUs, or N simulated CPU devices
+per_replica_batch: int = 32  # examples per replica per step (the global batch is this x replicas)
+model: str = "small_cnn"  # registered model name, or package.module:function returning a Keras model
+dataset: str = "shapes16k"  # shapes16k (made on first use), synthetic, or a folder of images / TFRecords
+optimizer: str = "momentum"  # the optimiser of the LR sweep and of the training run
+steps: int = 300  # training steps over which the noise scale is measured
+lr_steps: int = 200  # steps of the exponential LR sweep
+lr_min: float = 1e-05  # first LR of the sweep
+lr_max: float = 10.0  # last LR of the sweep (it stops earlier when the loss blows up)
+memory_limit_mb: float = 512.0  # batch finder: one replica's memory cap in MiB (needed on CPU replicas; 0: none on GPUs)
+interconnect: str = "nvlink4"  # link inside a host for the predictions: pcie4, pcie5, nvlink3 or nvlink4
+inter_host: str = "ib200"  # link between hosts: ib100, ib200 or ib400
+max_replicas: int = 64  # largest GPU count to advise on and predict for
+seed: int = 0  # seed for weights and data order
+smoke: bool = False  # shrink to a < 2 minute check on 2 CPU cores (synthetic data, a few steps)
+out_dir: str = "runs/05_batch_science"  # where the finders' folders, train/, the tables and figures/ go
+"""),
+    code("""
+%matplotlib inline
+import tftoolkit
+from tftoolkit import advise, finders, predict
+from tftoolkit import notebook as nb
+from tftoolkit.plots import batch as batch_plots
+from tftoolkit.plots import predict as predict_plots
+from tftoolkit.plots.theme import save_figure
+
+tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
+out = nb.start(out_dir)
+"""),
+    code("""
+config = tftoolkit.RunConfig(**nb.training_config(smoke, replicas=replicas, per_replica_batch=per_replica_batch,
+                                                  model=model, dataset=dataset, optimizer=optimizer, steps=steps,
+                                                  seed=seed)).replace(measure=True)  # predict needs compute_time_s
+nb.prepare_data(config.dataset)
+config
+"""),
+    md("""
+## 1. Learning rate: an exponential sweep under the strategy
+The LR grows from `lr_min` to `lr_max` and the sweep stops when the smoothed loss blows up. The suggestion is the
+LR where the loss falls fastest per unit of log LR, for this global batch (and, under the config's LR rule, the
+`base_lr` that scales to it).
+"""),
+    code("""
+lr = finders.find_lr(config, out / "find_lr", lr_min=lr_min, lr_max=lr_max, steps=20 if smoke else lr_steps,
+                     figures=False)
+{k: lr[k] for k in ("suggested_lr", "suggested_base_lr", "suggestion", "stop_reason")}
+"""),
+    code("""
+fig = batch_plots.lr_finder(lr["frame"], lr["suggested_lr"])
+save_figure(fig, out / "figures", "lr_find")
+fig
+"""),
+    md("""
+## 2. The largest per-replica batch that fits
+Doubling, then bisecting on out-of-memory, with one real training step per trial on every replica. On CPU replicas
+there is no device memory to run out of: a batch fits while its estimated training memory stays under
+`memory_limit_mb`.
+"""),
+    code("""
+fit = finders.find_batch(config, out / "find_batch", memory_limit_mb=(8.0 if smoke else memory_limit_mb) or None,
+                         figures=False)
+{k: fit[k] for k in ("max_per_replica_batch", "max_global_batch", "criterion", "trials")}
+"""),
+    code("""
+fig = batch_plots.batch_finder(fit["frame"], (fit["memory_limit_mb"] or 0) * 2**20)
+save_figure(fig, out / "figures", "batch_find")
+fig
+"""),
+    md("""
+## 3. Train with the gradient noise scale measured
+With `noise_scale=True` each step also takes the squared norms of every replica's gradient (B_small = per-replica
+batch) and of the all-reduced one (B_big = global batch), and keeps EMAs of the unbiased |G|² and tr(Σ)
+(McCandlish et al., app. A.1). It trains at the LR the sweep suggested.
+"""),
+    code("""
+summary = tftoolkit.train(config.replace(noise_scale=True, base_lr=lr["base_lr_to_use"]), out / "train", force=True)
+{k: summary.get(k) for k in ("status", "noise_scale", "noise_scale_grad_sq", "noise_scale_trace", "noise_scale_steps")}
+"""),
+    code("""
+fig = batch_plots.noise_scale_trace(advise.read_run(out / "train")[1])
+save_figure(fig, out / "figures", "noise_scale")
+fig
+"""),
+    md("""
+## 4. Advice: global batch and GPU count from the noise scale
+Steps and examples to reach the same loss trade off as (S/S_min − 1)(E/E_min − 1) = 1 with B_crit ≈ B_simple;
+at B = B_crit both cost twice their minimum. With an interconnect, the scaling model adds the predicted time to
+the same loss.
+"""),
+    code("""
+advice = advise.advise(out / "train", out, max_replicas=max_replicas, interconnect=interconnect,
+                       inter_host=inter_host, figures=False)
+print(advise.describe(advice))
+"""),
+    code("""
+fig = batch_plots.tradeoff(advice["frame"])
+save_figure(fig, out / "figures", "tradeoff")
+fig
+"""),
+    md("""
+## 5. Scaling model: speedup and efficiency for 1…64 GPUs
+Step time = compute (from this run) + ring all-reduce of the gradients, 2(N−1)/N·S/B + 2(N−1)·α, for each link
+preset (figures and their sources in `tftoolkit.predict`), hierarchical across hosts of 8 GPUs.
+"""),
+    code("""
+prediction = predict.run(out / "train", out, inter_host=inter_host, max_replicas=max_replicas, figures=False)
+print(predict.describe(prediction))
+"""),
+    code("""
+fig = predict_plots.efficiency(prediction["frame"])
+save_figure(fig, out / "figures", "efficiency_vs_replicas")
+fig
+"""),
+    md("Written to `out_dir`: `find_lr/`, `find_batch/`, `train/`, `advice.json`, `tradeoff.csv`, "
+       "`prediction.csv`, `prediction.json` and `figures/`."),
+]
+
+
 def build(name: str, cells: list) -> nbformat.NotebookNode:
     for i, cell in enumerate(cells):
         cell["id"] = f"cell-{i:02d}"  # stable ids: regenerating an unchanged notebook changes no byte
