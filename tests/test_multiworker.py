@@ -131,6 +131,7 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
             time.sleep(0.05)
         time.sleep(random.uniform(0, 0.2))  # somewhere between two checkpoints
         by_index = {json.loads(p.environ()["TF_CONFIG"])["task"]["index"]: p for p in workers}
+        print(f"SIGKILL worker {victim_index} after the step-{_checkpointed_step(out)} checkpoint")
         os.kill(by_index[victim_index].pid, signal.SIGKILL)
         # The launcher notices, stops the other worker (blocked in a collective) and fails.
         assert launcher.wait(timeout=60) != 0
