@@ -123,3 +123,13 @@ def test_import_path_model(tmp_path, monkeypatch):
     assert tftoolkit.train(cfg, tmp_path / "ok", quiet=True)["status"] == "ok"
     with pytest.raises(ModelError, match="returned int, not a keras.Model"):
         tftoolkit.train(cfg.replace(model="mymodels:not_a_model"), tmp_path / "nm", quiet=True)
+
+
+def test_run_directory_from_before_a_new_config_field_still_resumes(tmp_path):
+    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, **SMALL)
+    tftoolkit.train(cfg, tmp_path / "old", quiet=True)
+    path = tmp_path / "old" / "config.json"
+    written = json.loads(path.read_text())
+    del written["config"]["divergence_factor"]  # as if written by a version without that field (default 5.0)
+    path.write_text(json.dumps(written))
+    assert tftoolkit.train(cfg, tmp_path / "old", quiet=True)["status"] == "ok"

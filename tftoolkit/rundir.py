@@ -67,6 +67,14 @@ def identity(config_dict: dict) -> dict:
     return {k: v for k, v in config_dict.items() if k not in NON_IDENTITY_KEYS}
 
 
+def _config_defaults() -> dict:
+    import dataclasses
+
+    from .config import RunConfig
+
+    return {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
 def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     """Create or reopen ``out`` for this config; returns (path, resuming).
 
@@ -78,6 +86,8 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     if cfg_path.exists():
         try:
             old = read_json(cfg_path).get("config", {})
+            # A run directory written before a config field existed ran with that field's default.
+            old = {**_config_defaults(), **old}
         except (OSError, ValueError):
             old = None
         if old is not None and identity(old) == identity(config_dict):
