@@ -121,7 +121,7 @@ def _envs(n, launch_dir, ports=None):
 
 def _train_cmd(out, *extra):
     return [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet", "--workers", "2", "--steps", "2",
-            "--image-size", "8", "--train-images", "256", "--no-measure", *extra]
+            "--dataset", "synthetic", "--image-size", "8", "--train-images", "256", "--no-measure", *extra]
 
 
 def _py(code):
