@@ -222,7 +222,8 @@ def test_workers_in_tf_config_and_options_must_agree(monkeypatch):
 
 
 def test_slurm_allocation_becomes_a_cluster(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("TF_CONFIG", "")  # empty = none; monkeypatch restores it after the resolver writes it
+    gpus_before = os.environ.get("CUDA_VISIBLE_DEVICES")
     for k, v in {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "node[07-08]",
                  "SLURM_STEP_TASKS_PER_NODE": "2(x2)", multiworker.ENV_BASE_PORT: "20000"}.items():
         monkeypatch.setenv(k, v)
@@ -230,11 +231,16 @@ def test_slurm_allocation_becomes_a_cluster(monkeypatch):
     assert c.source == "Slurm" and c.worker_id == 3 and c.workers == 4
     assert c.addresses == ("node07:20000", "node07:20001", "node08:20000", "node08:20001")
     assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 3}
-    assert "CUDA_VISIBLE_DEVICES" not in os.environ or os.environ["CUDA_VISIBLE_DEVICES"] != "0"
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == gpus_before  # GPU binding is Slurm's, not the resolver's
+
+
+def test_no_test_leaves_a_cluster_in_the_environment():
+    # Later tests start `tftoolkit train` subprocesses: a leftover TF_CONFIG would make them workers.
+    assert not os.environ.get("TF_CONFIG") and "SLURM_PROCID" not in os.environ
 
 
 def test_one_slurm_task_is_an_ordinary_run(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("TF_CONFIG", "")
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
     assert multiworker.cluster_from_env() is None
