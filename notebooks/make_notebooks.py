@@ -375,7 +375,13 @@ report.figure(res, "images_per_replica", out / "figures")
     code("""
 report.figure(res, "monitor", out / "figures")
 """),
-    md("## Communication"),
+    md("""
+## Communication
+
+Per-step compute and all-reduce time of the scaling runs as replicas grow; then all-reduce time and bus
+bandwidth against message size, when one of the folders holds an `allreduce.csv` (`tftoolkit bench allreduce`,
+notebooks 00 and 03; `make demo` runs a short one).
+"""),
     code("""
 report.figure(res, "comm_vs_compute", out / "figures")
 """),
@@ -389,7 +395,8 @@ report.figure(res, "busbw", out / "figures")
 ## Batch size and learning rate
 
 One panel per LR rule, one colour per global batch; a red ✕ marks a run that diverged or failed where it
-stopped.
+stopped. A run whose loss sits at ln(classes) (2.30 for 10 classes) with chance accuracy learned nothing:
+its learning rate was too large for it to train without warmup, yet not so large that the loss blew up.
 """),
     code("""
 report.figure(res, "loss_curves", out / "figures")

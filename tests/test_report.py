@@ -102,6 +102,10 @@ def test_figures_come_from_the_right_sources_and_are_saved(sweeps, tmp_path):
             "val_accuracy", "final_accuracy"} <= set(figs)
     assert "allreduce_time" not in figs and "monitor" not in figs  # no allreduce.csv, no monitor.csv: skipped
     assert (tmp_path / "figures" / "throughput.png").exists() and (tmp_path / "figures" / "loss_curves.svg").exists()
+    # A weak-scaling study's global batch grows with its replicas: it is not a batch-size study.
+    assert set(report.batch_frames(res)[2]["source"]) == {"batch_lr"}
+    assert {t.get_text() for t in figs["loss_curves"].legends[0].get_texts()} == {
+        "global batch 64", "global batch 512", "diverged / failed (run stopped)"}
     # The batch/LR runs (4 replicas each) do not leak into the scaling figure.
     measured = [ln for ln in figs["throughput"].axes[0].get_lines() if ln.get_linestyle() == "-"][0]
     assert list(measured.get_xdata()) == [1, 2, 4]

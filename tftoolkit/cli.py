@@ -442,11 +442,17 @@ def cmd_launch(args) -> int:
     return launch.launch(args.command_args, args.workers, args.replicas_per_worker, args.join_timeout, args.base_port)
 
 
-# --- workflow: notebook sweeps (issue 5) -------------------------------------------------------
+# --- workflow: notebook sweeps and the demo (issue 5) ---------------------------------------------------
 def cmd_sweep(args) -> int:
     from . import sweep
 
     return sweep.main_cli(args)
+
+
+def cmd_demo(args) -> int:
+    from . import demo
+
+    return demo.main_cli(args)
 
 
 def _add_workflow_parsers(sub) -> None:
@@ -468,6 +474,15 @@ def _add_workflow_parsers(sub) -> None:
     p.add_argument("--no-report", action="store_true", help="skip the report notebook")
     p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("demo", help="the main job: data, scaling and batch/LR sweeps, report (about 10 min on CPU)",
+                       description="Prepare shapes16k if needed, run the scaling sweep (all GPUs, or 4 simulated CPU "
+                                   "replicas), a small batch-size x LR-rule sweep and a short all-reduce bench, render "
+                                   "the report and print where report.html is. Running it again resumes.")
+    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
+    p.add_argument("--force", action="store_true", help="redo a sweep in --out whose spec (sweeps/*.yaml) changed")
+    p.add_argument("--quiet", action="store_true", help="only warnings and the final lines")
+    p.set_defaults(func=cmd_demo)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,21 +20,15 @@ from pathlib import Path
 
 from . import rundir
 from .errors import ToolkitError
-from .sweep_spec import combinations
+from .sweep_spec import combinations, slug
 
 log = logging.getLogger("tftoolkit")
-
-
-def _slug(value) -> str:
-    from .sweep_spec import _slug as slug
-
-    return slug(value)
 
 
 def run_names(points: list[dict], keys: list[str]) -> list[str]:
     """Readable, unique names from the values that vary across points (``global_batch-512_lr_rule-linear``)."""
     varying = [k for k in keys if len({repr(p[k]) for p in points}) > 1]
-    names = ["_".join(f"{k}-{_slug(p[k])}" for k in varying) or "run" for p in points]
+    names = ["_".join(f"{k}-{slug(p[k])}" for k in varying) or "run" for p in points]
     if len(set(names)) < len(names):
         names = [f"{i:02d}_{n}" for i, n in enumerate(names)]
     return names

@@ -8,8 +8,8 @@ Only files are read (results.csv, summary.json, config.json, steps.csv, evals.cs
 monitor.csv): no TensorFlow, so a report renders on a laptop from results copied off a GPU server.
 
 Which runs feed which figure is decided by the data, per source folder: a folder whose runs differ in replica
-count feeds the scaling figures; one whose runs differ in global batch or LR rule feeds the training-curve
-figures. A folder with both (or a single study) feeds whatever it can. Figures without data are skipped with
+count feeds the scaling figures; one whose runs differ in LR rule, or in global batch at one replica count,
+feeds the training-curve figures. A folder with both (or a single study) feeds whatever it can. Figures without data are skipped with
 a log line saying why, never drawn empty.
 """
 
@@ -180,10 +180,12 @@ def scaling_runs(res: Results) -> pd.DataFrame:
 
 
 def batch_runs(res: Results) -> pd.DataFrame:
-    """Runs from the sources that compare global batches or LR rules."""
+    """Runs from the sources that compare LR rules, or global batches at a fixed replica count (in a weak
+    scaling study the global batch grows with the replicas too: that is not a batch-size study)."""
     if res.runs.empty:
         return pd.DataFrame()
-    keep = [s for s, g in res.runs.groupby("source") if _varies(g, "global_batch") or _varies(g, "lr_rule")]
+    keep = [s for s, g in res.runs.groupby("source")
+            if _varies(g, "lr_rule") or (_varies(g, "global_batch") and not _varies(g, "replicas"))]
     if not keep:
         return pd.DataFrame()
     return res.runs[res.runs["source"].isin(keep)]
@@ -232,28 +234,50 @@ def batch_frames(res: Results) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
 
 
 # --- figures ------------------------------------------------------------------------------------------------
+def _scaling(res) -> pd.DataFrame:
+    df = scaling_frame(res)
+    if df.empty:
+        raise DataError("no runs comparing replica counts in these folders (a scaling sweep or notebook 01 makes them)")
+    return df
+
+
+def _batch(res):
+    steps, evals, runs = batch_frames(res)
+    if runs.empty:
+        raise DataError("no runs comparing global batches or LR rules in these folders (a batch/LR sweep or "
+                        "notebook 02 makes them)")
+    return steps, evals, runs
+
+
+def _allreduce(res) -> pd.DataFrame:
+    if res.allreduce.empty:
+        raise DataError("no allreduce.csv in these folders (`tftoolkit bench allreduce --out DIR`, notebook 00 or "
+                        "03 makes one; add its folder)")
+    return res.allreduce
+
+
 def _fig_throughput(res):
     from .plots import scaling
 
-    return scaling.plot_throughput(scaling_frame(res))
+    return scaling.plot_throughput(_scaling(res))
 
 
 def _fig_efficiency(res):
     from .plots import scaling
 
-    return scaling.plot_efficiency(scaling_frame(res))
+    return scaling.plot_efficiency(_scaling(res))
 
 
 def _fig_breakdown(res):
     from .plots import scaling
 
-    return scaling.plot_step_breakdown(scaling_frame(res))
+    return scaling.plot_step_breakdown(_scaling(res))
 
 
 def _fig_per_replica(res):
     from .plots import scaling
 
-    return scaling.plot_images_per_replica(scaling.replica_examples_frame(scaling_frame(res)))
+    return scaling.plot_images_per_replica(scaling.replica_examples_frame(_scaling(res)))
 
 
 def _fig_monitor(res):
@@ -279,40 +303,40 @@ def _fig_monitor(res):
 def _fig_comm_vs_compute(res):
     from .plots import comm
 
-    return comm.plot_comm_vs_compute(scaling_frame(res))
+    return comm.plot_comm_vs_compute(_scaling(res))
 
 
 def _fig_loss(res):
     from .plots import training
 
-    steps, _, _ = batch_frames(res)
+    steps, _, _ = _batch(res)
     return training.plot_loss_curves(steps)
 
 
 def _fig_val_accuracy(res):
     from .plots import training
 
-    _, evals, runs = batch_frames(res)
+    _, evals, runs = _batch(res)
     return training.plot_val_accuracy_curves(evals, runs)
 
 
 def _fig_final_accuracy(res):
     from .plots import training
 
-    _, _, runs = batch_frames(res)
+    _, _, runs = _batch(res)
     return training.plot_final_accuracy_vs_batch(runs)
 
 
 def _fig_allreduce_time(res):
     from .plots import comm
 
-    return comm.plot_allreduce_time(res.allreduce)
+    return comm.plot_allreduce_time(_allreduce(res))
 
 
 def _fig_busbw(res):
     from .plots import comm
 
-    return comm.plot_busbw(res.allreduce)
+    return comm.plot_busbw(_allreduce(res))
 
 
 FIGURES = {

@@ -471,8 +471,11 @@ def write_html(notebook: Path, html: Path) -> None:
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(notebook), as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb)
+    body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": f"tftoolkit: {notebook.stem}"}})
     rundir._atomic_write(html, lambda f: f.write(body))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(html, 0o666 & ~mask)  # the temp file was private; a report is for others to read
 
 
 def main_cli(args) -> int:

@@ -61,11 +61,6 @@ class Spec:
     source: str = "<dict>"
     description: str = ""
 
-    @property
-    def varying(self) -> list[str]:
-        return [k for k in list(self.grid) + list(self.zip)
-                if len({_key(p.params[k]) for p in self.points}) > 1]
-
     def identity(self) -> dict:
         """What makes two sweeps the same sweep: the notebook and the exact points."""
         return {"notebook": self.notebook.name, "points": [{"id": p.id, "params": p.params} for p in self.points]}
@@ -204,7 +199,7 @@ def expand(spec: Spec) -> list[Point]:
     points = []
     for i, params in enumerate(combos):
         inject = {name: check_value(name, value, spec.declared[name], spec.source) for name, value in params.items()}
-        label = "_".join(f"{k}-{_slug(params[k])}" for k in varying)
+        label = "_".join(f"{k}-{slug(params[k])}" for k in varying)
         pid = f"{i:0{width}d}" + (f"_{label}" if label else "")
         points.append(Point(i, pid[:MAX_ID_CHARS].rstrip("_-"), params, inject))
     return points
@@ -214,9 +209,10 @@ def _key(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _slug(value) -> str:
+def slug(value) -> str:
+    """A value as a file-name-safe piece of a point id: [1, 2] -> '1+2', 0.001 -> '0.001'."""
     if isinstance(value, (list, tuple)):
-        return "+".join(_slug(v) for v in value) or "empty"
+        return "+".join(slug(v) for v in value) or "empty"
     if isinstance(value, float):
         text = f"{value:g}"
     elif value is None:
@@ -336,4 +332,4 @@ def describe(point: Point) -> str:
 
 
 __all__ = ["Spec", "Point", "load", "expand", "combinations", "check_value", "parse_type", "declared_parameters",
-           "default_report", "describe"]
+           "default_report", "describe", "slug"]

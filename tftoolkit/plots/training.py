@@ -158,7 +158,7 @@ def plot_val_accuracy_curves(evals: pd.DataFrame, runs: pd.DataFrame | None = No
                             xytext=(4, 6), fontsize=7, color=DIVERGED_COLOUR)
         ax.set_title(f"LR rule: {rule}", color=rule_colour(rule))
         ax.set_xlabel("epochs trained")
-        ax.set_ylim(0, 100)
+        ax.set_ylim(0, 103)  # room for markers at 100%
         ax.set_xlim(left=0)
     axes[0].set_ylabel("validation accuracy (%)")
     _legend(fig, batches, colours, warmups, has_bad)
@@ -205,7 +205,7 @@ def plot_final_accuracy_vs_batch(finals: pd.DataFrame) -> Figure:
                         fontsize=7.5, color=DIVERGED_COLOUR)
         handles.append(Line2D([], [], marker="X", color=DIVERGED_COLOUR, ls="", ms=9, label="diverged / failed"))
     batch_axis(ax, df["global_batch"])
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 103)  # room for markers at 100%
     ax.set_xlabel("global batch (examples per step, all replicas)")
     ax.set_ylabel("final validation accuracy (%)")
     ax.set_title("Final accuracy vs global batch, per LR-scaling rule")

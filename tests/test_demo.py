@@ -1,0 +1,34 @@
+"""tftoolkit.demo and the example sweeps in sweeps/: the specs match the notebooks they run.
+
+The demo itself (several minutes) is `make demo`; here only what decides what it runs.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tftoolkit import demo
+from tftoolkit.sweep_spec import load as load_spec
+
+SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
+
+
+@pytest.mark.parametrize("gpus, counts", [(0, [1, 2, 4]), (1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])
+def test_replica_counts(gpus, counts):
+    assert demo.replica_counts(gpus) == counts
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_sweeps_validate_against_their_notebooks(path):
+    spec = load_spec(path)  # every parameter declared by the notebook, every value of the declared type
+    assert spec.points and spec.report is not None and spec.report.name == "04_report.ipynb"
+
+
+@pytest.mark.parametrize("gpus", [0, 8])
+def test_demo_specs_on_cpu_and_on_gpus(gpus):
+    specs = demo.specs(gpus)
+    scaling = load_spec(specs["scaling"], SWEEPS)
+    batch = load_spec(specs["batch_lr"], SWEEPS)
+    assert [p.params["replicas"] for p in scaling.points] == demo.replica_counts(gpus)
+    assert len(batch.points) == 6 and scaling.report is None and batch.report is None  # one report at the end
+    assert batch.points[0].inject["replicas"] == (gpus or 4)
