@@ -332,7 +332,7 @@ on a laptop from results copied off a GPU server. `tftoolkit sweep` runs it on e
 Headless: `papermill notebooks/04_report.ipynb report.ipynb -p sweep_dirs '[\"runs/demo/scaling\"]' -p out_dir runs/report`.
 """),
     params("""
-sweep_dirs: list = ["runs/demo/scaling", "runs/demo/batch_lr"]  # sweep folders or folders of run directories
+sweep_dirs: list = ["runs/demo/scaling", "runs/demo/batch_lr", "runs/demo/allreduce"]  # folders to report on
 out_dir: str = "runs/demo/report"  # where figures/ and the tables go
 smoke: bool = False  # no effect: the report only reads files (kept so every notebook takes it)
 """),
