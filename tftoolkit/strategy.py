@@ -36,8 +36,8 @@ def choose_cross_device_ops(name: str, setup: DeviceSetup) -> tuple[str, str]:
             raise ConfigError("cross_device_ops=nccl needs GPUs; replicas here are simulated on CPU. "
                               "Use auto, reduce_to_one or hierarchical_copy")
         if name == "auto":
-            # On CPU TensorFlow's own default picks a collective implementation that we measured ~25x slower
-            # than a plain reduce-to-one-device for a 16 MB all-reduce on 4 logical devices (BENCHMARKS.md).
+            # On CPU TensorFlow's own default picks a collective (ring) implementation that we measured 2-6x
+            # slower than a plain reduce-to-one-device (4.6x at 16 MiB on 4 logical devices; BENCHMARKS.md).
             return "reduce_to_one", "CPU replicas: reduce_to_one is the fastest all-reduce between logical CPU devices"
         return name, "as requested"
     if name == "auto":
