@@ -161,7 +161,8 @@ def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatc
         return eng
 
     monkeypatch.setattr(train_mod, "build_engine", build_with_small_memory)
-    cfg = RunConfig(replicas=2, per_replica_batch=32, model=f"{models}:dense_net", image_size=4, train_images=256)
+    cfg = RunConfig(replicas=2, per_replica_batch=32, model=f"{models}:dense_net", dataset="synthetic", image_size=4,
+                    train_images=256)
     r = finders.find_batch(cfg, tmp_path / "oom", memory_limit_mb=1024, quiet=True)
     assert r["max_per_replica_batch"] == 48
     frame = r["frame"]
@@ -170,7 +171,8 @@ def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatc
 
 
 def test_find_batch_bad_input(tmp_path, models, capsys):
-    cfg = RunConfig(replicas=2, per_replica_batch=8, model=f"{models}:dense_net", image_size=4, train_images=256)
+    cfg = RunConfig(replicas=2, per_replica_batch=8, model=f"{models}:dense_net", dataset="synthetic", image_size=4,
+                    train_images=256)
     with pytest.raises(ConfigError, match="simulated on CPU.*--memory-limit-mb"):
         finders.find_batch(cfg, tmp_path / "a", quiet=True)
     with pytest.raises(ModelError, match="does not fit even at per-replica batch 1"):
