@@ -177,7 +177,7 @@ def test_find_batch_bad_input(tmp_path, models, capsys):
         finders.find_batch(cfg, tmp_path / "a", quiet=True)
     with pytest.raises(ModelError, match="does not fit even at per-replica batch 1"):
         finders.find_batch(cfg, tmp_path / "b", memory_limit_mb=0.001, quiet=True)
-    rc = main(["find-batch", "--replicas", "2", "--model", f"{models}:dense_net", "--image-size", "4",
+    rc = main(["find-batch", "--replicas", "2", "--model", f"{models}:dense_net", "--dataset", "synthetic", "--image-size", "4",
                "--memory-limit-mb", "0.001", "--out", str(tmp_path / "c"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "does not fit even at per-replica batch 1" in err and len(err.strip().splitlines()) == 1
