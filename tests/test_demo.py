@@ -31,4 +31,4 @@ def test_demo_specs_on_cpu_and_on_gpus(gpus):
     batch = load_spec(specs["batch_lr"], SWEEPS)
     assert [p.params["replicas"] for p in scaling.points] == demo.replica_counts(gpus)
     assert len(batch.points) == 6 and scaling.report is None and batch.report is None  # one report at the end
-    assert batch.points[0].inject["replicas"] == (gpus or 4)
+    assert batch.points[0].inject["replicas"] == (gpus or 2)

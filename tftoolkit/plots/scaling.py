@@ -126,6 +126,9 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_title("Scaling efficiency = speed-up / N")
     ax.legend(loc="lower left")
+    note = _device_note(data)
+    if note:
+        footnote(fig, note.strip(" ()"))
     return fig
 
 
