@@ -458,7 +458,6 @@ class _Run:
     def _steps_frame(self):
         import pandas as pd
 
-        from .schedules import lr_at  # noqa: F401 - same schedule object the optimizer uses
 
         df = pd.DataFrame(self.rows, columns=self._row_columns())
         if len(df):
