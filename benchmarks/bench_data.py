@@ -80,30 +80,6 @@ def linear_baseline(train, val, penalties=(1e1, 1e2, 1e3, 1e4, 1e5)) -> dict:
     return {"best": best, "all": rows}
 
 
-def batch_then_normalise(original):
-    """What-if for data.train_dataset: uint8 -> float32 once per global batch instead of once per example.
-
-    Same values, same order; only where the conversion happens moves (augmentation runs unchanged). Used
-    by --what-if to show how much of the pipeline's time is the per-example map.
-    """
-    import tensorflow as tf
-
-    from tftoolkit import data
-
-    def train_dataset(source, config, epoch, skip_batches=0):
-        if config.augment:
-            return original(source, config, epoch, skip_batches)
-        epoch_seed = config.seed * 100003 + epoch
-        ds = source.train.shuffle(max(source.train_examples, 1), seed=epoch_seed, reshuffle_each_iteration=False)
-        ds = ds.batch(config.global_batch_size, drop_remainder=(config.last_batch == "drop"))
-        ds = ds.map(lambda i, l, e: (data._to_float(i), l, e), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if skip_batches:
-            ds = ds.skip(skip_batches)
-        return ds.prefetch(tf.data.AUTOTUNE).with_options(data._options())
-
-    return train_dataset
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=float, default=5, help="epochs for the quality run (default: 5)")
@@ -111,12 +87,11 @@ def main() -> int:
     ap.add_argument("--json", help="also write the figures to this JSON file")
     ap.add_argument("--repeats", type=int, default=3, help="pipeline and training measurements, alternated; "
                                                            "medians are reported (default: 3)")
-    ap.add_argument("--what-if", action="store_true", help="also measure the pipeline with the uint8 -> float "
-                                                           "conversion moved after batching (batch_then_normalise)")
     args = ap.parse_args()
 
     tftoolkit.init_devices(REPLICAS)  # before anything initialises TensorFlow
-    from tftoolkit import RunConfig, inputbench, shapes
+    from tftoolkit import RunConfig, inputbench
+    from tftoolkit.data import catalog, shapes
 
     results: dict = {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
                      "command": "python " + " ".join([sys.argv[0]] + sys.argv[1:])}
@@ -139,8 +114,6 @@ def main() -> int:
         # 2. pipeline vs training: alternated, so both see the same machine load; medians ------------------
         import statistics
 
-        from tftoolkit import data
-
         base = dict(dataset=str(ds), replicas=REPLICAS, per_replica_batch=PER_REPLICA_BATCH)
         rows = []
         for rep in range(args.repeats):
@@ -148,16 +121,6 @@ def main() -> int:
             c = inputbench.measure(RunConfig(**base), seconds=5, cache=True)
             row.update(cold=c["cold_images_per_sec"], cached=c["warm_images_per_sec"], load_s=c["load_s"])
             row["uncached"] = inputbench.measure(RunConfig(**base), seconds=5, cache=False)["warm_images_per_sec"]
-            if args.what_if:
-                original = data.train_dataset
-                data.train_dataset = batch_then_normalise(original)
-                try:
-                    w = inputbench.measure(RunConfig(**base), seconds=5, cache=True)
-                finally:
-                    data.train_dataset = original
-                row.update(whatif_cold=w["cold_images_per_sec"], whatif_cached=w["warm_images_per_sec"],
-                           whatif_cold_per_cpu_s=w["cold_images_per_cpu_s"],
-                           whatif_cached_per_cpu_s=w["warm_images_per_cpu_s"])
             # Training's CPU cost per image: CPU time of a 40-step run (one epoch) minus a 20-step run, so
             # building, tracing and evaluating (the same in both) cancel out.
             c0 = time.process_time()
@@ -177,7 +140,7 @@ def main() -> int:
         results.update({"pipeline_repeats": rows, "pipeline_medians": med,
                         "training_examples_per_replica": rows[-1]["per_replica"],
                         "training_dropped_examples": rows[-1]["dropped"]})
-        for k in ("cold", "cached", "uncached", "whatif_cold", "whatif_cached"):
+        for k in ("cold", "cached", "uncached"):
             if k in med:
                 results[f"{k}_ratio"] = med[k] / consumed
         for k in ("cold", "cached"):
@@ -193,19 +156,10 @@ def main() -> int:
         print(f"CPU cost per image: training {med['training_per_cpu_s']:.0f} images/CPU-s; pipeline cold "
               f"{med['cold_per_cpu_s']:.0f} ({results['cold_cpu_ratio']:.1f}x cheaper), cached "
               f"{med['cached_per_cpu_s']:.0f} ({results['cached_cpu_ratio']:.1f}x cheaper)")
-        if args.what_if:
-            print(f"what-if batch_then_normalise: cold {med['whatif_cold']:.0f} images/sec = "
-                  f"{results['whatif_cold_ratio']:.1f}x, cached {med['whatif_cached']:.0f} images/sec = "
-                  f"{results['whatif_cached_ratio']:.1f}x; per CPU-second cold {med['whatif_cold_per_cpu_s']:.0f} "
-                  f"({med['whatif_cold_per_cpu_s'] / med['training_per_cpu_s']:.1f}x), cached "
-                  f"{med['whatif_cached_per_cpu_s']:.0f} "
-                  f"({med['whatif_cached_per_cpu_s'] / med['training_per_cpu_s']:.1f}x)", flush=True)
 
         # 3. quality gate ------------------------------------------------------------------------------
         if not args.skip_quality:
-            from tftoolkit import datasets
-
-            source = datasets.load(RunConfig(dataset=str(ds)))
+            source = catalog.load(RunConfig(dataset=str(ds)))
             lin = linear_baseline(*arrays(source))
             q = tftoolkit.train(RunConfig(dataset=str(ds), replicas=REPLICAS, epochs=args.epochs, **QUALITY),
                                 tmp / "quality", quiet=True)

@@ -100,18 +100,19 @@ def allreduce_part(replicas: int, repeats: int) -> dict:
 def overhead_part(replicas: int, rounds: int, loops: int = 5, steps_per_loop: int = 10) -> dict:
     import tensorflow as tf
 
-    from tftoolkit import data, devices, strategy
+    from tftoolkit import devices, strategy
+    from tftoolkit.data import catalog, pipeline
     from tftoolkit.config import RunConfig
     from tftoolkit.train import build_engine, resolve
 
     cfg = resolve(RunConfig(replicas=replicas, per_replica_batch=32, steps_per_loop=steps_per_loop,
                             dataset="synthetic", train_images=4096))
     setup = devices.init(replicas)
-    source = data.limit(data.load_source(cfg), cfg.train_images)
+    source = catalog.load_source(cfg)
     strat, impl = strategy.make_strategy(setup, "auto")
     engine = build_engine(cfg, strat, source, source.train_examples)
-    ds = data.train_dataset(source, cfg, 0).repeat()
-    it = iter(data.distribute(strat, ds))
+    ds = pipeline.train_dataset(source, cfg, 0).repeat()
+    it = iter(pipeline.distribute(strat, ds))
     n = tf.constant(steps_per_loop, tf.int32)
     for _ in range(3):  # trace, autotune
         engine.train_loop(it, n)[0].numpy()

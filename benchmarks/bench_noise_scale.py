@@ -38,7 +38,8 @@ def main():
 
     import tensorflow as tf
 
-    from tftoolkit import data, devices, strategy as strategy_mod
+    from tftoolkit import devices, strategy as strategy_mod
+    from tftoolkit.data import pipeline, source as source_mod
     from tftoolkit.config import RunConfig
     from tftoolkit.train import _apply_global_settings, build_engine
 
@@ -54,10 +55,10 @@ def main():
         setup = devices.init(replicas)
         strat, _ = strategy_mod.make_strategy(setup, "auto")
         _apply_global_settings(cfg, setup)
-        x, y = data.synthetic_arrays(cfg.global_batch_size * 4, size, 10, seed=3)
-        source = data.from_arrays(x, y, num_classes=10)
-        batch = next(iter(data.train_dataset(source, cfg, 0).take(1)))
-        it = iter(data.distribute(strat, tf.data.Dataset.from_tensors(batch).repeat()))
+        x, y = source_mod.synthetic_arrays(cfg.global_batch_size * 4, size, 10, seed=3)
+        source = source_mod.from_arrays(x, y, num_classes=10)
+        batch = next(iter(pipeline.train_dataset(source, cfg, 0).take(1)))
+        it = iter(pipeline.distribute(strat, tf.data.Dataset.from_tensors(batch).repeat()))
         off = build_engine(cfg, strat, source, source.train_examples)
         on = build_engine(cfg.replace(noise_scale=True), strat, source, source.train_examples)
 

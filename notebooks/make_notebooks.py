@@ -62,7 +62,7 @@ out_dir: str = "runs/00_environment"  # where env.json, allreduce.csv and figure
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit import allreduce, hardware, report, rundir
+from tftoolkit import allreduce, fileio, hardware, report
 from tftoolkit import notebook as nb
 
 out = nb.start(out_dir)
@@ -71,7 +71,7 @@ tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when
     md("## Hardware, software and topology"),
     code("""
 env = hardware.collect()
-rundir.write_json(out / "env.json", env)
+fileio.write_json(out / "env.json", env)
 print(hardware.format_report(env))
 """),
     md("""

@@ -8,7 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
-from tftoolkit import RunConfig, cli, datasets, shapes, tfrecords
+from tftoolkit import RunConfig, cli
+from tftoolkit.data import catalog, shapes, tfrecords
 from tftoolkit.errors import DataError
 
 SMALL = dict(images=400, val_images=100, size=32, seed=0, shard_size=100)
@@ -30,7 +31,7 @@ def copy(prepared, tmp_path):
 
 
 def load(path, **kw):
-    return datasets.load(RunConfig(dataset=str(path), **kw))
+    return catalog.load(RunConfig(dataset=str(path), **kw))
 
 
 def examples(ds):
@@ -44,7 +45,7 @@ def examples(ds):
 def test_unprepared_shapes16k_says_the_command_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
     with pytest.raises(DataError, match=r"shapes16k is not prepared in .*: run `tftoolkit data prepare`"):
-        datasets.load(RunConfig(dataset="shapes16k"))
+        catalog.load(RunConfig(dataset="shapes16k"))
 
 
 def test_unprepared_shapes16k_is_one_line_and_exit_2_from_the_cli(tmp_path, monkeypatch, capsys):
@@ -57,9 +58,9 @@ def test_unprepared_shapes16k_is_one_line_and_exit_2_from_the_cli(tmp_path, monk
 
 def test_ensure_shapes16k_prepares_on_first_use_then_loads_by_name(tmp_path, monkeypatch):
     monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
-    path = datasets.ensure_shapes16k(images=200, val_images=50, shard_size=100)
+    path = catalog.ensure_shapes16k(images=200, val_images=50, shard_size=100)
     assert path == tmp_path / "shapes16k" and (path / "manifest.json").exists()
-    src = datasets.load(RunConfig(dataset="shapes16k"))
+    src = catalog.load(RunConfig(dataset="shapes16k"))
     assert src.name == "shapes16k" and src.train_examples == 200 and src.val_examples == 50
 
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from tftoolkit import data, devices, strategy as strategy_mod
+from tftoolkit import devices, strategy as strategy_mod
+from tftoolkit.data import pipeline, source as source_mod
 from tftoolkit.config import RunConfig
 from tftoolkit.train import _apply_global_settings, build_engine
 
@@ -15,8 +16,8 @@ def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_lo
 
     config = RunConfig(replicas=replicas, global_batch=48, optimizer=optimizer, base_lr=base_lr, base_batch=48,
                        model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit, seed=7)
-    x, y = data.synthetic_arrays(480, 16, 10, seed=3)
-    source = data.from_arrays(x, y, num_classes=10)
+    x, y = source_mod.synthetic_arrays(480, 16, 10, seed=3)
+    source = source_mod.from_arrays(x, y, num_classes=10)
     setup = devices.init(replicas)
     strat, _ = strategy_mod.make_strategy(setup, "auto")
     _apply_global_settings(config, setup)  # seed (same initial weights for every replica count), determinism
@@ -25,7 +26,7 @@ def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_lo
 
         keras.config.set_dtype_policy(dtype)
     eng = build_engine(config, strat, source, source.train_examples)
-    it = iter(data.distribute(strat, data.train_dataset(source, config, epoch=0)))
+    it = iter(pipeline.distribute(strat, pipeline.train_dataset(source, config, epoch=0)))
     losses = []
     for _ in range(STEPS // steps_per_loop):
         l, counts = eng.train_loop(it, tf.constant(steps_per_loop))

@@ -116,12 +116,13 @@ SMALL = dict(dataset="synthetic", image_size=16, train_images=256, per_replica_b
 
 
 def test_measuring_does_not_change_the_trained_weights(cpu_devices):
-    from tftoolkit import data, strategy
+    from tftoolkit import strategy
+    from tftoolkit.data import catalog
     from tftoolkit.train import build_engine, resolve
 
     cfg = resolve(RunConfig(replicas=2, steps=8, **SMALL))
     setup = devices.init(2)
-    source = data.limit(data.load_source(cfg), cfg.train_images)
+    source = catalog.load_source(cfg)
     strat, _ = strategy.make_strategy(setup, "auto")
     engine = build_engine(cfg, strat, source, source.train_examples)
     before = [np.array(v.numpy()) for v in engine.model.variables + engine.optimizer.variables]

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tftoolkit import cli, shapes, tfrecords
+from tftoolkit import cli
+from tftoolkit.data import shapes, tfrecords
 from tftoolkit.errors import DataError
 
 SMALL = dict(images=400, val_images=100, size=32, seed=0, shard_size=100)
@@ -38,7 +39,7 @@ def test_same_seed_gives_byte_identical_files_and_another_seed_does_not(small, t
 def test_another_process_writes_the_same_bytes(tmp_path):
     # A different string-hash seed changes the order of any unordered map; the files must not depend on it.
     out = tmp_path / "sub"
-    code = f"from tftoolkit import shapes; shapes.prepare({str(out)!r}, images=60, val_images=20, shard_size=30)"
+    code = f"from tftoolkit.data import shapes; shapes.prepare({str(out)!r}, images=60, val_images=20, shard_size=30)"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
     shapes.prepare(tmp_path / "here", images=60, val_images=20, shard_size=30)
@@ -128,9 +129,9 @@ def test_cli_data_prepare(tmp_path, capsys):
 
 
 def test_default_location_follows_tftoolkit_data_dir(tmp_path, monkeypatch):
-    from tftoolkit import datasets
+    from tftoolkit.data import home
 
     monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
-    assert datasets.default_dir() == tmp_path / "shapes16k"
+    assert home.default_dir() == tmp_path / "shapes16k"
     monkeypatch.delenv("TFTOOLKIT_DATA_DIR")
-    assert datasets.default_dir() == Path("data") / "shapes16k"
+    assert home.default_dir() == Path("data") / "shapes16k"

@@ -1,6 +1,6 @@
 """Split accounting on a file-backed dataset: over one epoch every example id reaches exactly one replica.
 
-Iterates the real pipeline (TFRecords -> data.train_dataset -> data.distribute) under MirroredStrategy over
+Iterates the real pipeline (TFRecords -> pipeline.train_dataset -> pipeline.distribute) under MirroredStrategy over
 1-4 simulated CPU replicas and looks at what each replica received; then trains end to end and checks the
 run summary's examples_per_replica and dropped_examples against the same arithmetic.
 """
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tftoolkit
-from tftoolkit import data, datasets, devices, shapes
+from tftoolkit import devices
+from tftoolkit.data import catalog, pipeline, shapes
 from tftoolkit.config import RunConfig
 from tftoolkit.strategy import make_strategy
 
@@ -30,13 +31,13 @@ def prepared(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def source(prepared):
-    return datasets.load(RunConfig(dataset=str(prepared)))
+    return catalog.load(RunConfig(dataset=str(prepared)))
 
 
 def _ids_per_replica(source, config, epoch=0):
     strategy, _ = make_strategy(devices.init(config.replicas), "auto")
     per_replica = [[] for _ in range(config.replicas)]
-    for _, labels, ids in data.distribute(strategy, data.train_dataset(source, config, epoch)):
+    for _, labels, ids in pipeline.distribute(strategy, pipeline.train_dataset(source, config, epoch)):
         ids_r = strategy.experimental_local_results(ids)
         labels_r = strategy.experimental_local_results(labels)
         assert len(ids_r) == config.replicas
@@ -53,7 +54,7 @@ def test_every_example_is_seen_exactly_once_per_epoch(source, replicas, last_bat
     config = RunConfig(dataset="unused", replicas=replicas, per_replica_batch=30, last_batch=last_batch)
     per_replica = _ids_per_replica(source, config)
     seen = [i for ids in per_replica for i in ids]
-    dropped = data.dropped_per_epoch(config, N)
+    dropped = pipeline.dropped_per_epoch(config, N)
     assert len(seen) == len(set(seen)), "an example reached two replicas, or one replica twice"
     assert set(seen) <= set(range(N))
     assert len(seen) == N - dropped  # none lost except the reported drops

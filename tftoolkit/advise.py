@@ -111,13 +111,13 @@ def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: 
 
 
 def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
-    from . import rundir
+    from . import fileio
 
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     if not path.exists():
         raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
-    s = rundir.read_json(path)
+    s = fileio.read_json(path)
     missing = [k for k in ("noise_scale", "per_replica_batch", "replicas") if k not in s]
     if missing:
         hint = " (train with --noise-scale)" if "noise_scale" in missing else ""
@@ -130,7 +130,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
            interconnect: str | None = None, inter_host: str = "ib200", gpus_per_host: int = 8,
            figures: bool = True) -> dict:
     """``tftoolkit advise``: advice.json, tradeoff.csv and figures in ``out`` (default: RUN_DIR)."""
-    from . import rundir
+    from . import fileio
 
     s, steps = read_run(run_dir)
     b_crit = s["noise_scale"]
@@ -166,8 +166,8 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                                 "fastest_replicas": int(fastest["replicas"]),
                                 "fastest_time_ratio": float(fastest["time_ratio"])}
     out = Path(out) if out is not None else Path(run_dir)
-    rundir.write_csv(out / "tradeoff.csv", frame)
-    rundir.write_json(out / "advice.json", result)
+    fileio.write_csv(out / "tradeoff.csv", frame)
+    fileio.write_json(out / "advice.json", result)
     if figures:
         from .plots import batch as bplots
         from .plots.theme import save_figure

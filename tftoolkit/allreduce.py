@@ -274,7 +274,7 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
     (and writes ``out/allreduce.csv`` plus ``out/bench.json`` with the parameters when ``out`` is given)."""
     import pandas as pd
 
-    from . import devices, rundir
+    from . import devices, fileio
     from .train import ensure_logging
 
     ensure_logging(quiet)
@@ -322,8 +322,8 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
         frame[col] = frame[col].astype("Int64")  # integers, empty where skipped (not 4096.0)
     if out is not None:
         out = Path(out)
-        rundir.write_csv(out / "allreduce.csv", frame)
-        rundir.write_json(out / "bench.json", {
+        fileio.write_csv(out / "allreduce.csv", frame)
+        fileio.write_json(out / "bench.json", {
             "bench": "allreduce", "replicas": replicas, "device_kind": setup.kind, "devices": list(setup.devices),
             "host_cores": setup.host_cores, "sizes": size_list, "impls": impl_list, "repeats": repeats,
             "warmup": warmup, "models": model_list, "image_size": image_size, "num_classes": num_classes,

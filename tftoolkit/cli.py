@@ -145,7 +145,7 @@ def _add_bench_parsers(bench_sub) -> None:
     p.set_defaults(func=cmd_bench_allreduce)
 
     p = bench_sub.add_parser("input", help="input pipeline alone: images/sec, cold (from files) and warm (cached)",
-                             description="Pull the training input pipeline (data.train_dataset + distribute) through "
+                             description="Pull the training input pipeline (data.pipeline.train_dataset + distribute) through "
                                          "the strategy with no model: images/sec for the first epoch (read and "
                                          "decoded from the files) and for later ones (served from the cache). "
                                          "Compare with a run's images_per_sec to see whether input can starve "
@@ -170,7 +170,7 @@ _NOT_INPUT_OPTIONS = ("base_lr", "base_batch", "lr_rule", "warmup_epochs", "sche
                       "noise_scale")
 
 def cmd_data_prepare(args) -> int:
-    from . import shapes
+    from .data import shapes
 
     m = shapes.prepare(args.out, images=args.images, val_images=args.val_images, size=args.size, seed=args.seed,
                        shard_size=args.shard_size, force=args.force)
@@ -184,7 +184,7 @@ def cmd_data_prepare(args) -> int:
 
 
 def _default_data_dir() -> str:
-    from .datasets import default_dir
+    from .data.home import default_dir
 
     return str(default_dir())
 
@@ -192,7 +192,7 @@ def _default_data_dir() -> str:
 def cmd_bench_input(args) -> int:
     import json
 
-    from . import inputbench, rundir
+    from . import fileio, inputbench
     from .errors import RunDirError
 
     result = inputbench.measure(config_from_args(args), seconds=args.seconds, cache=args.cache)
@@ -200,7 +200,7 @@ def cmd_bench_input(args) -> int:
         summary = os.path.join(args.compare, "summary.json")
         if not os.path.exists(summary):
             raise RunDirError(f"--compare {args.compare}: no summary.json there; give a finished run directory")
-        consumed = rundir.read_json(summary).get("images_per_sec")
+        consumed = fileio.read_json(summary).get("images_per_sec")
         result["training_images_per_sec"] = consumed
         result["cold_ratio"] = result["cold_images_per_sec"] / consumed if consumed else None
         result["warm_ratio"] = result["warm_images_per_sec"] / consumed if consumed else None
@@ -215,7 +215,7 @@ def cmd_bench_input(args) -> int:
 
 
 def _add_data_parsers(sub) -> None:
-    from . import shapes
+    from .data import shapes
 
     data = sub.add_parser("data", help="prepare datasets (shapes16k)",
                           description="Make the datasets the toolkit trains on.")

@@ -133,15 +133,15 @@ def _exponential_schedule(lr_min, lr_max, steps):
 
 
 def _prepare(config, data, quiet):
-    from . import data as data_mod
     from . import devices
+    from .data import catalog
     from .strategy import make_strategy
     from .train import _apply_global_settings, ensure_logging, resolve
 
     ensure_logging(quiet)
     config = resolve(config)
     setup = devices.init(config.replicas, config.gpus)
-    source = data_mod.limit(data_mod.load_source(config, data), config.train_images)
+    source = catalog.load_source(config, data)
     _apply_global_settings(config, setup)
     strategy, impl = make_strategy(setup, config.cross_device_ops)
     return config, setup, source, strategy
@@ -158,8 +158,8 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
     """Exponential LR sweep under the strategy; writes lr_find.csv, lr_find.json, lr_find.png into ``out``."""
     import tensorflow as tf
 
-    from . import data as data_mod
-    from . import rundir
+    from . import fileio
+    from .data import pipeline
     from .train import build_engine
 
     if not (0 < lr_min < lr_max and math.isfinite(lr_max)):
@@ -180,7 +180,7 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
     window = smoothing_window(steps)
     epoch = 0
     while len(losses) < steps and stop is None:
-        iterator = iter(data_mod.distribute(strategy, data_mod.train_dataset(source, config, epoch)))
+        iterator = iter(pipeline.distribute(strategy, pipeline.train_dataset(source, config, epoch)))
         pos = 0
         while pos < spe and len(losses) < steps:
             n = min(config.steps_per_loop, spe - pos, steps - len(losses))
@@ -216,8 +216,8 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
         "seconds": time.perf_counter() - t0, "config": config.to_dict(),
         "note": "suggested_lr is for this global batch; suggested_base_lr is the --base-lr that the LR rule scales to it",
     }
-    rundir.write_csv(out / "lr_find.csv", frame)
-    rundir.write_json(out / "lr_find.json", result)
+    fileio.write_csv(out / "lr_find.csv", frame)
+    fileio.write_json(out / "lr_find.json", result)
     if figures:
         from .plots import batch as bplots
         from .plots.theme import save_figure
@@ -286,7 +286,7 @@ class _Trials:
     def fits(self, b: int) -> bool:
         import tensorflow as tf
 
-        from . import data as data_mod
+        from .data import pipeline
 
         est = estimate_memory(self.eng.model, b, self.config.optimizer, self.config.precision)
         row = {"trial": len(self.rows) + 1, "per_replica_batch": b, "fits": False, "memory_bytes": float(est["total"]),
@@ -304,7 +304,7 @@ class _Trials:
                 one = (tf.zeros(shape, tf.float32), tf.constant(0, tf.int32), tf.constant(0, tf.int64))
                 # One example repeated into a global batch: the step's memory depends on shapes, not values.
                 ds = tf.data.Dataset.from_tensors(one).repeat().batch(n, drop_remainder=True)
-                it = iter(data_mod.distribute(self.strategy, ds))
+                it = iter(pipeline.distribute(self.strategy, ds))
                 losses, _ = self.eng.train_loop(it, tf.constant(1, tf.int32))
                 losses.numpy()
                 row["fits"] = True
@@ -364,7 +364,7 @@ def search_batch(fits, start: int, max_batch: int = MAX_BATCH) -> tuple[int, boo
 def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None = None, max_batch: int = MAX_BATCH,
                data=None, quiet: bool = False, figures: bool = True) -> dict:
     """Largest per-replica batch that fits; writes batch_find.csv, batch_find.json, batch_find.png into ``out``."""
-    from . import rundir
+    from . import fileio
     from .train import build_engine
 
     if memory_limit_mb is not None and not (memory_limit_mb > 0 and math.isfinite(memory_limit_mb)):
@@ -396,8 +396,8 @@ def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None =
         "trials": len(trials.rows), "seconds": time.perf_counter() - t0, "model": config.model,
         "optimizer": config.optimizer, "precision": config.precision, "config": config.to_dict(),
     }
-    rundir.write_csv(out / "batch_find.csv", frame)
-    rundir.write_json(out / "batch_find.json", result)
+    fileio.write_csv(out / "batch_find.csv", frame)
+    fileio.write_json(out / "batch_find.json", result)
     if figures and len(frame):
         from .plots import batch as bplots
         from .plots.theme import save_figure

@@ -18,7 +18,7 @@ import logging
 import math
 from pathlib import Path
 
-from . import rundir
+from . import fileio
 from .errors import ToolkitError
 from .sweep_spec import combinations, slug
 
@@ -59,7 +59,7 @@ def train_grid(base: dict, grid: dict, out, *, paired: dict | None = None, force
             # A combination the toolkit refuses (say a batch that does not divide by the replicas) is a result
             # too: record it where the report looks for runs, and go on.
             summary = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-            rundir.write_json(run_dir / "summary.json", {**summary, **_config_figures(config)})
+            fileio.write_json(run_dir / "summary.json", {**summary, **_config_figures(config)})
             log.warning("%s: %s", name, summary["error"])
         except Exception as e:  # noqa: BLE001 - train() recorded the failure in the run's summary.json
             summary = _read(run_dir) or {"status": "failed", "error": f"{type(e).__name__}: {e}"}
@@ -68,7 +68,7 @@ def train_grid(base: dict, grid: dict, out, *, paired: dict | None = None, force
                      "run_dir": str(run_dir.relative_to(out)),
                      **{k: v for k, v in summary.items()
                         if k not in ("status", "error") and k not in changes and _scalar(v)}})
-        rundir.write_csv(out / "results.csv", pd.DataFrame(rows))
+        fileio.write_csv(out / "results.csv", pd.DataFrame(rows))
     return pd.DataFrame(rows)
 
 
@@ -78,7 +78,7 @@ def _scalar(v) -> bool:
 
 def _read(run_dir: Path) -> dict | None:
     try:
-        return rundir.read_json(run_dir / "summary.json")
+        return fileio.read_json(run_dir / "summary.json")
     except (OSError, ValueError):
         return None
 

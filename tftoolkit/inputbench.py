@@ -1,4 +1,4 @@
-"""How fast the input pipeline alone delivers images: data.train_dataset + distribute, no model.
+"""How fast the input pipeline alone delivers images: pipeline.train_dataset + distribute, no model.
 
     cold  the first epoch: records read from the files, parsed, decoded and (with caching) cached
     warm  later epochs: served from the in-memory cache (or read again from the files with cache=False)
@@ -42,7 +42,8 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     step. The cold pass is one whole epoch (a cache is only kept once an epoch is complete); warm passes
     repeat whole epochs until they add up to ``seconds``.
     """
-    from . import data, devices
+    from . import devices
+    from .data import catalog, pipeline, source as source_mod
     from .strategy import make_strategy
     from .train import resolve
 
@@ -50,13 +51,8 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     setup = devices.init(config.replicas, config.gpus)
     strategy, impl = make_strategy(setup, config.cross_device_ops)
     t0 = time.perf_counter()
-    if config.dataset == "synthetic":
-        source = data.load_source(config)  # already in memory: cold and warm are the same thing
-    else:
-        from . import datasets
-
-        source = datasets.load(config, cache=cache)
-    source = data.limit(source, config.train_images)
+    # The synthetic set is already in memory: cold and warm are the same thing.
+    source = catalog.load_source(config, cache=cache)
     load_s = time.perf_counter() - t0
 
     import numpy as np
@@ -66,12 +62,12 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     steps = config.steps_per_epoch(source.train_examples)
 
     def iterator(src, epoch):
-        return iter(data.distribute(strategy, data.train_dataset(src, config, epoch)))
+        return iter(pipeline.distribute(strategy, pipeline.train_dataset(src, config, epoch)))
 
     # Trace the puller on a stand-in dataset with the same element spec: tracing is not input time, and
     # an iterator over the real data would start prefetching (and filling the shuffle buffer) meanwhile.
     g = config.global_batch_size
-    stand_in = data.from_arrays(np.zeros((g, *source.input_shape), np.uint8), np.zeros(g, np.int32),
+    stand_in = source_mod.from_arrays(np.zeros((g, *source.input_shape), np.uint8), np.zeros(g, np.int32),
                                 num_classes=source.num_classes)
     pull(iterator(stand_in, 0), tf.constant(0))
 

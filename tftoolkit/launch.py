@@ -275,7 +275,7 @@ def config_args(config) -> list[str]:
 def train_here(config, out, *, force: bool = False, quiet: bool = False) -> dict:
     """``tftoolkit.train`` of a config with workers > 1 and no cluster around: launch them here, wait, and
     return the summary the chief wrote."""
-    from .rundir import read_json
+    from .fileio import read_json
 
     argv = ["train", "--out", str(out), *config_args(config)] + (["--force"] if force else []) \
         + (["--quiet"] if quiet else [])

@@ -105,24 +105,9 @@ def _time_loop(train_loop, iterator, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def first_batch(source, global_batch: int):
-    """The first ``global_batch`` training examples as float32 images (as data.train_dataset converts them,
-    without shuffling or augmentation: no pass over the whole dataset to fill a shuffle buffer)."""
-    import tensorflow as tf
-
-    def to_float(images, labels, ids):
-        images = tf.cast(images, tf.float32) / 255.0 if images.dtype == tf.uint8 else tf.cast(images, tf.float32)
-        return images, labels, ids
-
-    options = tf.data.Options()
-    options.autotune.enabled = False  # see _Replay: no autotuning thread to wait for when the iterator goes
-    ds = source.train.take(global_batch).batch(global_batch).map(to_float).with_options(options)
-    return next(iter(ds))
-
-
 class _Replay:
     """Stands in for the distributed iterator ``train_loop`` takes: every ``next`` gives the same per-replica
-    batch, sliced as data.distribute slices it and placed on the replicas' devices once.
+    batch, sliced as pipeline.distribute slices it and placed on the replicas' devices once.
 
     Not a tf.data iterator on purpose: deleting one waits for tf.data's autotuning threads (one per device
     for a distributed iterator) to wake up, which took from 0.3 s to over a minute on a loaded 2-core
@@ -163,12 +148,13 @@ def _restore(snapshot) -> None:
 def time_step_parts(engine, config, source, train_examples: int, rounds: int = MEASURE_ROUNDS) -> dict:
     """Median per-step time of the full step and of the compute-only step, both on one batch already on the
     devices; the all-reduce is the median of the paired differences."""
+    from .data import pipeline
     from .train import build_engine
 
     strategy = engine.strategy
     n = config.steps_per_loop
     # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
-    iterator = _Replay(strategy, first_batch(source, config.global_batch_size))
+    iterator = _Replay(strategy, pipeline.first_batch(source, config.global_batch_size))
     saved = _snapshot(engine)
     try:
         bare = build_engine(config, strategy, source, train_examples, allreduce=False)

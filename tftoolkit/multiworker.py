@@ -367,8 +367,8 @@ def train(config, cluster: Cluster | None, out, *, force: bool = False, quiet: b
     Called by ``tftoolkit.train`` once ``config.workers`` > 1; returns the run's summary (on a non-chief
     worker: its own copy, which is not written anywhere).
     """
-    from . import data as data_mod
-    from . import devices, rundir
+    from .data import catalog
+    from . import devices, fileio, rundir
     from .strategy import make_multiworker_strategy
     from .train import _Run
 
@@ -403,14 +403,14 @@ def train(config, cluster: Cluster | None, out, *, force: bool = False, quiet: b
     log.info("worker %d of %d (%s%s), %d replica(s) here, %d in all", cluster.worker_id, cluster.workers,
              cluster.address, ", chief" if cluster.is_chief else "", setup.replicas, config.replicas)
     out.mkdir(parents=True, exist_ok=True)
-    source = data_mod.limit(data_mod.load_source(config, data), config.train_images)
+    source = catalog.load_source(config, data)
     derived = config.derived(source.train_examples)
     if cluster.is_chief:
-        rundir.write_json(out / "config.json", {"config": config.to_dict(), "derived": derived,
+        fileio.write_json(out / "config.json", {"config": config.to_dict(), "derived": derived,
                                                 "dataset": {"name": source.name, **source.info}})
     # Every worker reads this after all have joined, when only the chief could have changed it: same answer.
     if (out / "summary.json").exists():
-        previous = rundir.read_json(out / "summary.json")
+        previous = fileio.read_json(out / "summary.json")
         if previous.get("status") == "ok":
             log.info("%s already holds a finished run of this config; nothing to do", out)
             mark("finished", cluster)

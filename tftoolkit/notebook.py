@@ -107,7 +107,8 @@ def training_config(smoke: bool, **config) -> dict:
 
 def prepare_data(dataset: str) -> None:
     """Make shapes16k on first use (about 20 s on 2 cores); nothing for other datasets."""
-    from .datasets import SHAPES16K, ensure_shapes16k
+    from .data.catalog import ensure_shapes16k
+    from .data.home import SHAPES16K
 
     if dataset == SHAPES16K:
         ensure_shapes16k()

@@ -187,12 +187,12 @@ def _finite(v) -> bool:
 
 def calibrate(run_dir) -> Calibration:
     """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing."""
-    from . import rundir
+    from . import fileio
 
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
-    s = rundir.read_json(path)
+    s = fileio.read_json(path)
     return calibrate_summary(s, str(path))
 
 
@@ -364,7 +364,7 @@ def crossover(frame: pd.DataFrame) -> dict:
 def measured_frame(sources) -> pd.DataFrame:
     """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
     ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv."""
-    from . import rundir
+    from . import fileio
 
     rows = []
     for src in sources:
@@ -372,7 +372,7 @@ def measured_frame(sources) -> pd.DataFrame:
         if p.is_dir():
             if not (p / "summary.json").exists():
                 raise RunDirError(f"{p} has no summary.json")
-            s = rundir.read_json(p / "summary.json")
+            s = fileio.read_json(p / "summary.json")
             missing = [k for k in ("replicas", "per_replica_batch", "step_time_s") if not _finite(s.get(k))]
             if missing:
                 raise RunDirError(f"{p}/summary.json lacks field(s) {', '.join(missing)}")
@@ -421,7 +421,7 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
         gpus_per_host=DEFAULT_GPUS_PER_HOST, nics_per_host=1, measured=None, algorithm="ring",
         figures=True) -> dict:
     """``tftoolkit predict``: prediction.csv, prediction.json and figures in ``out`` (default: RUN_DIR)."""
-    from . import rundir
+    from . import fileio
 
     cal = calibrate(run_dir)
     links: list[Link] = []
@@ -461,10 +461,10 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
                                 "median_abs_error": float(comparison["error"].abs().median()),
                                 "max_abs_error": float(comparison["error"].abs().max())}
     out = Path(out) if out is not None else Path(run_dir)
-    rundir.write_csv(out / "prediction.csv", frame)
+    fileio.write_csv(out / "prediction.csv", frame)
     if comparison is not None:
-        rundir.write_csv(out / "prediction_vs_measured.csv", comparison)
-    rundir.write_json(out / "prediction.json", result)
+        fileio.write_csv(out / "prediction_vs_measured.csv", comparison)
+    fileio.write_json(out / "prediction.json", result)
     if figures:
         from .plots import predict as pplots
         from .plots.theme import save_figure

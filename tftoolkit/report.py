@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import rundir
+from . import fileio
 from .errors import DataError
 
 log = logging.getLogger("tftoolkit")
@@ -51,7 +51,7 @@ class Results:
 # --- loading ------------------------------------------------------------------------------------------------
 def _read_json(path: Path) -> dict:
     try:
-        return rundir.read_json(path)
+        return fileio.read_json(path)
     except (OSError, ValueError):
         return {}
 
@@ -421,6 +421,6 @@ def save_tables(res: Results, out_dir) -> dict[str, Path]:
         if frame is None or frame.empty:
             continue
         path = out / f"{name}.csv"
-        rundir.write_csv(path, frame)
+        fileio.write_csv(path, frame)
         written[name] = path
     return written

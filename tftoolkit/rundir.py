@@ -2,65 +2,18 @@
 
 RUN_DIR/ config.json  summary.json  steps.csv  evals.csv  env.json  monitor.csv  checkpoints/
 
-Every file is written atomically (temp file in the same folder, then rename), so a killed run never
-leaves a half-written summary; readers see the old file or the new one.
+Every file is written atomically (``fileio``: temp file in the same folder, then rename), so a killed run
+never leaves a half-written summary; readers see the old file or the new one.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Any
 
 from .config import NON_IDENTITY_KEYS
 from .errors import RunDirError
-
-
-def _atomic_write(path: Path, write) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path, obj: Any) -> None:
-    _atomic_write(path, lambda f: json.dump(_jsonable(obj), f, indent=2, sort_keys=True, allow_nan=True))
-
-
-def read_json(path) -> Any:
-    with open(path) as f:
-        return json.load(f)
-
-
-def write_csv(path, frame) -> None:
-    """Write a pandas DataFrame as CSV, atomically."""
-    _atomic_write(path, lambda f: frame.to_csv(f, index=False))
-
-
-def _jsonable(obj):
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return obj
+from .fileio import read_json
 
 
 def identity(config_dict: dict) -> dict:

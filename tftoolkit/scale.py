@@ -112,7 +112,7 @@ def table(rows: list[dict], mode: str):
 def scale(config: RunConfig | dict, replicas, out, mode: str = "weak", *, force: bool = False,
           quiet: bool = False):
     """Run ``config`` at each replica count into ``out/runs/r<N>`` and write ``out/scaling.csv``; returns it."""
-    from . import devices, rundir
+    from . import devices, fileio
     from .train import ensure_logging, train
 
     ensure_logging(quiet)
@@ -132,7 +132,7 @@ def scale(config: RunConfig | dict, replicas, out, mode: str = "weak", *, force:
         row.update({col: summary.get(key, math.nan) for key, col in _FROM_SUMMARY.items()})
         rows.append(row)
         # Written after every run, so a long study that stops half-way keeps what it measured.
-        rundir.write_csv(out / "scaling.csv", table(rows, mode))
+        fileio.write_csv(out / "scaling.csv", table(rows, mode))
     frame = table(rows, mode)
-    rundir.write_csv(out / "scaling.csv", frame)
+    fileio.write_csv(out / "scaling.csv", frame)
     return frame

@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import rundir
+from . import fileio
 from .errors import SweepError
 from .sweep_spec import OUT_PARAM, Point, Spec
 from .sweep_spec import load as load_spec
@@ -117,7 +117,7 @@ def open_dir(spec: Spec, out: Path, force: bool, create: bool = True) -> bool:
     ident = spec.identity()
     if sweep_json.exists():
         try:
-            old = rundir.read_json(sweep_json).get("identity", {})
+            old = fileio.read_json(sweep_json).get("identity", {})
         except (OSError, ValueError):
             old = {}
         if old == json.loads(json.dumps(ident)):
@@ -132,7 +132,7 @@ def open_dir(spec: Spec, out: Path, force: bool, create: bool = True) -> bool:
                          "empty --out")
     if create:
         out.mkdir(parents=True, exist_ok=True)
-        rundir.write_json(sweep_json, {
+        fileio.write_json(sweep_json, {
             "identity": ident,
             "spec": {"notebook": str(spec.notebook), "report": str(spec.report) if spec.report else None,
                      "fixed": spec.fixed, "grid": spec.grid, "zip": spec.zip, "source": spec.source,
@@ -149,7 +149,7 @@ def point_dir(out: Path, point: Point) -> Path:
 def read_record(out: Path, point: Point) -> dict | None:
     path = point_dir(out, point) / POINT_JSON
     try:
-        return rundir.read_json(path)
+        return fileio.read_json(path)
     except (OSError, ValueError):
         return None
 
@@ -180,7 +180,7 @@ def collect_runs(pdir: Path) -> dict:
     summaries = []
     for p in paths:
         try:
-            summaries.append((p.parent, rundir.read_json(p)))
+            summaries.append((p.parent, fileio.read_json(p)))
         except (OSError, ValueError):
             summaries.append((p.parent, {"status": "failed", "error": f"unreadable {p.name}"}))
     info = {"runs": len(summaries), "run_status": "ok", "run_error": None, "run_dir": None, "figures": {}}
@@ -223,7 +223,7 @@ def results_frame(spec: Spec, out: Path):
 
 def write_results(spec: Spec, out: Path) -> Path:
     path = out / RESULTS_CSV
-    rundir.write_csv(path, results_frame(spec, out))
+    fileio.write_csv(path, results_frame(spec, out))
     return path
 
 
@@ -251,7 +251,7 @@ def _child_env(gpus: list[str] | None) -> dict:
 
 def _spawn(notebook: Path, output: Path, params: dict, pdir: Path, gpus, log_file) -> subprocess.Popen:
     params_path = pdir / PARAMS_JSON
-    rundir.write_json(params_path, params)
+    fileio.write_json(params_path, params)
     cmd = [sys.executable, "-m", "tftoolkit.sweep_point", str(notebook), str(output), str(params_path),
            str(pdir / OUTCOME_JSON), str(os.getpid())]
     # A new session: a timeout stops the point's whole process group, never the sweep itself.
@@ -265,7 +265,7 @@ def _start(spec: Spec, out: Path, point: Point, gpus, timeout: float | None) -> 
         shutil.rmtree(pdir)  # an unfinished or re-run point starts clean
     pdir.mkdir(parents=True)
     now = time.time()
-    rundir.write_json(pdir / POINT_JSON, {"id": point.id, "params": point.params, "status": "running",
+    fileio.write_json(pdir / POINT_JSON, {"id": point.id, "params": point.params, "status": "running",
                                           "started": now, "gpus": gpus})
     params = {**point.inject, OUT_PARAM: str(pdir.resolve())}
     log_file = open(pdir / LOG_TXT, "w")
@@ -292,7 +292,7 @@ def _finish(out: Path, job: _Job, timeout: float | None) -> dict:
     pdir = point_dir(out, job.point)
     outcome = None
     try:
-        outcome = rundir.read_json(pdir / OUTCOME_JSON)
+        outcome = fileio.read_json(pdir / OUTCOME_JSON)
         (pdir / OUTCOME_JSON).unlink()
     except (OSError, ValueError):
         pass
@@ -310,7 +310,7 @@ def _finish(out: Path, job: _Job, timeout: float | None) -> dict:
     record = {"id": job.point.id, "params": job.point.params, "status": status, "error": error,
               "started": job.started, "finished": time.time(), "wall_s": round(time.time() - job.started, 2),
               "gpus": job.gpus, "runs": runs["runs"], "run_dir": runs["run_dir"], "figures": runs["figures"]}
-    rundir.write_json(pdir / POINT_JSON, record)
+    fileio.write_json(pdir / POINT_JSON, record)
     return record
 
 
@@ -449,7 +449,7 @@ def render_report(notebook: Path, sweep_dirs: list, out: Path, timeout: float | 
             _stop(proc)
             raise
     try:
-        outcome = rundir.read_json(work / OUTCOME_JSON)
+        outcome = fileio.read_json(work / OUTCOME_JSON)
     except (OSError, ValueError):
         outcome = {"status": "failed", "error": f"the report did not finish; see {work / LOG_TXT}"}
     error = None if outcome.get("status") == "ok" else outcome.get("error") or "report failed"
@@ -472,10 +472,7 @@ def write_html(notebook: Path, html: Path) -> None:
 
     nb = nbformat.read(str(notebook), as_version=4)
     body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": f"tftoolkit: {notebook.stem}"}})
-    rundir._atomic_write(html, lambda f: f.write(body))
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(html, 0o666 & ~mask)  # the temp file was private; a report is for others to read
+    fileio.atomic_write(html, body)  # readable by others: a report is for sharing
 
 
 def main_cli(args) -> int:

@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 
-from . import rundir
+from . import fileio
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(params_path) as f:
         parameters = json.load(f)
     outcome = run(notebook, output, parameters)
-    rundir.write_json(outcome_path, outcome)
+    fileio.write_json(outcome_path, outcome)
     return 0
 
 

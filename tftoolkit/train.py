@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import data as data_mod
-from . import devices, rundir, stats
+from .data import catalog, pipeline
+from . import devices, fileio, rundir, stats
 from .config import RunConfig
 from .errors import ConfigError, ToolkitError
 
@@ -262,15 +262,15 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     if config.workers > 1:
         return multiworker.train(config, cluster, out, force=force, quiet=quiet, data=data)
     setup = devices.init(config.replicas, config.gpus)
-    source = data_mod.limit(data_mod.load_source(config, data), config.train_images)
+    source = catalog.load_source(config, data)
     n_train = source.train_examples
     derived = config.derived(n_train)
     out = Path(out) if out is not None else _default_out(config)
     out, resuming = rundir.prepare(out, config.to_dict(), force=force)
-    rundir.write_json(out / "config.json", {"config": config.to_dict(), "derived": derived,
+    fileio.write_json(out / "config.json", {"config": config.to_dict(), "derived": derived,
                                             "dataset": {"name": source.name, **source.info}})
     if resuming and (out / "summary.json").exists():
-        previous = rundir.read_json(out / "summary.json")
+        previous = fileio.read_json(out / "summary.json")
         if previous.get("status") == "ok":
             log.info("%s already holds a finished run of this config; nothing to do", out)
             return previous
@@ -365,7 +365,7 @@ class _Run:
         env = hardware.collect(tf_info=info)
         env["tftoolkit"] = {"device_kind": self.setup.kind, "devices": list(self.setup.devices),
                             "threads": devices.thread_settings()}
-        rundir.write_json(self.out / "env.json", env)
+        fileio.write_json(self.out / "env.json", env)
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self):
@@ -382,8 +382,8 @@ class _Run:
         try:
             while step < total and self.status == "ok":
                 epoch, pos = divmod(step, spe)
-                ds = data_mod.train_dataset(self.source, config, epoch, skip_batches=pos)
-                iterator = iter(data_mod.distribute(eng.strategy, ds))
+                ds = pipeline.train_dataset(self.source, config, epoch, skip_batches=pos)
+                iterator = iter(pipeline.distribute(eng.strategy, ds))
                 epoch_start_count = int(st["counts"].numpy().sum()) - pos * config.global_batch_size
                 while pos < spe and step < total:
                     n = min(config.steps_per_loop, spe - pos, total - step)
@@ -442,8 +442,8 @@ class _Run:
         return False
 
     def _eval_dataset(self):
-        ds = data_mod.eval_dataset(self.source, self.config)
-        return None if ds is None else data_mod.distribute(self.engine.strategy, ds)
+        ds = pipeline.eval_dataset(self.source, self.config)
+        return None if ds is None else pipeline.distribute(self.engine.strategy, ds)
 
     def _evaluate(self, dist_val, epoch, step):
         if dist_val is None:
@@ -473,8 +473,8 @@ class _Run:
             return
         import pandas as pd
 
-        rundir.write_csv(self.out / "steps.csv", self._steps_frame())
-        rundir.write_csv(self.out / "evals.csv",
+        fileio.write_csv(self.out / "steps.csv", self._steps_frame())
+        fileio.write_csv(self.out / "evals.csv",
                          pd.DataFrame(self.evals, columns=["epoch", "step", "val_loss", "val_accuracy", "val_examples"]))
 
     def _reload_logs(self):
@@ -575,7 +575,7 @@ class _Run:
             summary.update(measure.summary_fields(self.engine, config, setup, self.source, summary))
         summary["monitor"] = self._monitor_summary(thr)
         if self.chief:
-            rundir.write_json(self.out / "summary.json", summary)
+            fileio.write_json(self.out / "summary.json", summary)
         if self.status == "ok":
             log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",
                      step, thr["images_per_sec"], thr["images_per_sec_uncertainty"] if thr["timed_steps"] > 1 else float("nan"),

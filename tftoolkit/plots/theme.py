@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from ..errors import DataError
+from ..fileio import atomic_write
 
 _PALETTE = sns.color_palette("colorblind", 10)
 
@@ -145,28 +144,6 @@ def batch_axis(ax, batches) -> None:
 
 
 # --- saving ----------------------------------------------------------------------------------------------
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; a figure is for others to read too
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_figure(fig: Figure, directory, name: str, formats=("png", "svg")) -> dict[str, Path]:
     """Write ``directory/name.png`` and ``.svg`` atomically (a killed run never leaves half a PNG).
 
@@ -184,6 +161,6 @@ def save_figure(fig: Figure, directory, name: str, formats=("png", "svg")) -> di
             rendered[fmt] = buf.getvalue()
     for fmt, data in rendered.items():
         path = directory / f"{name}.{fmt}"
-        _atomic_bytes(path, data)
+        atomic_write(path, data)
         out[fmt] = path
     return out

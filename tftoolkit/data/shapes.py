@@ -219,9 +219,9 @@ def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_image
     ``force``). Written so that an interrupted prepare never leaves a manifest naming missing shards: the
     old manifest goes first, each shard is written to a temp file and renamed, the manifest comes last.
     """
+    from ..errors import DataError
     from . import tfrecords
-    from .datasets import default_dir
-    from .errors import DataError
+    from .home import default_dir
 
     out = Path(out) if out is not None else default_dir()
     for name, v in (("images", images), ("size", size), ("shard_size", shard_size)):

@@ -16,14 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import struct
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
+from ..fileio import replacing, write_json
 
 log = logging.getLogger("tftoolkit")
 
@@ -65,7 +65,7 @@ class DatasetWriter:
                 pass
             # The old manifest goes before any shard is replaced: from here until finish() there is none.
             old.unlink()
-        for stale in self.out.glob(".*.tmp*"):
+        for stale in self.out.glob(".*.tmp"):
             stale.unlink()
 
     def write_shard(self, split: str, index: int, count: int, images: np.ndarray, labels: np.ndarray,
@@ -73,14 +73,12 @@ class DatasetWriter:
         import tensorflow as tf
 
         name = shard_name(split, index, count)
-        path = self.out / name
-        tmp = self.out / f".{name}.tmp{os.getpid()}"
         h, w, c = self.image_shape
         if images.shape[1:] != (h, w, c) or images.dtype != np.uint8:
             raise AssertionError(f"images {images.shape} {images.dtype} do not match {self.image_shape} uint8")
         fixed = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
                  for k, v in (("height", h), ("width", w), ("channels", c))}
-        try:
+        with replacing(self.out / name) as tmp:
             with tf.io.TFRecordWriter(str(tmp)) as writer:
                 for k, (img, label) in enumerate(zip(images, labels)):
                     feats = dict(fixed)
@@ -92,17 +90,10 @@ class DatasetWriter:
                     # per-process string hash seed, and the same seed must give the same bytes.
                     writer.write(example.SerializeToString(deterministic=True))
             entry = {"file": name, "records": int(len(images)), "first_id": int(first_id), "sha256": sha256(tmp)}
-            os.replace(tmp, path)
-        except BaseException:
-            if tmp.exists():
-                tmp.unlink()
-            raise
         self.splits.setdefault(split, []).append(entry)
         return entry
 
     def finish(self, per_class: dict[str, dict[str, int]], generator: dict | None = None) -> dict:
-        from .rundir import write_json
-
         h, w, c = self.image_shape
         manifest = {
             "format": FORMAT,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 log = logging.getLogger("tftoolkit")
 
@@ -93,7 +93,7 @@ def _report_skipped(path: Path, not_images: list[Path], unreadable: list[Path]) 
 
 def load(path, image_size: int):
     """A DataSource from an image folder; see the module docstring for the layout."""
-    from .data import from_arrays
+    from .source import from_arrays
 
     path = Path(path)
     split_layout = (path / "train").is_dir() and any((path / v).is_dir() for v in VAL_NAMES)

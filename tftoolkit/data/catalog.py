@@ -1,10 +1,11 @@
-"""File-backed datasets: what ``config.dataset`` names when it is not ``synthetic``.
+"""What ``config.dataset`` names, as a DataSource:
 
+    synthetic          class-conditional random tensors in memory (source.synthetic)
     shapes16k          the generated set in $TFTOOLKIT_DATA_DIR/shapes16k (default: data/shapes16k)
     PATH               a folder of TFRecord shards with a manifest.json (tfrecords.py),
                        or a folder with one sub-folder of images per class (folders.py)
 
-``data.load_source`` calls ``load``; the per-epoch shuffle, batching and distribution happen in data.py.
+``load_source`` is the one entry; the per-epoch shuffle, batching and distribution happen in pipeline.py.
 """
 
 from __future__ import annotations
@@ -14,23 +15,28 @@ import os
 import time
 from pathlib import Path
 
+from ..errors import DataError
 from . import tfrecords
-from .data import DataSource
-from .errors import DataError
+from .home import DATA_DIR_ENV, SHAPES16K, default_dir
+from .source import DataSource, from_arrays, limit, synthetic
 
 log = logging.getLogger("tftoolkit")
 
-SHAPES16K = "shapes16k"
-DATA_DIR_ENV = "TFTOOLKIT_DATA_DIR"
 
+def load_source(config, arrays=None, cache: bool = True) -> DataSource:
+    """The examples a config names, limited to ``config.train_images``.
 
-def data_root() -> Path:
-    """Where named datasets live: $TFTOOLKIT_DATA_DIR, else data/ under the current directory."""
-    return Path(os.environ.get(DATA_DIR_ENV) or "data")
-
-
-def default_dir() -> Path:
-    return data_root() / SHAPES16K
+    ``arrays`` = (x, y) or (x, y, x_val, y_val) from the Python API. ``cache=False`` re-reads the files every
+    epoch (the input benchmark's cold path).
+    """
+    if arrays is not None:
+        x, y, *rest = arrays
+        source = from_arrays(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
+    elif config.dataset == "synthetic":
+        source = synthetic(config)
+    else:
+        source = load(config, cache=cache)
+    return limit(source, config.train_images)
 
 
 def ensure_shapes16k(out=None, **kwargs) -> Path:
@@ -53,7 +59,7 @@ def load(config, cache: bool = True) -> DataSource:
         if not (path / tfrecords.MANIFEST).exists():
             where = "" if DATA_DIR_ENV not in os.environ else f" (${DATA_DIR_ENV}={os.environ[DATA_DIR_ENV]})"
             raise DataError(f"shapes16k is not prepared in {path}{where}: run `tftoolkit data prepare` "
-                            "(or call tftoolkit.datasets.ensure_shapes16k() in Python)")
+                            "(or call tftoolkit.data.catalog.ensure_shapes16k() in Python)")
     else:
         path = Path(name).expanduser()
         if not path.exists():

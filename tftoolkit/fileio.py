@@ -1,0 +1,88 @@
+"""Atomic file writes: every file the toolkit writes goes through ``atomic_write``.
+
+A file is written to a temporary name in the same folder, flushed to disk, then renamed over the target
+(``os.replace`` is atomic on POSIX filesystems), so a reader, or a rerun after a SIGKILL, sees either the
+old file or the new one, never half of one. JSON, CSV, figures, reports and dataset shards all use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def replacing(path, *, public: bool = True):
+    """A temporary path next to ``path`` for a writer that needs a file name (a TFRecordWriter, say).
+
+    On a clean exit the file is flushed to disk and renamed over ``path``; on an exception it is deleted
+    and ``path`` is left as it was. ``public``: give the file the usual permissions (0666 less the umask),
+    since ``mkstemp`` makes private 0600 files and run directories, figures and reports are for others too.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        if public:
+            os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path, content: str | bytes | Callable, *, binary: bool | None = None, public: bool = True) -> Path:
+    """Write ``content`` (text, bytes, or a function that writes into the open file) to ``path`` atomically."""
+    if binary is None:
+        binary = isinstance(content, (bytes, bytearray))
+    with replacing(path, public=public) as tmp:
+        with open(tmp, "wb" if binary else "w", **({} if binary else {"newline": ""})) as f:
+            if callable(content):
+                content(f)
+            else:
+                f.write(content)
+    return Path(path)
+
+
+def jsonable(obj):
+    """Plain Python values for json.dump: NumPy scalars and arrays become numbers and lists."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
+
+
+def write_json(path, obj: Any) -> Path:
+    return atomic_write(path, lambda f: json.dump(jsonable(obj), f, indent=2, sort_keys=True, allow_nan=True))
+
+
+def read_json(path) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_csv(path, frame) -> Path:
+    """Write a pandas DataFrame as CSV, atomically."""
+    return atomic_write(path, lambda f: frame.to_csv(f, index=False))
