@@ -52,7 +52,7 @@ def one(kind: str, replicas: int, epochs: int, global_batch: int, steps_per_loop
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * max(replicas, 4))
     import keras
 
-    from tftoolkit import models
+    from tftoolkit.engine import models
     from tftoolkit.data import source as data
 
     keras.utils.set_random_seed(0)

@@ -90,7 +90,8 @@ def main() -> int:
     args = ap.parse_args()
 
     tftoolkit.init_devices(REPLICAS)  # before anything initialises TensorFlow
-    from tftoolkit import RunConfig, inputbench
+    from tftoolkit import RunConfig
+    from tftoolkit.measure import inputbench
     from tftoolkit.data import catalog, shapes
 
     results: dict = {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),

@@ -57,7 +57,8 @@ def numpy_sum(size_bytes: int, replicas: int, repeats: int, threads: int = 1) ->
 
 
 def allreduce_part(replicas: int, repeats: int) -> dict:
-    from tftoolkit import allreduce, devices
+    from tftoolkit.engine import devices
+    from tftoolkit.measure import allreduce
 
     setup = devices.init(replicas)
     print(f"\n## 1. all-reduce of 64 MiB across {replicas} logical CPU devices (median of {repeats})")
@@ -100,10 +101,11 @@ def allreduce_part(replicas: int, repeats: int) -> dict:
 def overhead_part(replicas: int, rounds: int, loops: int = 5, steps_per_loop: int = 10) -> dict:
     import tensorflow as tf
 
-    from tftoolkit import devices, strategy
+    from tftoolkit.engine import devices, strategy
     from tftoolkit.data import catalog, pipeline
     from tftoolkit.config import RunConfig
-    from tftoolkit.train import build_engine, resolve
+    from tftoolkit.engine.session import resolve
+    from tftoolkit.engine.step import build_engine
 
     cfg = resolve(RunConfig(replicas=replicas, per_replica_batch=32, steps_per_loop=steps_per_loop,
                             dataset="synthetic", train_images=4096))
@@ -200,7 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default="1,3,4", help="which parts to run (2 runs with 1)")
     ap.add_argument("--models", default="small_cnn,resnet20", help="models for part 4")
     args = ap.parse_args(argv)
-    from tftoolkit import devices
+    from tftoolkit.engine import devices
 
     devices.init(args.replicas)
     print(f"load average before: {os.getloadavg()}; host cores: {devices.host_cores()}; "

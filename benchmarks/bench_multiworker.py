@@ -32,7 +32,7 @@ TRAIN = ["--model", "small_cnn", "--dataset", "synthetic", "--image-size", "32",
 
 # --- workers for part 2 (run as subprocesses of this script) -----------------------------------------------
 def allreduce_rows(strategy, label, sizes, repeats, options=None):
-    from tftoolkit import allreduce
+    from tftoolkit.measure import allreduce
 
     payloads = [(f"{s} B", [(s // 4,)], ["float32"], s) for s in sizes]
     shapes, dtypes = allreduce.model_gradient_set("small_cnn")
@@ -55,24 +55,26 @@ def _prod(shape):
 
 def worker_main(args) -> int:
     """One worker of the 2 x 2 all-reduce timing (TF_CONFIG set by the driver)."""
-    from tftoolkit import devices, multiworker
-    from tftoolkit.strategy import make_multiworker_strategy
+    from tftoolkit.cluster import spec, workers
+    from tftoolkit.engine import devices
+    from tftoolkit.engine.strategy import make_multiworker_strategy
 
-    cluster = multiworker.cluster_from_env()
-    multiworker.mark("started", cluster)
+    cluster = spec.cluster_from_env()
+    workers.mark("started", cluster)
     setup = devices.init(2)
     strategy, _ = make_multiworker_strategy(setup, "auto")
-    multiworker.mark("joined", cluster)
+    workers.mark("joined", cluster)
     rows = allreduce_rows(strategy, "2 workers x 2, collective ring (gRPC)", args.sizes, args.repeats)
     if cluster.is_chief:
         Path(args.worker_out).write_text(json.dumps(rows))
-    multiworker.mark("finished", cluster)
+    workers.mark("finished", cluster)
     return 0
 
 
 def local_main(args) -> int:
     """1 process x 4 devices: collective ring and reduce_to_one, made as ``tftoolkit bench allreduce`` makes them."""
-    from tftoolkit import allreduce, devices
+    from tftoolkit.engine import devices
+    from tftoolkit.measure import allreduce
 
     setup = devices.init(4)
     rows = []
@@ -115,7 +117,7 @@ def throughput(pairs: int, steps: int, tmp: Path) -> list[dict]:
 
 
 def allreduce_part(sizes, repeats, tmp: Path) -> list[dict]:
-    from tftoolkit import launch, multiworker
+    from tftoolkit.cluster import launch, spec as multiworker
 
     me = [sys.executable, os.path.abspath(__file__), "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats)]
     local_out = tmp / "local.json"
@@ -144,7 +146,7 @@ def main() -> int:
     ap.add_argument("--local-allreduce", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from tftoolkit.allreduce import parse_sizes
+    from tftoolkit.measure.allreduce import parse_sizes
 
     args.sizes = parse_sizes(args.sizes) if isinstance(args.sizes, str) else args.sizes
     if args.worker_allreduce:

@@ -38,10 +38,11 @@ def main():
 
     import tensorflow as tf
 
-    from tftoolkit import devices, strategy as strategy_mod
+    from tftoolkit.engine import devices, strategy as strategy_mod
     from tftoolkit.data import pipeline, source as source_mod
     from tftoolkit.config import RunConfig
-    from tftoolkit.train import _apply_global_settings, build_engine
+    from tftoolkit.engine.session import apply_global_settings as _apply_global_settings
+    from tftoolkit.engine.step import build_engine
 
     setup_all = devices.init(max(c[0] for c in cases))
     print(f"# {platform.processor() or platform.machine()}, {devices.host_cores()} cores, TF {tf.__version__}, "

@@ -49,7 +49,8 @@ def mlp(input_shape, num_classes):
 
 def check(model: str, per_replica: int, out: Path, steps: int, image_size: int) -> None:
     import tftoolkit
-    from tftoolkit import allreduce, predict
+    from tftoolkit.measure import allreduce
+    from tftoolkit.science import predict
 
     csvs = []
     for n in (2, 4):
@@ -101,7 +102,7 @@ def multiworker(out: Path, steps: int, image_size: int) -> None:
     import subprocess
     import sys
 
-    from tftoolkit import predict
+    from tftoolkit.science import predict
 
     runs = {}
     for k in (2, 4):

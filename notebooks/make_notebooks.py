@@ -62,8 +62,9 @@ out_dir: str = "runs/00_environment"  # where env.json, allreduce.csv and figure
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit import allreduce, fileio, hardware, report
-from tftoolkit import notebook as nb
+from tftoolkit import fileio
+from tftoolkit.experiments import notebook as nb, report
+from tftoolkit.measure import allreduce, hardware
 
 out = nb.start(out_dir)
 tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
@@ -127,8 +128,7 @@ out_dir: str = "runs/01_data_parallel_scaling"  # where runs/, scaling.csv and f
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit import notebook as nb
-from tftoolkit import report, scale
+from tftoolkit.experiments import notebook as nb, report, scale
 
 replicas = nb.smoke_values(nb.as_list(replicas, int, "replicas"), smoke, "replicas")  # -p passes '[1, 2]' as text
 tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
@@ -210,8 +210,7 @@ out_dir: str = "runs/02_batch_and_lr_scaling"  # where runs/, results.csv and fi
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit import grid, report
-from tftoolkit import notebook as nb
+from tftoolkit.experiments import grid, notebook as nb, report
 
 global_batches = nb.smoke_values(nb.as_list(global_batches, int, "global_batches"), smoke, "global_batches")
 lr_rules = nb.smoke_values(nb.as_list(lr_rules, str, "lr_rules"), smoke, "lr_rules")  # -p passes lists as text
@@ -276,8 +275,8 @@ out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit import allreduce, report, scale
-from tftoolkit import notebook as nb
+from tftoolkit.experiments import notebook as nb, report, scale
+from tftoolkit.measure import allreduce
 
 replicas = nb.as_list(replicas, int, "replicas")  # papermill's -p passes '[1, 2]' as text
 tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
@@ -338,8 +337,7 @@ smoke: bool = False  # no effect: the report only reads files (kept so every not
 """),
     code("""
 %matplotlib inline
-from tftoolkit import notebook as nb
-from tftoolkit import report
+from tftoolkit.experiments import notebook as nb, report
 
 sweep_dirs = nb.as_list(sweep_dirs, str, "sweep_dirs")  # papermill's -p passes lists as text
 out = nb.start(out_dir)
@@ -448,8 +446,8 @@ out_dir: str = "runs/05_batch_science"  # where the finders' folders, train/, th
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit import advise, finders, predict
-from tftoolkit import notebook as nb
+from tftoolkit.experiments import notebook as nb
+from tftoolkit.science import advise, finders, predict
 from tftoolkit.plots import batch as batch_plots
 from tftoolkit.plots import predict as predict_plots
 from tftoolkit.plots.theme import save_figure

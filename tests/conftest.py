@@ -16,7 +16,7 @@ MAX_TEST_REPLICAS = 4
 
 @pytest.fixture(scope="session")
 def cpu_devices():
-    from tftoolkit import devices
+    from tftoolkit.engine import devices
 
     return devices.init(MAX_TEST_REPLICAS)
 
@@ -24,6 +24,6 @@ def cpu_devices():
 @pytest.fixture(scope="session", autouse=True)
 def _init_devices_first():
     # Importing TF is cheap enough; initialising devices up front makes test order irrelevant.
-    from tftoolkit import devices
+    from tftoolkit.engine import devices
 
     devices.init(MAX_TEST_REPLICAS)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit import advise
+from tftoolkit.science import advise
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, RunDirError
 
@@ -70,7 +70,7 @@ def test_advise_writes_advice_tradeoff_and_figures(tmp_path):
     assert frame.loc[frame["current"], "replicas"].tolist() == [2]
     # Time to the same loss: S(B)/S(b) x t(N)/t(1); on NVLink 4 with 50 ms of compute, 4 MB of gradients.
     row = frame.set_index("replicas").loc[16]
-    from tftoolkit import predict
+    from tftoolkit.science import predict
 
     t16 = 0.05 + predict.allreduce_time(4e6, 8, 2, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
     assert row["time_ratio"] == pytest.approx((1 + 500 / 512) / (1 + 500 / 32) * t16 / 0.05)

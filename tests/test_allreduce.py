@@ -5,7 +5,9 @@ import math
 import pandas as pd
 import pytest
 
-from tftoolkit import allreduce, cli, devices
+from tftoolkit import cli
+from tftoolkit.engine import devices
+from tftoolkit.measure import allreduce
 from tftoolkit.errors import ConfigError
 
 devices.init(4)  # before anything touches TensorFlow (conftest does the same)

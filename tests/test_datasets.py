@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tftoolkit import RunConfig, cli
+from tftoolkit import cli, RunConfig
 from tftoolkit.data import catalog, shapes, tfrecords
 from tftoolkit.errors import DataError
 

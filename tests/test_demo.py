@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tftoolkit import demo
-from tftoolkit.sweep_spec import load as load_spec
+from tftoolkit.experiments import demo
+from tftoolkit.experiments.sweep_spec import load as load_spec
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 

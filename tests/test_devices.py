@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from tftoolkit import devices
+from tftoolkit.engine import devices
 from tftoolkit.errors import DeviceError
 
 

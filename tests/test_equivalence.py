@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from tftoolkit import devices, strategy as strategy_mod
+from tftoolkit.engine import devices, strategy as strategy_mod
 from tftoolkit.data import pipeline, source as source_mod
 from tftoolkit.config import RunConfig
-from tftoolkit.train import _apply_global_settings, build_engine
+from tftoolkit.engine.session import apply_global_settings as _apply_global_settings
+from tftoolkit.engine.step import build_engine
 
 STEPS = 6
 
@@ -91,7 +92,7 @@ def test_xla_step_matches_plain_step():
 
 
 def test_jit_is_skipped_with_a_warning_on_several_cpu_replicas(caplog):
-    from tftoolkit.train import jit_effective
+    from tftoolkit.engine.step import jit_effective
 
     setup = devices.init(2)
     strat, _ = strategy_mod.make_strategy(setup, "auto")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit import finders
+from tftoolkit.science import finders
 from tftoolkit.cli import main
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError, ModelError
@@ -85,7 +85,7 @@ def test_search_doubles_then_bisects():
 def test_memory_estimate_of_a_hand_counted_model(models):
     import keras
 
-    from tftoolkit import models as registry
+    from tftoolkit.engine import models as registry
 
     model = registry.build(f"{models}:dense_net", (2, 2, 3), 5)
     params = 12 * 16 + 16 + 16 * 5 + 5
@@ -144,7 +144,7 @@ def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatc
 
     import tensorflow as tf
 
-    train_mod = sys.modules["tftoolkit.train"]  # the module (tftoolkit.train is the function)
+    from tftoolkit.engine import step as train_mod
     real = train_mod.build_engine
 
     def build_with_small_memory(*args, **kwargs):

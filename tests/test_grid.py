@@ -4,7 +4,7 @@ import json
 
 import pandas as pd
 
-from tftoolkit import grid
+from tftoolkit.experiments import grid
 
 
 def test_run_names_name_what_varies():

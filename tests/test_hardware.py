@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tftoolkit import hardware
+from tftoolkit.measure import hardware
 from tftoolkit.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
@@ -255,8 +255,7 @@ def test_every_nvml_call_in_the_package_exists_in_pynvml():
     real = pytest.importorskip("pynvml")
     root = HERE.parent
     used = set()
-    for path in [root / "tftoolkit" / "hardware.py", root / "tftoolkit" / "monitor.py",
-                 root / "benchmarks" / "record_nvml_fixture.py"]:
+    for path in [*sorted((root / "tftoolkit").rglob("*.py")), root / "benchmarks" / "record_nvml_fixture.py"]:
         used |= set(re.findall(r"\bnvml\.(nvml\w+)", path.read_text()))
     assert used and not [n for n in used if not hasattr(real, n)]
 

@@ -10,11 +10,18 @@ import time
 import psutil
 import pytest
 
-from tftoolkit import cli, launch, multiworker
+from tftoolkit import cli
+from tftoolkit.cli import cluster as cli_cluster
+from tftoolkit.cluster import launch, spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ClusterError, ConfigError
 
 TRAIN = ["train", "--out", "runs/x", "--steps", "2"]
+
+
+def _plan(argv, workers, n=None):
+    """What ``tftoolkit launch --workers W --replicas-per-worker N -- ARGV`` plans."""
+    return launch.plan(*cli_cluster.train_command(argv), workers, n)
 
 
 def _descendants() -> set[int]:
@@ -35,18 +42,18 @@ def no_leftovers():
 # --- planning ---------------------------------------------------------------------------------------------
 def test_plan_adds_workers_and_total_replicas(monkeypatch):
     monkeypatch.setattr(multiworker, "gpu_count", lambda: 0)
-    p = launch.plan(["--", *TRAIN], 2, 2)
+    p = _plan(["--", *TRAIN], 2, 2)
     assert p.argv[-4:] == ["--workers", "2", "--replicas", "4"] and p.replicas_per_worker == 2 and p.gpu_slices is None
-    assert launch.plan([*TRAIN, "--replicas", "6"], 3).replicas_per_worker == 2
-    assert launch.plan(TRAIN, 2).replicas_per_worker == 1  # CPU: one simulated replica per worker by default
+    assert _plan([*TRAIN, "--replicas", "6"], 3).replicas_per_worker == 2
+    assert _plan(TRAIN, 2).replicas_per_worker == 1  # CPU: one simulated replica per worker by default
 
 
 def test_plan_gives_each_worker_its_own_gpus(monkeypatch):
     monkeypatch.setattr(multiworker, "gpu_count", lambda: 4)
-    p = launch.plan(TRAIN, 2)
+    p = _plan(TRAIN, 2)
     assert p.replicas_per_worker == 2 and p.gpu_slices == ["0,1", "2,3"]
     with pytest.raises(ConfigError, match="need 6 GPUs; this machine has 4"):
-        launch.plan(TRAIN, 2, 3)
+        _plan(TRAIN, 2, 3)
 
 
 @pytest.mark.parametrize("argv, workers, n, message", [
@@ -62,7 +69,7 @@ def test_plan_gives_each_worker_its_own_gpus(monkeypatch):
 def test_plan_refuses_bad_requests(monkeypatch, argv, workers, n, message):
     monkeypatch.setattr(multiworker, "gpu_count", lambda: 0)
     with pytest.raises(ConfigError) as e:
-        launch.plan(argv, workers, n)
+        _plan(argv, workers, n)
     assert message in str(e.value)
 
 

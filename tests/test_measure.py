@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from tftoolkit import devices, flops, measure
+from tftoolkit.engine import devices
+from tftoolkit.measure import breakdown as measure, flops
 from tftoolkit.config import RunConfig
 
 devices.init(4)  # before anything touches TensorFlow (conftest does the same)
@@ -94,8 +95,8 @@ def test_cpu_peak_is_measured_once_and_mfu_divides_by_it(cpu_devices):
 
 
 def test_gpu_peak_comes_from_the_rated_table(monkeypatch):
-    pytest.importorskip("tftoolkit.hardware")
-    from tftoolkit.devices import DeviceSetup
+    pytest.importorskip("tftoolkit.measure.hardware")
+    from tftoolkit.engine.devices import DeviceSetup
 
     setup = DeviceSetup("GPU", ("/gpu:0", "/gpu:1"), (0, 1), 8)
     monkeypatch.setattr(flops, "gpu_names", lambda s: ["NVIDIA A100-SXM4-80GB"] * 2)
@@ -116,9 +117,10 @@ SMALL = dict(dataset="synthetic", image_size=16, train_images=256, per_replica_b
 
 
 def test_measuring_does_not_change_the_trained_weights(cpu_devices):
-    from tftoolkit import strategy
+    from tftoolkit.engine import strategy
     from tftoolkit.data import catalog
-    from tftoolkit.train import build_engine, resolve
+    from tftoolkit.engine.session import resolve
+    from tftoolkit.engine.step import build_engine
 
     cfg = resolve(RunConfig(replicas=2, steps=8, **SMALL))
     setup = devices.init(2)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit import monitor
+from tftoolkit.measure import monitor
 from tftoolkit.errors import ConfigError, DataError, DeviceError, RunDirError, ToolkitError
 
 HERE = Path(__file__).resolve().parent
@@ -131,7 +131,7 @@ def test_killed_run_leaves_a_readable_file(tmp_path):
     path = tmp_path / "m.csv"
     code = textwrap.dedent(f"""
         import os, signal, time
-        from tftoolkit.monitor import Monitor
+        from tftoolkit.measure.monitor import Monitor
         Monitor({str(path)!r}, interval_s={FAST}, flush_s=0.1).start()
         time.sleep(0.6)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -371,7 +371,7 @@ def test_summary_of_empty_frame():
 def test_hardware_monitor_and_plots_never_import_tensorflow(tmp_path):
     code = textwrap.dedent(f"""
         import sys, time
-        from tftoolkit import hardware, monitor
+        from tftoolkit.measure import hardware, monitor
         from tftoolkit.plots import monitor as plots
         hardware.format_report(hardware.collect())
         with monitor.Monitor({str(tmp_path)!r}, interval_s=0.05) as mon:

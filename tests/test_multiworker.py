@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 import tftoolkit
-from tftoolkit import cli, multiworker
+from tftoolkit import cli
+from tftoolkit.cluster import spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 
@@ -257,8 +258,8 @@ def test_config_counts_replicas_over_all_workers():
 
 
 def test_single_process_all_reduce_choices_are_refused_across_workers():
-    from tftoolkit.devices import DeviceSetup
-    from tftoolkit.strategy import choose_collective
+    from tftoolkit.engine.devices import DeviceSetup
+    from tftoolkit.engine.strategy import choose_collective
 
     cpu = DeviceSetup("CPU-simulated", ("/cpu:0", "/cpu:1"), None, 2)
     assert choose_collective("auto", cpu)[0] == "ring"

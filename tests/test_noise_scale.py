@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import tftoolkit
-from tftoolkit import noise
+from tftoolkit.engine import noise
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
 # Modules whose functions train or touch TensorFlow: a notebook using them must set up devices first.
-TF_MODULES = ("scale", "grid", "allreduce", "finders", "noise", "tftoolkit.train")
+TF_MODULES = ("scale", "grid", "allreduce", "finders", "noise", "tftoolkit.train", "training")
 
 
 def _code_cells(nb):
@@ -79,14 +79,14 @@ def test_committed_notebook_is_clean_thin_and_parameterised(path):
         assert "init_devices" in cells[1].source, f"{path.name}: call tftoolkit.init_devices in the cell after the parameters"
 
 
-# --- the helpers the notebooks call (tftoolkit.notebook) ----------------------------------------------------
+# --- the helpers the notebooks call (tftoolkit.experiments.notebook) ----------------------------------------------------
 @pytest.mark.parametrize("value, item, expected", [
     ([1, 2], int, [1, 2]), ("[1, 2]", int, [1, 2]), ("1,2,4", int, [1, 2, 4]), (4, int, [4]),
     ("['linear', 'sqrt']", str, ["linear", "sqrt"]), ("linear,sqrt", str, ["linear", "sqrt"]),
     ("[0, 0.5]", float, [0.0, 0.5]), ((64, 128), int, [64, 128]),
 ])
 def test_as_list_reads_what_papermill_and_sweeps_pass(value, item, expected):
-    from tftoolkit.notebook import as_list
+    from tftoolkit.experiments.notebook import as_list
 
     assert as_list(value, item) == expected
 
@@ -94,14 +94,14 @@ def test_as_list_reads_what_papermill_and_sweeps_pass(value, item, expected):
 @pytest.mark.parametrize("value", ["[1.5]", "[True]", "[]", "[1, 2", "one,two"])
 def test_as_list_refuses_what_is_not_a_list_of_ints(value):
     from tftoolkit.errors import ConfigError
-    from tftoolkit.notebook import as_list
+    from tftoolkit.experiments.notebook import as_list
 
     with pytest.raises(ConfigError, match="replicas"):
         as_list(value, int, "replicas")
 
 
 def test_smoke_shrinks_configs_and_lists_and_nothing_otherwise():
-    from tftoolkit import notebook as nb
+    from tftoolkit.experiments import notebook as nb
 
     cfg = nb.training_config(False, dataset="shapes16k", steps=60, global_batch=0, train_images=0)
     assert cfg == {"dataset": "shapes16k", "steps": 60, "global_batch": None, "train_images": None}
@@ -195,7 +195,7 @@ def test_03_communication_smoke(out_root):
 
 @pytest.mark.slow
 def test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root):
-    from tftoolkit import sweep
+    from tftoolkit.experiments import sweep
 
     scaling_out, _ = _EXECUTED.get("01_data_parallel_scaling") or _execute("01_data_parallel_scaling", out_root,
                                                                             replicas=[1, 2])

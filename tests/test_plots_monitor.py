@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from tftoolkit.errors import DataError
-from tftoolkit.monitor import COLUMNS
+from tftoolkit.measure.monitor import COLUMNS
 from tftoolkit.plots import monitor as plots
 
 matplotlib.use("Agg")

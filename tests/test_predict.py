@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit import predict
+from tftoolkit.science import predict
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, DataError, RunDirError
-from tftoolkit.predict import Calibration, Link
+from tftoolkit.science.predict import Calibration, Link
 
 RESNET50_BYTES = 25.6e6 * 4  # ~25.6 M parameters in float32
 

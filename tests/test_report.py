@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tftoolkit import report
+from tftoolkit.experiments import report
 from tftoolkit.errors import DataError
 
 
@@ -125,7 +125,7 @@ def test_missing_folder_and_unknown_figure_are_clear_errors(sweeps, tmp_path):
 
 
 def test_report_never_imports_tensorflow(sweeps):
-    code = ("import sys; from tftoolkit import report; r = report.load(sys.argv[1:]); report.all_figures(r); "
+    code = ("import sys; from tftoolkit.experiments import report; r = report.load(sys.argv[1:]); report.all_figures(r); "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     done = subprocess.run([sys.executable, "-c", code, *map(str, sweeps)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -6,7 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from tftoolkit import cli, devices, scale
+from tftoolkit import cli
+from tftoolkit.engine import devices
+from tftoolkit.experiments import scale
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 

@@ -1,7 +1,7 @@
 import pytest
 
 from tftoolkit.config import RunConfig
-from tftoolkit.schedules import WarmupSchedule, from_config, lr_at
+from tftoolkit.engine.schedules import WarmupSchedule, from_config, lr_at
 
 
 def test_linear_warmup_from_base_to_scaled_then_constant():

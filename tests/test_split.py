@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import tftoolkit
-from tftoolkit import devices
+from tftoolkit.engine import devices
 from tftoolkit.data import catalog, pipeline, shapes
 from tftoolkit.config import RunConfig
-from tftoolkit.strategy import make_strategy
+from tftoolkit.engine.strategy import make_strategy
 
 N = 400  # training images; 4 shards of 100
 # The post-training step-time breakdown (RunConfig.measure, where present) is not what these tests are about

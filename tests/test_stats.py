@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tftoolkit import stats
+from tftoolkit.measure import stats
 
 
 def test_mean_and_uncertainty_is_the_standard_error():

@@ -1,7 +1,7 @@
 import pytest
 
-from tftoolkit import devices, strategy
-from tftoolkit.devices import DeviceSetup
+from tftoolkit.engine import devices, strategy
+from tftoolkit.engine.devices import DeviceSetup
 from tftoolkit.errors import ConfigError
 
 GPU4 = DeviceSetup("GPU", ("/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"), (0, 1, 2, 3), 16)

@@ -18,10 +18,11 @@ import pandas as pd
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tftoolkit import cli, sweep
+from tftoolkit import cli
+from tftoolkit.experiments import sweep
 from tftoolkit.errors import SweepError
-from tftoolkit.sweep_spec import check_value, combinations
-from tftoolkit.sweep_spec import load as load_spec
+from tftoolkit.experiments.sweep_spec import check_value, combinations
+from tftoolkit.experiments.sweep_spec import load as load_spec
 
 FIXTURE_PARAMS = """\
 x: int = 0  # a number the point echoes into its summary

@@ -19,9 +19,8 @@ warnings.filterwarnings("ignore", message="To make it possible to preserve tf.da
 from .config import RunConfig  # noqa: E402
 from .errors import ConfigError, DataError, DeviceError, ModelError, RunDirError, ToolkitError  # noqa: E402
 
-# The module tftoolkit.train holds no TensorFlow import at module level, so this stays cheap; importing
-# the function also keeps ``tftoolkit.train`` the function rather than the submodule.
-from .train import train  # noqa: E402
+# tftoolkit.training holds no TensorFlow import at module level, so this stays cheap.
+from .training import train  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -31,6 +30,6 @@ __all__ = ["RunConfig", "train", "init_devices", "ToolkitError", "ConfigError", 
 
 def init_devices(replicas=None, gpus=None):
     """Set up devices (GPUs, or ``replicas`` simulated CPU devices) before TensorFlow initialises."""
-    from .devices import init
+    from .engine.devices import init
 
     return init(replicas, gpus)

@@ -163,7 +163,7 @@ class RunConfig:
     # --- derived quantities (the only place they are computed) -----------------------------------
     def _need_replicas(self) -> int:
         if self.replicas is None:
-            raise ConfigError("replicas is not resolved yet: call tftoolkit.devices.resolve(config) first")
+            raise ConfigError("replicas is not resolved yet: call tftoolkit.engine.session.resolve(config) first")
         return self.replicas
 
     @property

@@ -1,4 +1,4 @@
-"""Figures of a monitor frame (``tftoolkit.monitor.read_monitor``): metrics over time, utilisation heatmap.
+"""Figures of a monitor frame (``tftoolkit.measure.monitor.read_monitor``): metrics over time, utilisation heatmap.
 
 Figures are built on ``matplotlib.figure.Figure`` directly, not pyplot, so they work under Agg on a headless
 server, keep no global state, and still display when a notebook cell returns them.
@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import DataError
-from ..monitor import METRICS
+from ..measure.monitor import METRICS
 
 GPU_METRICS = ("util_gpu_pct", "mem_used_bytes", "power_w", "temp_c")
 HOST_METRICS = ("cpu_util_pct", "rss_bytes")

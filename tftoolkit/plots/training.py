@@ -1,6 +1,6 @@
 """Training-curve figures for batch-size and learning-rate studies; diverged runs are marked, never dropped.
 
-Inputs are tidy frames (``tftoolkit.report`` builds them from run directories):
+Inputs are tidy frames (``tftoolkit.experiments.report`` builds them from run directories):
 
     steps:  run, global_batch, lr_rule, step, loss, [epoch_frac], [status], [warmup_epochs]
     evals:  run, global_batch, lr_rule, epoch_frac | epoch, val_accuracy, [status], [warmup_epochs]

@@ -1,0 +1,84 @@
+"""tftoolkit sweep and demo: notebooks over parameter grids, and the main job."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def add(sub) -> None:
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill (resumable)",
+                       description="Run SPEC's notebook once per point of its parameter grid (grid: crossed, zip: "
+                                   "paired, fixed: shared), each point in its own process and folder "
+                                   "OUT/runs/<id>/; write OUT/results.csv and the report (OUT/report.html). "
+                                   "Running the same command again resumes: finished points are skipped.")
+    p.add_argument("spec", metavar="SPEC.yaml", help="sweep spec: notebook, report, fixed, grid, zip (see sweeps/)")
+    p.add_argument("--out", required=True, help="sweep folder; rerunning the same spec there resumes it")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="stop a point after S seconds and record it as 'timeout' (default: no limit)")
+    p.add_argument("--rerun-failed", action="store_true", help="also run failed and timed-out points again")
+    p.add_argument("--dry-run", action="store_true", help="list the points and what would run; run nothing")
+    p.add_argument("--force", action="store_true", help="delete a different sweep found in --out and start over")
+    p.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
+                   help="give each point K GPUs (CUDA_VISIBLE_DEVICES) and run as many points at once as there "
+                        "are disjoint sets of K; without GPUs points run one after another")
+    p.add_argument("--no-report", action="store_true", help="skip the report notebook")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
+    p.set_defaults(func=sweep)
+
+    p = sub.add_parser("demo", help="the main job: data, scaling and batch/LR sweeps, report (about 10 min on CPU)",
+                       description="Prepare shapes16k if needed, run the scaling sweep (all GPUs, or 4 simulated CPU "
+                                   "replicas), a small batch-size x LR-rule sweep and a short all-reduce bench, render "
+                                   "the report and print where report.html is. Running it again resumes.")
+    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
+    p.add_argument("--force", action="store_true", help="redo a sweep in --out whose spec (sweeps/*.yaml) changed")
+    p.add_argument("--quiet", action="store_true", help="only warnings and the final lines")
+    p.set_defaults(func=demo)
+
+
+def sweep(args) -> int:
+    from ..experiments import sweep as sweep_mod
+    from ..experiments.sweep_spec import load as load_spec
+
+    spec = load_spec(args.spec)
+    out = Path(args.out)
+    if args.dry_run:
+        rows = sweep_mod.dry_run(spec, out, rerun_failed=args.rerun_failed, force=args.force)
+        n_run = sum(r["action"] == "run" for r in rows)
+        print(f"{spec.notebook.name}: {len(rows)} points, {n_run} would run, {len(rows) - n_run} would be skipped")
+        if spec.fixed:
+            print("  every point: " + ", ".join(f"{k}={v!r}" for k, v in spec.fixed.items()))
+        width = max(len(r["id"]) for r in rows)
+        for r in rows:
+            params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items() if k not in spec.fixed)
+            print(f"  {r['action']:4}  {r['id']:<{width}}  {r['status']:<8}  {params}")
+        return 0
+    s = sweep_mod.run(spec, out, timeout=args.timeout, rerun_failed=args.rerun_failed, force=args.force,
+            gpus_per_run=args.gpus_per_run, report=not args.no_report, quiet=args.quiet)
+    c = s["counts"]
+    print(f"{s['results']}: {c['ok']} ok, {c['diverged']} diverged, {c['failed']} failed, {c['timeout']} timed out"
+          + (f", {c['pending'] + c['running']} unfinished" if c["pending"] + c["running"] else ""))
+    if s["report"]:
+        print(f"report: {s['report']}" + (f" (report notebook failed: {s['report_error']})" if s["report_error"] else ""))
+    elif s["report_error"]:
+        print(f"report failed: {s['report_error']}", file=sys.stderr)
+    return 0 if not (c["failed"] or c["timeout"] or s["report_error"]) else 1
+
+
+def demo(args) -> int:
+    """Run the demo, then say where the report is."""
+    from ..experiments import demo as demo_mod
+
+    r = demo_mod.run(args.out, force=args.force, quiet=args.quiet)
+    bad = 0
+    for name, s in r["sweeps"].items():
+        c = s["counts"]
+        bad += c["failed"] + c["timeout"]
+        print(f"{name}: {c['ok']} ok, {c['diverged']} diverged, {c['failed']} failed, {c['timeout']} timed out "
+              f"({s['results']})")
+    print(f"demo finished in {r['wall_s'] / 60:.1f} min")
+    if r["report"]:
+        print(f"report: {Path(r['report']).resolve()}")
+    if r["report_error"]:
+        print(f"the report notebook failed: {r['report_error']}")
+    return 0 if r["report"] and not r["report_error"] and not bad else 1

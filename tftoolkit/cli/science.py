@@ -1,0 +1,121 @@
+"""tftoolkit find-lr, find-batch, advise and predict: how to set batch size, learning rate and GPU count."""
+
+from __future__ import annotations
+
+from .common import add_config_options, config_from_args
+
+
+def add(sub) -> None:
+    from ..science import finders, predict
+
+    p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
+                       description="Turn the gradient noise scale of a run trained with --noise-scale into a "
+                                   "recommended global batch and GPU count (B_crit ~ B_simple, McCandlish et al. "
+                                   "2018) and plot the steps-vs-examples trade-off.")
+    p.add_argument("run_dir", help="run directory of a run trained with --noise-scale")
+    p.add_argument("--out", help="where to write advice.json, tradeoff.csv, tradeoff.png (default: RUN_DIR)")
+    p.add_argument("--per-replica-batch", type=int, help="per-replica batch to plan with (default: the run's; "
+                                                         "e.g. what find-batch found)")
+    p.add_argument("--max-replicas", type=int, default=64, help="most GPUs to consider (default: 64)")
+    p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
+                                          + ", ".join(predict.PRESETS) + " or NAME=GBps[:latency_us]")
+    p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
+    p.set_defaults(func=advise_command)
+
+    for name, fn, helptext in (("find-lr", find_lr_command, "exponential learning-rate sweep under the strategy"),
+                               ("find-batch", find_batch_command, "largest per-replica batch that fits in device memory")):
+        p = sub.add_parser(name, help=helptext, description=helptext + " (see tftoolkit.finders).")
+        p.add_argument("--out", required=True, help="directory for the finder's table, JSON and figure")
+        p.add_argument("--quiet", action="store_true", help="only warnings")
+        if name == "find-lr":
+            p.add_argument("--lr-min", type=float, default=finders.LR_MIN, help=f"first LR (default: {finders.LR_MIN:g})")
+            p.add_argument("--lr-max", type=float, default=finders.LR_MAX, help=f"last LR (default: {finders.LR_MAX:g})")
+            p.add_argument("--lr-steps", type=int, default=finders.LR_STEPS,
+                           help=f"steps of the sweep (default: {finders.LR_STEPS})")
+            p.add_argument("--blowup", type=float, default=finders.BLOWUP,
+                           help=f"stop when the smoothed loss exceeds this multiple of its minimum (default: {finders.BLOWUP:g})")
+        else:
+            p.add_argument("--memory-limit-mb", type=float,
+                           help="memory per replica in MiB; required on CPU replicas, where a batch fits while its "
+                                "estimated training memory stays under it; on GPUs an extra cap on the measured peak")
+            p.add_argument("--max-batch", type=int, default=finders.MAX_BATCH,
+                           help=f"stop doubling here (default: {finders.MAX_BATCH})")
+        add_config_options(p)
+        p.set_defaults(func=fn)
+
+    p = sub.add_parser("predict", help="predict speedup and efficiency for 1..64 GPUs from a measured run",
+                       description="Scaling model: step time = compute + ring all-reduce(gradient bytes, N) - overlap, "
+                                   "calibrated from a run directory and an allreduce.csv or link presets "
+                                   "(see tftoolkit.predict for the figures and their sources).")
+    p.add_argument("run_dir", help="measured run directory (summary.json with compute_time_s or a 1-replica step_time_s)")
+    p.add_argument("--out", help="where to write prediction.csv/json and figures (default: RUN_DIR)")
+    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(predict.PRESETS)
+                                          + " or NAME=GBps[:latency_us] (default: all intra-host presets, or none "
+                                            "with --allreduce-csv)")
+    p.add_argument("--inter-host", default="ib200", help="link between hosts (default: ib200)")
+    p.add_argument("--allreduce-csv", nargs="+", help="allreduce.csv file(s) or their directories from `tftoolkit "
+                                                      "bench allreduce`: fit bandwidth and latency to them")
+    p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
+    p.add_argument("--mode", choices=predict.MODES, default="weak",
+                   help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
+    p.add_argument("--devices", choices=predict.DEVICES, default="dedicated",
+                   help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
+                        "(CPU-simulated replicas) (default: dedicated)")
+    p.add_argument("--overlap", type=float, default=0.0, help="fraction of the all-reduce hidden behind the "
+                                                              "backward pass (default: 0, as this toolkit's step)")
+    p.add_argument("--max-replicas", type=int, default=predict.DEFAULT_MAX_REPLICAS, help="default: 64")
+    p.add_argument("--gpus-per-host", type=int, default=predict.DEFAULT_GPUS_PER_HOST, help="default: 8")
+    p.add_argument("--nics-per-host", type=int, default=1, help="NICs per host for the inter-host link (default: 1)")
+    p.add_argument("--measured", nargs="+", help="run directories or scaling.csv to compare the prediction with")
+    p.add_argument("--algorithm", choices=tuple(predict.ALGORITHMS), default="ring",
+                   help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
+                        "NCCL) (default: ring)")
+    p.set_defaults(func=predict_command)
+
+
+def advise_command(args) -> int:
+    from ..science import advise
+
+    result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
+                           max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host)
+    print(advise.describe(result))
+    print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv, tradeoff.png")
+    return 0
+
+
+def find_lr_command(args) -> int:
+    from ..science import finders
+
+    r = finders.find_lr(config_from_args(args), args.out, lr_min=args.lr_min, lr_max=args.lr_max, steps=args.lr_steps,
+                        blowup=args.blowup, quiet=args.quiet)
+    if r["suggested_lr"] == r["suggested_lr"]:
+        print(f"suggested LR {r['suggested_lr']:.4g} for global batch {r['global_batch']} ({r['suggestion']}); "
+              f"as --base-lr under the {r['lr_rule']} rule: {r['suggested_base_lr']:.4g}; {r['stop_reason']}")
+    else:
+        print(f"no LR suggested: {r['suggestion']}; {r['stop_reason']}")
+    print(f"written: {args.out}/lr_find.csv, lr_find.json, lr_find.png")
+    return 0
+
+
+def find_batch_command(args) -> int:
+    from ..science import finders
+
+    r = finders.find_batch(config_from_args(args), args.out, memory_limit_mb=args.memory_limit_mb,
+                           max_batch=args.max_batch, quiet=args.quiet)
+    print(f"largest per-replica batch that fits: {r['max_per_replica_batch']}"
+          f"{' (the --max-batch cap)' if r['capped_at_max_batch'] else ''}; global batch "
+          f"{r['max_global_batch']} on {r['replicas']} replica(s); criterion: {r['criterion']}")
+    print(f"written: {args.out}/batch_find.csv, batch_find.json, batch_find.png")
+    return 0
+
+
+def predict_command(args) -> int:
+    from ..science import predict
+
+    result = predict.run(args.run_dir, args.out, interconnects=args.interconnect, inter_host=args.inter_host,
+                         allreduce_csv=args.allreduce_csv, impl=args.impl, mode=args.mode, devices=args.devices,
+                         overlap=args.overlap, max_replicas=args.max_replicas, gpus_per_host=args.gpus_per_host,
+                         nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm)
+    print(predict.describe(result))
+    print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
+    return 0

@@ -1,0 +1,25 @@
+"""tftoolkit train."""
+
+from __future__ import annotations
+
+from .common import add_config_options, config_from_args
+
+
+def add(sub) -> None:
+    p = sub.add_parser("train", help="train data-parallel and write a run directory",
+                       description="Train a model data-parallel with MirroredStrategy (N GPUs, or N simulated CPU "
+                                   "replicas) and write config.json, summary.json and steps.csv into --out.")
+    p.add_argument("--out", required=True, help="run directory; rerunning the same config there resumes it")
+    p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
+    add_config_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..training import train
+
+    summary = train(config_from_args(args), args.out, force=args.force, quiet=args.quiet)
+    print(f"{args.out}/summary.json: status {summary['status']}"
+          + (f" ({summary['error']})" if summary.get("error") else ""))
+    return 0 if summary["status"] == "ok" else 1

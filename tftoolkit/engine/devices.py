@@ -1,0 +1,154 @@
+"""Which devices a run uses: real GPUs, or N logical CPU devices that simulate N replicas.
+
+TensorFlow fixes its device list (logical CPU devices, visible GPUs, memory growth, thread pools) the
+first time it initialises its runtime, which happens on the first op, not at import. So everything here
+must run before any tensor is created. ``init`` is idempotent: a later call that asks for no more than
+what was set up is fine; one that needs more raises a DeviceError saying to call ``init`` first (in a
+notebook: in the first cell, or restart the kernel).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from ..errors import DeviceError
+
+log = logging.getLogger("tftoolkit")
+
+# Logical CPU devices created when replicas are simulated. More than asked for, so that a notebook or
+# a test can run 1, 2 and 4 replicas in one process; an idle logical device costs nothing.
+MIN_CPU_DEVICES = 4
+
+
+@dataclass(frozen=True)
+class DeviceSetup:
+    kind: str                 # "GPU" or "CPU-simulated"
+    devices: tuple[str, ...]  # TensorFlow device names the strategy mirrors over
+    gpu_indices: tuple[int, ...] | None  # physical indices, for the monitor (None on CPU)
+    host_cores: int
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices)
+
+
+_state: dict = {}
+
+
+def host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _tf():
+    import tensorflow as tf  # deferred: importing tftoolkit must not import TensorFlow
+
+    return tf
+
+
+def physical_gpus() -> list:
+    """GPUs TensorFlow can see. Listing physical devices does not initialise the runtime."""
+    return _tf().config.list_physical_devices("GPU")
+
+
+def init(replicas: int | None = None, gpus: list[int] | None = None) -> DeviceSetup:
+    """Set up devices for ``replicas`` replicas (or the GPUs named in ``gpus``) and return what to use.
+
+    Must run before TensorFlow creates its first tensor; later calls reuse the first set-up.
+    """
+    if replicas is not None and replicas <= 0:
+        raise DeviceError(f"replicas must be > 0, got {replicas}")
+    tf = _tf()
+    phys = physical_gpus()
+    if phys:
+        return _init_gpus(tf, phys, replicas, gpus)
+    if gpus:
+        raise DeviceError(f"--gpus {','.join(map(str, gpus))} asked for GPUs, but this machine has none visible to "
+                          "TensorFlow; drop --gpus to simulate replicas on CPU (or install tensorflow[and-cuda])")
+    return _init_cpu(tf, replicas or 1)
+
+
+def _init_gpus(tf, phys, replicas, gpus) -> DeviceSetup:
+    n_phys = len(phys)
+    if gpus:
+        missing = [g for g in gpus if g >= n_phys]
+        if missing:
+            raise DeviceError(f"GPU(s) {missing} are not there; this machine has {n_phys} GPU(s): "
+                              f"{', '.join(str(i) for i in range(n_phys))}")
+        wanted = list(gpus)
+    else:
+        n = replicas or n_phys
+        if n > n_phys:
+            raise DeviceError(f"{n} replicas asked but this machine has {n_phys} GPU(s); use --replicas {n_phys} or fewer")
+        wanted = list(range(n))
+    if "gpu" not in _state:
+        try:
+            # Only the chosen GPUs become visible, so TensorFlow does not reserve memory on the others, and
+            # memory grows on demand so the monitor's memory figures show what the run really uses.
+            tf.config.set_visible_devices([phys[i] for i in wanted], "GPU")
+            for i in wanted:
+                tf.config.experimental.set_memory_growth(phys[i], True)
+            _state["gpu"] = {"visible": wanted}
+        except RuntimeError:
+            _state["gpu"] = {"visible": list(range(n_phys))}  # initialised already: all GPUs stay visible
+    visible = _state["gpu"]["visible"]
+    not_visible = [g for g in wanted if g not in visible]
+    if not_visible:
+        raise DeviceError(f"TensorFlow was initialised with GPUs {visible} visible; GPUs {not_visible} cannot be "
+                          "added now. Restart the process (or the notebook kernel) and run again.")
+    names = tuple(f"/gpu:{visible.index(g)}" for g in wanted)
+    setup = DeviceSetup("GPU", names, tuple(wanted), host_cores())
+    return setup
+
+
+def _init_cpu(tf, n: int) -> DeviceSetup:
+    if "cpu" not in _state:
+        count = max(n, MIN_CPU_DEVICES)
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+            _configure_cpu_threads(tf)
+            _state["cpu"] = {"count": count}
+        except RuntimeError:
+            # TensorFlow was initialised by someone else first: use what it has.
+            _state["cpu"] = {"count": len(tf.config.list_logical_devices("CPU"))}
+    have = _state["cpu"]["count"]
+    if n > have:
+        raise DeviceError(f"{n} simulated replicas asked, but TensorFlow was already initialised with {have} CPU "
+                          f"device(s). Call tftoolkit.init_devices({n}) before anything else touches TensorFlow "
+                          "(in a notebook: first cell, or restart the kernel).")
+    return DeviceSetup("CPU-simulated", tuple(f"/cpu:{i}" for i in range(n)), None, host_cores())
+
+
+def _configure_cpu_threads(tf) -> None:
+    """Size TensorFlow's thread pools for replicas that share the host's cores.
+
+    Each simulated replica runs its ops from the shared inter-op pool, and every op may fan out over the
+    intra-op pool. Left at TensorFlow's defaults both pools are sized to the core count, so N replicas can
+    run N x cores threads on cores threads' worth of CPU: throughput then swings run to run with the
+    scheduler. One intra-op pool the size of the machine, and an inter-op pool just large enough for the
+    replicas plus the input pipeline, keeps the machine busy without oversubscribing it.
+    """
+    cores = host_cores()
+    intra = int(os.environ.get("TFTOOLKIT_INTRA_OP_THREADS", cores))
+    inter = int(os.environ.get("TFTOOLKIT_INTER_OP_THREADS", max(2, cores)))
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    _state["threads"] = {"intra_op": intra, "inter_op": inter}
+
+
+def thread_settings() -> dict:
+    return dict(_state.get("threads", {}))
+
+
+def resolve_replicas(replicas: int | None, gpus: list[int] | None) -> int:
+    """The replica count a config means on this machine (None = all GPUs, or 1 CPU replica)."""
+    if gpus:
+        return len(gpus)
+    if replicas is not None:
+        return replicas
+    return len(physical_gpus()) or 1

@@ -1,0 +1,89 @@
+"""The chunked loop driver: from a start step to a total, in calls of the compiled loop.
+
+Every host loop in the toolkit (training, the LR finder, the input benchmark) has the same shape: one
+tf.function call runs ``n`` steps (``steps_per_loop`` cuts Python's share of each step), a call never crosses
+an epoch boundary (the data of each epoch is its own shuffled pass, so the position in the epoch is part
+of what a resumed run must reproduce) nor a multiple of ``every`` (where checkpoints go). ``drive`` owns
+that arithmetic; callers add what they do between calls through two small hooks, as orbit's Controller
+takes its actions:
+
+    on_loop(chunk) -> bool        after each call, on the host (timing, logs, divergence): True stops
+    on_epoch_end(epoch, step, complete, stopped)   after an epoch's last call (evaluation, counts)
+
+Hooks run between calls, never inside the compiled loop, so nothing they do is in the timed region:
+``Chunk.seconds`` is the call alone, synchronised on its outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass
+class Chunk:
+    """One call of the compiled loop: where it ran and what it returned (as NumPy values)."""
+
+    epoch: int
+    position: int     # steps into the epoch before this call
+    first_step: int   # global step before this call (the steps run are first_step + 1 ... + steps)
+    steps: int
+    seconds: float    # wall time of the call, outputs fetched
+    outputs: Any      # the loop function's outputs, fetched to NumPy
+
+    @property
+    def last_step(self) -> int:
+        return self.first_step + self.steps
+
+
+def timed_call(loop_fn, iterator, n: int) -> tuple[Any, float]:
+    """Run ``loop_fn(iterator, n)`` and fetch its outputs; returns (NumPy outputs, seconds).
+
+    Fetching waits for every device, so the time is the call's real time, not its dispatch.
+    """
+    import tensorflow as tf
+
+    t0 = time.perf_counter()
+    out = loop_fn(iterator, tf.constant(n, tf.int32))
+    fetched = tf.nest.map_structure(lambda t: t.numpy(), out)
+    return fetched, time.perf_counter() - t0
+
+
+def chunk_steps(step: int, position: int, steps_per_epoch: int, total: int, steps_per_loop: int,
+                every: int = 0) -> int:
+    """Steps in the next call: up to steps_per_loop, to the epoch's end, the total, or the next multiple of every."""
+    n = min(steps_per_loop, steps_per_epoch - position, total - step)
+    if every:
+        n = min(n, every - step % every)
+    return n
+
+
+def drive(loop_fn: Callable, make_iterator: Callable[[int, int], Any], *, start: int, total: int,
+          steps_per_epoch: int, steps_per_loop: int, every: int = 0,
+          on_loop: Callable[[Chunk], bool] | None = None,
+          on_epoch_end: Callable[..., None] | None = None) -> int:
+    """Run ``loop_fn`` from step ``start`` to ``total``; returns the step reached.
+
+    ``make_iterator(epoch, position)`` gives the iterator for an epoch entered at ``position`` (a resumed
+    run starts mid-epoch). A hook that returns True stops the drive after its epoch's end hook has run.
+    """
+    step = start
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        iterator = make_iterator(epoch, pos)
+        stopped = False
+        while pos < steps_per_epoch and step < total:
+            n = chunk_steps(step, pos, steps_per_epoch, total, steps_per_loop, every)
+            outputs, seconds = timed_call(loop_fn, iterator, n)
+            chunk = Chunk(epoch, pos, step, n, seconds, outputs)
+            step += n
+            pos += n
+            if on_loop is not None and on_loop(chunk):
+                stopped = True
+                break
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, step, complete=(pos == steps_per_epoch), stopped=stopped)
+        if stopped:
+            break
+    return step

@@ -1,0 +1,147 @@
+"""Model registry: a name (``small_cnn``, ``resnet20``, keras.applications names) or ``package.module:function``.
+
+Every builder takes ``(input_shape, num_classes)`` and returns an uncompiled Keras model whose output is
+float32 logits (so mixed precision never computes the loss in half precision).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from ..errors import ModelError
+
+_REGISTRY: dict[str, Callable] = {}
+
+
+def register(name: str):
+    def deco(fn):
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+# keras.applications models usable as --model NAME, always built from scratch (weights=None: no downloads).
+APPLICATIONS = {
+    "resnet50": "ResNet50",
+    "resnet101": "ResNet101",
+    "resnet50v2": "ResNet50V2",
+    "mobilenet_v2": "MobileNetV2",
+    "mobilenet_v3_small": "MobileNetV3Small",
+    "efficientnet_b0": "EfficientNetB0",
+    "densenet121": "DenseNet121",
+    "vgg16": "VGG16",
+}
+
+
+def names() -> list[str]:
+    return sorted(list(_REGISTRY) + list(APPLICATIONS))
+
+
+@register("small_cnn")
+def small_cnn(input_shape, num_classes):
+    """Three 3x3 conv layers and a dense head: fast on CPU, learns shapes16k in a few epochs.
+
+    No batch normalisation or dropout: its N-replica result is exactly the 1-device result, which the
+    invariant tests rely on.
+    """
+    import keras
+    from keras import layers
+
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+    x = layers.MaxPooling2D()(x)
+    x = layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Dense(64, activation="relu")(x)
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="small_cnn")
+
+
+@register("resnet20")
+def resnet20(input_shape, num_classes):
+    """CIFAR-style ResNet-20 (He et al. 2016, section 4.2): 3 stages x 3 basic blocks, 16/32/64 filters.
+
+    Batch norm is synchronized across replicas: with per-replica statistics a replica normalises by its
+    own slice of the batch, and N replicas would no longer compute what one device does on the same
+    global batch. The price is one small all-reduce per BN layer per step.
+    """
+    import keras
+    from keras import layers
+
+    def bn():
+        return layers.BatchNormalization(synchronized=True)
+
+    def block(x, filters, stride):
+        shortcut = x
+        y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(x)
+        y = layers.ReLU()(bn()(y))
+        y = layers.Conv2D(filters, 3, padding="same", use_bias=False)(y)
+        y = bn()(y)
+        if stride != 1 or shortcut.shape[-1] != filters:
+            shortcut = layers.Conv2D(filters, 1, strides=stride, use_bias=False)(shortcut)
+            shortcut = bn()(shortcut)
+        return layers.ReLU()(layers.Add()([y, shortcut]))
+
+    inputs = keras.Input(shape=input_shape)
+    x = layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs)
+    x = layers.ReLU()(bn()(x))
+    for stage, filters in enumerate((16, 32, 64)):
+        for i in range(3):
+            x = block(x, filters, 2 if (stage > 0 and i == 0) else 1)
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="resnet20")
+
+
+def _application(name, input_shape, num_classes):
+    import keras
+
+    cls = getattr(keras.applications, APPLICATIONS[name])
+    try:
+        # Batch norm in these models keeps per-replica statistics (Keras' default), so N replicas match
+        # one device only approximately; resnet20 and small_cnn match exactly.
+        base = cls(weights=None, include_top=False, input_shape=tuple(input_shape), pooling="avg")
+    except ValueError as e:  # e.g. input too small for the architecture
+        raise ModelError(f"model {name} cannot take input shape {tuple(input_shape)}: {e}") from None
+    outputs = keras.layers.Dense(num_classes, dtype="float32")(base.output)
+    return keras.Model(base.input, outputs, name=name)
+
+
+def build(name: str, input_shape, num_classes: int):
+    """Build the model ``name`` for this dataset; call inside ``strategy.scope()``."""
+    import keras
+
+    if name in _REGISTRY:
+        model = _REGISTRY[name](tuple(input_shape), num_classes)
+    elif name in APPLICATIONS:
+        model = _application(name, input_shape, num_classes)
+    elif ":" in name:
+        model = _from_import_path(name, input_shape, num_classes)
+    else:
+        raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
+    if not isinstance(model, keras.Model):
+        raise ModelError(f"model {name!r} returned {type(model).__name__}, not a keras.Model")
+    out = model.output_shape
+    if not (isinstance(out, tuple) and out[-1] == num_classes):
+        raise ModelError(f"model {name!r} outputs shape {out}; expected (batch, {num_classes}) logits")
+    return model
+
+
+def _from_import_path(path: str, input_shape, num_classes):
+    module_name, _, fn_name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's module, reported in one line
+        raise ModelError(f"cannot import {module_name!r} for --model {path}: {type(e).__name__}: {e}") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ModelError(f"{module_name} has no function {fn_name!r} (from --model {path})")
+    try:
+        return fn(tuple(input_shape), num_classes)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"{path}(input_shape={tuple(input_shape)}, num_classes={num_classes}) failed: "
+                         f"{type(e).__name__}: {e}") from None

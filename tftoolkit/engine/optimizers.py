@@ -1,0 +1,28 @@
+"""The optimiser a config names, wired so that the training step's own gradient all-reduce is the only one."""
+
+from __future__ import annotations
+
+
+def make_optimizer(config, schedule):
+    import keras
+
+    wd = config.weight_decay or None
+    name = config.optimizer
+    if name == "sgd":
+        opt = keras.optimizers.SGD(schedule, weight_decay=wd)
+    elif name == "momentum":
+        opt = keras.optimizers.SGD(schedule, momentum=0.9, weight_decay=wd)
+    elif name == "adam":
+        opt = keras.optimizers.Adam(schedule, weight_decay=wd)
+    elif name == "adamw":
+        opt = keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay)
+    else:
+        opt = keras.optimizers.Lamb(schedule, weight_decay=wd)
+    if config.precision == "mixed_float16":
+        # float16 gradients underflow without loss scaling; the wrapper also skips steps with inf/nan grads.
+        opt = keras.optimizers.LossScaleOptimizer(opt)
+    # The training step all-reduces the gradients itself (so it can be timed and the per-replica gradients
+    # seen); Keras would all-reduce them a second time inside apply(), summing N copies. Turn that off.
+    inner = getattr(opt, "inner_optimizer", opt)
+    inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+    return opt

@@ -1,0 +1,93 @@
+"""The set-up every entry point shares: config -> devices -> data -> global TF settings -> strategy.
+
+Training, the finders, the input benchmark, the benchmarks and the tests all start here, so each runs
+with the run's own seed, determinism and precision policy, on the same devices and strategy:
+
+    sess = session.start(config)          # or start(config, data=(x, y)), start(config, cache=False)
+    sess.config, sess.setup, sess.source, sess.strategy, sess.impl
+
+A multi-worker run joins its cluster first (the strategy must be its first TensorFlow op) and hands the
+devices and the strategy in: ``start(config, setup=..., strategy=(strategy, impl))``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import RunConfig
+from ..errors import ConfigError
+from . import devices
+
+log = logging.getLogger("tftoolkit")
+
+
+def resolve(config: RunConfig | dict) -> RunConfig:
+    """Validate a config and fix the replica count for this machine."""
+    if isinstance(config, dict):
+        config = RunConfig.from_dict(config)
+    if not isinstance(config, RunConfig):
+        raise ConfigError(f"expected a RunConfig or a dict, got {type(config).__name__}")
+    if config.replicas is None:
+        # replicas counts every worker's: each runs the GPUs named, or all it has, or 1 replica on CPU
+        config = config.replace(replicas=config.workers * devices.resolve_replicas(None, config.gpus))
+    return config
+
+
+def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup) -> None:
+    """Seed, op determinism and the Keras precision policy: process-wide, so set for every run."""
+    import keras
+    import tensorflow as tf
+
+    from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not exported
+
+    keras.utils.set_random_seed(config.seed)
+    # Op determinism is process-wide, so it is set (or unset) for every run: a notebook may sweep over both.
+    if config.deterministic and config.jit:
+        log.warning("--jit with --deterministic: XLA has no deterministic MaxPool gradient, so ops are left "
+                    "non-deterministic for this run (data order and initial weights still follow --seed)")
+        tf_config.disable_op_determinism()
+    elif config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    else:
+        tf_config.disable_op_determinism()
+    if config.precision == "mixed_float16" and setup.kind != "GPU":
+        log.warning("mixed_float16 on CPU runs, but slowly: CPUs have no fast float16 math (use float32 or "
+                    "mixed_bfloat16 here)")
+    keras.mixed_precision.set_global_policy(config.precision)
+
+
+@dataclass
+class Session:
+    """What a run needs before it builds a model: the resolved config, devices, examples and strategy."""
+
+    config: RunConfig
+    setup: devices.DeviceSetup
+    source: Any            # data.source.DataSource
+    strategy: Any
+    impl: str              # the all-reduce implementation the strategy uses
+
+    @property
+    def derived(self) -> dict:
+        return self.config.derived(self.source.train_examples)
+
+
+def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
+          strategy: tuple | None = None, load_data: bool = True) -> Session:
+    """Set up a run of ``config``; ``data`` = NumPy arrays (x, y) or (x, y, x_val, y_val) instead of the dataset.
+
+    ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache=False`` makes file
+    datasets re-read their files every epoch.
+    """
+    from ..data import catalog
+    from .strategy import make_strategy
+
+    config = resolve(config)
+    if setup is None:
+        setup = devices.init(config.replicas_per_worker, config.gpus)
+    source = catalog.load_source(config, data, cache=cache) if load_data else None
+    apply_global_settings(config, setup)
+    if strategy is None:
+        strategy = make_strategy(setup, config.cross_device_ops)
+    return Session(config, setup, source, *strategy)

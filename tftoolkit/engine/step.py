@@ -1,0 +1,163 @@
+"""The compiled data-parallel step: model, optimiser, and the tf.functions that train and evaluate.
+
+Why not ``model.fit``: Keras 3's fit is reported broken under MultiWorkerMirroredStrategy
+(keras-team/keras#20585), and the measurements need the per-replica gradients and the all-reduce as
+separate, visible steps.
+
+The arithmetic that makes N replicas equal one device (tests/test_equivalence.py checks it):
+each replica divides the *sum* of its per-example losses by the *global* batch size, so the gradients
+summed across replicas by the all-reduce are exactly the gradient of the global-batch mean loss.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("tftoolkit")
+
+
+@dataclass
+class Engine:
+    """Model, optimizer and the compiled step functions for one run, built inside the strategy's scope."""
+
+    strategy: Any
+    model: Any
+    optimizer: Any
+    schedule: Any
+    train_loop: Any   # tf.function(iterator, n) -> (losses[n], examples per replica[R])
+    evaluate: Any     # tf.function(dataset) -> (sum loss, correct, count)
+    noise: Any = None  # noise.NoiseScale with --noise-scale: EMAs, and the latest loop's per-step values
+
+
+def jit_effective(config, strategy) -> bool:
+    """Whether the step is XLA-compiled: asked for, and not over several logical CPU devices.
+
+    XLA maps every logical CPU device to one XLA CPU device, so a compiled step that touches replica 1's
+    variables from replica 0's device fails ("tfvariable_on_a_different_device" in XLA's known issues).
+    """
+    if not config.jit:
+        return False
+    if strategy.num_replicas_in_sync > 1 and "GPU" not in strategy.extended.worker_devices[0].upper():
+        log.warning("--jit ignored: XLA cannot compile one step across several simulated CPU replicas "
+                    "(it works on GPUs, and on one CPU replica)")
+        return False
+    return True
+
+
+def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
+                 schedule=None) -> Engine:
+    """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
+    gradients (scaled as if summed): the same compute without communication, for the step-time breakdown.
+    ``schedule`` replaces the config's learning-rate schedule (the LR finder's sweep).
+    """
+    import keras
+    import tensorflow as tf
+
+    from . import models, noise as noise_mod, schedules
+    from .optimizers import make_optimizer
+
+    replicas = strategy.num_replicas_in_sync
+    global_batch = config.global_batch_size
+    partial = config.last_batch == "partial"
+    with strategy.scope():
+        model = models.build(config.model, source.input_shape, source.num_classes)
+        if schedule is None:
+            schedule = schedules.from_config(config, train_examples)
+        optimizer = make_optimizer(config, schedule)
+        optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
+    noise = noise_mod.NoiseScale(replicas, model=model) if config.noise_scale and allreduce else None
+
+    def forward_backward(images, labels, denom, reg_share=1.0):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            per_example = loss_fn(labels, logits)
+            # Sum over this replica / global batch: summing these over replicas gives the global mean.
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=denom)
+            if model.losses:
+                # Regularisation is computed identically on every replica; divide by replicas so the sum
+                # over replicas counts it once.
+                loss += reg_share * tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            scaled = optimizer.scale_loss(loss)
+        return loss, tape.gradient(scaled, model.trainable_variables)
+
+    def replica_step(images, labels):
+        ctx = tf.distribute.get_replica_context()
+        local_n = tf.shape(labels)[0]
+        if partial:
+            # A short last batch is split unevenly; divide by the true global count, not the nominal one.
+            denom = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_n)
+        else:
+            denom = global_batch
+        if noise is not None and replicas == 1:
+            # One replica has no smaller batch to compare with: its two halves are the small batches.
+            loss, grads, parts = noise_mod.two_halves(forward_backward, images, labels, denom)
+        else:
+            loss, grads = forward_backward(images, labels, denom)
+            parts = [(grads, local_n)]
+        if allreduce and noise is not None:
+            # The replica's squared norm rides along in the gradient all-reduce: no extra collective.
+            scale = noise_mod.loss_scale(optimizer)
+            *grads, sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                          list(grads) + [noise.replica_sums(parts, denom, scale)])
+            estimate = noise.estimate(sums, grads, denom, scale)
+        elif allreduce:
+            # SUM, not MEAN: each replica's gradient is already divided by the global batch.
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        else:
+            grads = [g * replicas for g in grads]
+        optimizer.apply(grads, model.trainable_variables)
+        if noise is not None:
+            return loss, local_n, estimate
+        return loss, local_n
+
+    step_fn = tf.function(replica_step, jit_compile=True) if jit_effective(config, strategy) else replica_step
+
+    local_replicas = len(strategy.extended.worker_devices)
+
+    def all_counts(counts):
+        """This worker's per-replica example counts -> every replica's, the same list on every worker."""
+        if local_replicas == replicas:
+            return counts
+
+        def own(c):  # replica r of worker w is global replica w * local + r
+            return c[tf.distribute.get_replica_context().replica_id_in_sync_group % local_replicas][None]
+
+        return strategy.gather(strategy.run(own, args=(counts,)), axis=0)
+
+    @tf.function
+    def train_loop(iterator, n):
+        losses = tf.TensorArray(tf.float32, size=n)
+        counts = tf.zeros([local_replicas], tf.int64)
+        noise_rows = tf.TensorArray(tf.float32, size=n if noise is not None else 0)
+        for i in tf.range(n):
+            images, labels, _ = next(iterator)
+            out = strategy.run(step_fn, args=(images, labels))
+            loss_pr, n_pr = out[0], out[1]
+            losses = losses.write(i, tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None), tf.float32))
+            counts += tf.cast(tf.stack(strategy.experimental_local_results(n_pr)), tf.int64)
+            if noise is not None:
+                # Every replica computed the same estimate from all-reduced values; take the first.
+                noise_rows = noise_rows.write(i, noise.update(strategy.experimental_local_results(out[2])[0]))
+        if noise is not None:
+            noise.last.assign(noise_rows.stack())
+        return losses.stack(), all_counts(counts)
+
+    def replica_eval(images, labels):
+        logits = model(images, training=False)
+        per_example = loss_fn(labels, logits)
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
+        return tf.reduce_sum(per_example), correct, tf.cast(tf.shape(labels)[0], tf.float32)
+
+    @tf.function
+    def evaluate(dist_dataset):
+        total = tf.zeros([3], tf.float32)
+        for images, labels, _ in dist_dataset:
+            out = strategy.run(replica_eval, args=(images, labels))
+            total += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, o, axis=None) for o in out])
+        return total
+
+    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise)

@@ -1,0 +1,426 @@
+"""The report: read sweep folders and run directories, build tidy frames, draw the figures.
+
+    res = report.load(["runs/demo/scaling", "runs/demo/batch_lr"])
+    report.overview(res)                               # every sweep point: status, error, key figures
+    report.figure(res, "throughput", "out/figures")    # a Figure (also saved as PNG + SVG), or None
+
+Only files are read (results.csv, summary.json, config.json, steps.csv, evals.csv, scaling.csv, allreduce.csv,
+monitor.csv): no TensorFlow, so a report renders on a laptop from results copied off a GPU server.
+
+Which runs feed which figure is decided by the data, per source folder: a folder whose runs differ in replica
+count feeds the scaling figures; one whose runs differ in LR rule, or in global batch at one replica count,
+feeds the training-curve figures. A folder with both (or a single study) feeds whatever it can. Figures without data are skipped with
+a log line saying why, never drawn empty.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .. import fileio
+from ..errors import DataError
+
+log = logging.getLogger("tftoolkit")
+
+# Summary fields shown in overview tables, in this order, where present.
+KEY_FIGURES = ["replicas", "global_batch", "lr_rule", "learning_rate", "images_per_sec", "images_per_sec_uncertainty",
+               "final_loss", "val_accuracy", "communication_fraction", "mfu", "wall_time_s"]
+
+
+@dataclass
+class Results:
+    sources: list[Path]
+    points: pd.DataFrame                 # rows of every results.csv (column 'source' = the sweep folder)
+    runs: pd.DataFrame                   # one row per run directory: summary scalars + config + point params
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    allreduce: pd.DataFrame = field(default_factory=pd.DataFrame)
+    point_params: dict = field(default_factory=dict)   # source -> the parameter columns its sweep set
+
+    def __repr__(self) -> str:
+        return (f"Results({len(self.sources)} source(s), {len(self.points)} sweep point(s), {len(self.runs)} run(s), "
+                f"{len(self.allreduce)} all-reduce row(s))")
+
+
+# --- loading ------------------------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict:
+    try:
+        return fileio.read_json(path)
+    except (OSError, ValueError):
+        return {}
+
+
+def _point_params(run_dir: Path, source: Path) -> tuple[str | None, dict]:
+    """The sweep point a run belongs to (nearest folder up with parameters.json) and its parameters."""
+    d = run_dir
+    while d != source and source in d.parents:
+        if (d / "parameters.json").exists():
+            params = _read_json(d / "parameters.json")
+            params.pop("out_dir", None)
+            return d.name, params
+        d = d.parent
+    return None, {}
+
+
+def _mode(run_dir: Path, params: dict) -> str | None:
+    if isinstance(params.get("mode"), str):
+        return params["mode"]
+    for d in list(run_dir.parents)[:3]:
+        if (d / "scaling.csv").exists():
+            try:
+                modes = pd.read_csv(d / "scaling.csv")["mode"].dropna().unique()
+                return str(modes[0]) if len(modes) else None
+            except (OSError, ValueError, KeyError):
+                return None
+    return None
+
+
+def _run_row(run_dir: Path, source: Path) -> dict:
+    summary = _read_json(run_dir / "summary.json")
+    config = _read_json(run_dir / "config.json").get("config", {})
+    point, params = _point_params(run_dir, source)
+    row = {"source": source.name, "run": str(run_dir.relative_to(source)), "run_dir": str(run_dir), "point": point}
+    for k, v in config.items():
+        if not isinstance(v, (list, dict)):
+            row[f"config.{k}"] = v
+    for k in ("warmup_epochs", "base_lr", "base_batch", "optimizer", "model"):
+        if k in config:
+            row[k] = config[k]
+    for k, v in summary.items():
+        if k == "examples_per_replica":
+            row[k] = v
+        elif not isinstance(v, (list, dict)):
+            row[k] = v
+    row.setdefault("status", "failed" if not summary else "ok")
+    row["mode"] = _mode(run_dir, params)
+    row["point_params"] = json.dumps(params) if params else None
+    return row
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
+def load(paths) -> Results:
+    """Everything under the given sweep folders / folders of run directories / run directories."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    sources = [Path(p) for p in paths]
+    missing = [str(p) for p in sources if not p.exists()]
+    if missing:
+        raise DataError(f"nothing to report: {', '.join(missing)} not found (run a sweep or a notebook first)")
+    points, runs, steps, evals, allreduce = [], [], [], [], []
+    point_params = {}
+    for src in sources:
+        src = src.resolve()
+        if (src / "results.csv").exists() and (src / "sweep.json").exists():
+            p = _csv(src / "results.csv")
+            if not p.empty:
+                cols = list(p.columns)
+                # results.csv puts the point's parameters between 'id' and 'status'.
+                point_params[src.name] = cols[cols.index("id") + 1:cols.index("status")] \
+                    if {"id", "status"} <= set(cols) else []
+                points.append(p.assign(source=src.name))
+        run_dirs = sorted({s.parent for s in src.rglob("summary.json") if ".ipynb_checkpoints" not in s.parts})
+        for rd in run_dirs:
+            row = _run_row(rd, src.parent if rd == src else src)
+            runs.append(row)
+            for name, bucket in (("steps.csv", steps), ("evals.csv", evals)):
+                t = _csv(rd / name)
+                if not t.empty:
+                    bucket.append(t.assign(run=row["run"], source=row["source"]))
+        for ar in sorted(src.rglob("allreduce.csv")):
+            t = _csv(ar)
+            if not t.empty:
+                allreduce.append(t.assign(source=src.name, file=str(ar)))
+    runs_df = pd.DataFrame(runs)
+    res = Results(sources, pd.concat(points, ignore_index=True) if points else pd.DataFrame(), runs_df,
+                  _with_run_info(pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), runs_df),
+                  _with_run_info(pd.concat(evals, ignore_index=True) if evals else pd.DataFrame(), runs_df),
+                  pd.concat(allreduce, ignore_index=True) if allreduce else pd.DataFrame(), point_params)
+    log.info("report: %r", res)
+    return res
+
+
+def _with_run_info(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Attach each run's batch, rule, warmup and status, and the epoch each step/eval falls at."""
+    if frame.empty or runs.empty:
+        return frame
+    cols = [c for c in ("run", "source", "global_batch", "lr_rule", "warmup_epochs", "status", "train_examples",
+                        "replicas") if c in runs.columns]
+    out = frame.merge(runs[cols], on=["run", "source"], how="left")
+    if {"step", "global_batch", "train_examples"} <= set(out.columns):
+        # Epochs = examples seen / training-set size: the axis on which runs with different batches compare.
+        out["epoch_frac"] = out["step"] * out["global_batch"] / out["train_examples"]
+    return out
+
+
+# --- tidy frames for the figures ----------------------------------------------------------------------------
+def _varies(df: pd.DataFrame, col: str) -> bool:
+    return col in df.columns and df[col].dropna().nunique() > 1
+
+
+def scaling_runs(res: Results) -> pd.DataFrame:
+    """Runs from the sources that compare replica counts."""
+    if res.runs.empty or "replicas" not in res.runs.columns:
+        return pd.DataFrame()
+    keep = [s for s, g in res.runs.groupby("source") if _varies(g, "replicas")]
+    if not keep:
+        return pd.DataFrame()
+    return res.runs[res.runs["source"].isin(keep)]
+
+
+def batch_runs(res: Results) -> pd.DataFrame:
+    """Runs from the sources that compare LR rules, or global batches at a fixed replica count (in a weak
+    scaling study the global batch grows with the replicas too: that is not a batch-size study)."""
+    if res.runs.empty:
+        return pd.DataFrame()
+    keep = [s for s, g in res.runs.groupby("source")
+            if _varies(g, "lr_rule") or (_varies(g, "global_batch") and not _varies(g, "replicas"))]
+    if not keep:
+        return pd.DataFrame()
+    return res.runs[res.runs["source"].isin(keep)]
+
+
+def scaling_frame(res: Results) -> pd.DataFrame:
+    """One row per scaling run with speed-up and efficiency against the smallest replica count (per mode):
+    the columns of ``scaling.csv``."""
+    runs = scaling_runs(res)
+    if runs.empty:
+        return runs
+    from ..measure import stats
+
+    df = runs.copy()
+    if "mode" not in df.columns or df["mode"].isna().all():
+        df["mode"] = "weak" if df.get("per_replica_batch", pd.Series(dtype=float)).nunique() == 1 else "strong"
+    df["mode"] = df["mode"].fillna("")
+    df["uncertainty"] = df.get("images_per_sec_uncertainty", math.nan)
+    df["speedup"] = math.nan
+    df["efficiency"] = math.nan
+    for mode, g in df.groupby("mode"):
+        ok = g[g["status"].isin(["ok", "diverged"]) & (g["images_per_sec"] > 0)]
+        if ok.empty:
+            continue
+        base = ok.sort_values("replicas").iloc[0]
+        for i, r in g.iterrows():
+            s = stats.speedup(r["images_per_sec"], base["images_per_sec"])
+            df.loc[i, "speedup"] = s
+            df.loc[i, "efficiency"] = stats.scaling_efficiency(s, int(r["replicas"]), int(base["replicas"]))
+    return df.sort_values(["mode", "replicas"]).reset_index(drop=True)
+
+
+def batch_frames(res: Results) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(steps, evals, finals) of the batch/LR runs."""
+    runs = batch_runs(res)
+    if runs.empty:
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    keys = set(zip(runs["source"], runs["run"]))
+
+    def pick(frame):
+        if frame.empty:
+            return frame
+        return frame[[(s, r) in keys for s, r in zip(frame["source"], frame["run"])]]
+
+    return pick(res.steps), pick(res.evals), runs
+
+
+# --- figures ------------------------------------------------------------------------------------------------
+def _scaling(res) -> pd.DataFrame:
+    df = scaling_frame(res)
+    if df.empty:
+        raise DataError("no runs comparing replica counts in these folders (a scaling sweep or notebook 01 makes them)")
+    return df
+
+
+def _batch(res):
+    steps, evals, runs = batch_frames(res)
+    if runs.empty:
+        raise DataError("no runs comparing global batches or LR rules in these folders (a batch/LR sweep or "
+                        "notebook 02 makes them)")
+    return steps, evals, runs
+
+
+def _allreduce(res) -> pd.DataFrame:
+    if res.allreduce.empty:
+        raise DataError("no allreduce.csv in these folders (`tftoolkit bench allreduce --out DIR`, notebook 00 or "
+                        "03 makes one; add its folder)")
+    return res.allreduce
+
+
+def _fig_throughput(res):
+    from ..plots import scaling
+
+    return scaling.plot_throughput(_scaling(res))
+
+
+def _fig_efficiency(res):
+    from ..plots import scaling
+
+    return scaling.plot_efficiency(_scaling(res))
+
+
+def _fig_breakdown(res):
+    from ..plots import scaling
+
+    return scaling.plot_step_breakdown(_scaling(res))
+
+
+def _fig_per_replica(res):
+    from ..plots import scaling
+
+    return scaling.plot_images_per_replica(scaling.replica_examples_frame(_scaling(res)))
+
+
+def _fig_monitor(res):
+    from ..measure.monitor import read_monitor
+    from ..plots.monitor import plot_monitor_timeseries
+
+    runs = scaling_frame(res)
+    if runs.empty:
+        runs = res.runs
+    if runs.empty:
+        raise DataError("no runs")
+    import matplotlib
+
+    from ..plots.theme import rc_params
+
+    biggest = runs.sort_values("replicas").iloc[-1]
+    with matplotlib.rc_context(rc_params()):  # the report's look, for a figure drawn by plots.monitor
+        fig = plot_monitor_timeseries(read_monitor(Path(biggest["run_dir"])))
+        fig.axes[0].set_title(f"the {int(biggest['replicas'])}-replica run ({biggest['run']})", loc="left", fontsize=9)
+    return fig
+
+
+def _fig_comm_vs_compute(res):
+    from ..plots import comm
+
+    return comm.plot_comm_vs_compute(_scaling(res))
+
+
+def _fig_loss(res):
+    from ..plots import training
+
+    steps, _, _ = _batch(res)
+    return training.plot_loss_curves(steps)
+
+
+def _fig_val_accuracy(res):
+    from ..plots import training
+
+    _, evals, runs = _batch(res)
+    return training.plot_val_accuracy_curves(evals, runs)
+
+
+def _fig_final_accuracy(res):
+    from ..plots import training
+
+    _, _, runs = _batch(res)
+    return training.plot_final_accuracy_vs_batch(runs)
+
+
+def _fig_allreduce_time(res):
+    from ..plots import comm
+
+    return comm.plot_allreduce_time(_allreduce(res))
+
+
+def _fig_busbw(res):
+    from ..plots import comm
+
+    return comm.plot_busbw(_allreduce(res))
+
+
+FIGURES = {
+    "throughput": _fig_throughput,
+    "efficiency": _fig_efficiency,
+    "step_breakdown": _fig_breakdown,
+    "images_per_replica": _fig_per_replica,
+    "monitor": _fig_monitor,
+    "comm_vs_compute": _fig_comm_vs_compute,
+    "loss_curves": _fig_loss,
+    "val_accuracy": _fig_val_accuracy,
+    "final_accuracy": _fig_final_accuracy,
+    "allreduce_time": _fig_allreduce_time,
+    "busbw": _fig_busbw,
+}
+
+
+def figure(res: Results, name: str, save_to=None):
+    """Figure ``name`` (one of FIGURES) from ``res``, saved as PNG + SVG into ``save_to`` when given.
+
+    Returns None, with a log line saying why, when the results hold no data for it.
+    """
+    if name not in FIGURES:
+        raise DataError(f"unknown figure {name!r}; choose one of {', '.join(FIGURES)}")
+    try:
+        fig = FIGURES[name](res)
+    except DataError as e:
+        log.info("figure %s skipped: %s", name, e)
+        return None
+    except (KeyError, ValueError) as e:
+        log.info("figure %s skipped: the results lack what it needs (%s: %s)", name, type(e).__name__, e)
+        return None
+    if save_to is not None:
+        from ..plots.theme import save_figure
+
+        save_figure(fig, save_to, name)
+    return fig
+
+
+def all_figures(res: Results, save_to=None) -> dict:
+    """Every figure the results have data for: {name: Figure}."""
+    out = {}
+    for name in FIGURES:
+        fig = figure(res, name, save_to)
+        if fig is not None:
+            out[name] = fig
+    return out
+
+
+# --- tables ----------------------------------------------------------------------------------------------
+def overview(res: Results) -> pd.DataFrame:
+    """One row per sweep point (or per run when the sources are not sweeps): status, error, key figures.
+
+    Failed, timed-out and diverged points are listed with their errors, never dropped.
+    """
+    if not res.points.empty:
+        df = res.points
+        params = [c for src in df["source"].unique() for c in res.point_params.get(src, [])]
+        cols = ["source", "id"] + params + ["status", "error"] + [c for c in KEY_FIGURES if c in df.columns]
+        return df[[c for c in dict.fromkeys(cols) if c in df.columns]]
+    if res.runs.empty:
+        return pd.DataFrame(columns=["source", "run", "status", "error"])
+    cols = ["source", "run", "status", "error"] + KEY_FIGURES
+    return res.runs[[c for c in cols if c in res.runs.columns]]
+
+
+def status_counts(res: Results) -> pd.DataFrame:
+    """Points (or runs) per source and status: how much of the study actually produced results."""
+    df = res.points if not res.points.empty else res.runs
+    if df.empty:
+        return pd.DataFrame(columns=["source", "status", "count"])
+    return df.groupby(["source", "status"]).size().rename("count").reset_index()
+
+
+def save_tables(res: Results, out_dir) -> dict[str, Path]:
+    """runs.csv, points.csv, scaling.csv (when there are scaling runs) into ``out_dir``, atomically."""
+    out = Path(out_dir)
+    written = {}
+    runs = res.runs.drop(columns=[c for c in ("examples_per_replica",) if c in res.runs.columns]) if not res.runs.empty else res.runs
+    tables = {"runs": runs, "points": overview(res), "scaling": scaling_frame(res)}
+    for name, frame in tables.items():
+        if frame is None or frame.empty:
+            continue
+        path = out / f"{name}.csv"
+        fileio.write_csv(path, frame)
+        written[name] = path
+    return written

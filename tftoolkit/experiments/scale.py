@@ -1,0 +1,140 @@
+"""Scaling study: the same training at several replica counts, one tidy table (``scaling.csv``).
+
+    tftoolkit scale --replicas 1,2,4 --mode weak --steps 60 --out runs/scale
+
+Each replica count is an ordinary run directory, ``OUT/runs/r<N>/`` (rerunning resumes or reuses them),
+and ``OUT/scaling.csv`` has one row per count:
+
+  replicas, mode, global_batch, per_replica_batch, images_per_sec, uncertainty, speedup,
+  speedup_uncertainty, efficiency, baseline_replicas, step_time_s, compute_time_s, allreduce_time_s,
+  input_wait_s, communication_fraction, input_wait_fraction, imbalance, mfu, status, run_dir
+
+- weak scaling keeps the per-replica batch (the global batch grows with N): the usual data-parallel use;
+- strong scaling keeps the global batch (``--global-batch``, or per-replica batch x the smallest N), so each
+  replica's share shrinks; every N must divide it.
+- speedup = images/sec(N) / images/sec(N_base) and efficiency = speedup / (N / N_base), where N_base is the
+  smallest replica count in the list (named in ``baseline_replicas``; 1 when the list has 1). In both modes
+  perfect scaling is throughput proportional to N, i.e. efficiency 1.0.
+
+The runs share one process: ``devices.init`` creates logical devices for the largest N up front.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from ..config import RunConfig
+from ..errors import ConfigError
+
+log = logging.getLogger("tftoolkit")
+
+MODES = ("weak", "strong")
+COLUMNS = ["replicas", "mode", "global_batch", "per_replica_batch", "images_per_sec", "uncertainty", "speedup",
+           "speedup_uncertainty", "efficiency", "baseline_replicas", "step_time_s", "compute_time_s",
+           "allreduce_time_s", "input_wait_s", "communication_fraction", "input_wait_fraction", "imbalance", "mfu",
+           "status", "run_dir"]
+# summary.json field -> scaling.csv column, for the per-run figures copied as they are.
+_FROM_SUMMARY = {"images_per_sec": "images_per_sec", "images_per_sec_uncertainty": "uncertainty",
+                 "step_time_s": "step_time_s", "compute_time_s": "compute_time_s",
+                 "allreduce_time_s": "allreduce_time_s", "input_wait_s": "input_wait_s",
+                 "communication_fraction": "communication_fraction", "input_wait_fraction": "input_wait_fraction",
+                 "imbalance": "imbalance", "mfu": "mfu", "status": "status"}
+
+
+def parse_replicas(value) -> list[int]:
+    """``"1,2,4"`` or [1, 2, 4] -> [1, 2, 4]; zero, negatives and duplicates are refused."""
+    if isinstance(value, str):
+        try:
+            counts = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--replicas: expected comma-separated integers like 1,2,4, got {value!r}") from None
+    else:
+        counts = [int(x) for x in value]
+    if not counts:
+        raise ConfigError("--replicas: give at least one replica count, e.g. 1,2,4")
+    bad = [n for n in counts if n <= 0]
+    if bad:
+        raise ConfigError(f"--replicas: counts must be >= 1, got {bad}")
+    dupes = sorted({n for n in counts if counts.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"--replicas: {dupes} listed more than once; give each count once")
+    return sorted(counts)
+
+
+def configs(base: RunConfig, replicas, mode: str = "weak") -> list[RunConfig]:
+    """One validated config per replica count, following the scaling mode."""
+    counts = parse_replicas(replicas)
+    if mode not in MODES:
+        raise ConfigError(f"--mode: unknown value {mode!r}; choose weak or strong")
+    if base.gpus is not None:
+        raise ConfigError("scale picks the first N devices for each count; drop --gpus (use CUDA_VISIBLE_DEVICES "
+                          "to choose which GPUs)")
+    if mode == "weak":
+        if base.global_batch is not None:
+            raise ConfigError("weak scaling keeps the per-replica batch; give --per-replica-batch, not --global-batch "
+                              "(or use --mode strong)")
+        return [base.replace(replicas=n) for n in counts]
+    global_batch = base.global_batch if base.global_batch is not None else base.per_replica_batch * counts[0]
+    bad = [n for n in counts if global_batch % n]
+    if bad:
+        raise ConfigError(f"strong scaling keeps the global batch {global_batch}, which does not divide by "
+                          f"{bad} replicas; choose a global batch that all of {counts} divide (e.g. "
+                          f"{math.lcm(*counts) * max(1, global_batch // math.lcm(*counts))})")
+    return [base.replace(replicas=n, global_batch=global_batch) for n in counts]
+
+
+def table(rows: list[dict], mode: str):
+    """scaling.csv from per-run rows (replicas, global_batch, per_replica_batch + summary fields)."""
+    import pandas as pd
+
+    from ..measure import stats
+
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    base = frame.sort_values("replicas").iloc[0]
+    n0, thr0, err0 = int(base["replicas"]), float(base["images_per_sec"]), float(base["uncertainty"])
+    frame["mode"] = mode
+    frame["baseline_replicas"] = n0
+    frame["speedup"] = [stats.speedup(t, thr0) for t in frame["images_per_sec"]]
+    frame["speedup_uncertainty"] = [
+        0.0 if n == n0 else stats.ratio_uncertainty(t, e, thr0, err0)
+        for n, t, e in zip(frame["replicas"], frame["images_per_sec"], frame["uncertainty"])]
+    frame["efficiency"] = [stats.scaling_efficiency(s, int(n), n0) for s, n in zip(frame["speedup"], frame["replicas"])]
+    for col in COLUMNS:
+        if col not in frame:
+            frame[col] = math.nan
+    return frame[COLUMNS].sort_values("replicas").reset_index(drop=True)
+
+
+def scale(config: RunConfig | dict, replicas, out, mode: str = "weak", *, force: bool = False,
+          quiet: bool = False):
+    """Run ``config`` at each replica count into ``out/runs/r<N>`` and write ``out/scaling.csv``; returns it."""
+    from .. import fileio
+    from ..engine import devices
+    from ..logs import ensure_logging
+    from ..training import train
+
+    ensure_logging(quiet)
+    if isinstance(config, dict):
+        config = RunConfig.from_dict(config)
+    runs = configs(config, replicas, mode)
+    # TensorFlow fixes its device list once: set it up for the largest count before the first run.
+    devices.init(max(c.replicas for c in runs))
+    out = Path(out)
+    rows = []
+    for cfg in runs:
+        run_dir = out / "runs" / f"r{cfg.replicas}"
+        log.info("scale (%s): %d replica(s), global batch %d -> %s", mode, cfg.replicas, cfg.global_batch_size, run_dir)
+        summary = train(cfg, run_dir, force=force, quiet=quiet)
+        row = {"replicas": cfg.replicas, "global_batch": cfg.global_batch_size,
+               "per_replica_batch": cfg.per_replica_batch_size, "run_dir": str(run_dir.relative_to(out))}
+        row.update({col: summary.get(key, math.nan) for key, col in _FROM_SUMMARY.items()})
+        rows.append(row)
+        # Written after every run, so a long study that stops half-way keeps what it measured.
+        fileio.write_csv(out / "scaling.csv", table(rows, mode))
+    frame = table(rows, mode)
+    fileio.write_csv(out / "scaling.csv", frame)
+    return frame

@@ -1,0 +1,302 @@
+"""All-reduce bandwidth: each cross-device implementation, timed over a size sweep (like nccl-tests).
+
+``tftoolkit bench allreduce`` writes ``allreduce.csv``, one row per (implementation, payload, size):
+
+    impl, detail, replicas, payload, tensors, size_bytes, iters, repeats, time_s, time_min_s,
+    algbw_GBps, busbw_GBps, status, reason
+
+Definitions are nccl-tests' (doc/PERFORMANCE.md), so the figures compare with a link's rated bandwidth:
+``algbw = size / time`` and ``busbw = algbw * 2(n-1)/n`` (a ring all-reduce moves 2(n-1)/n of the buffer
+over each link, whatever algorithm is used). GB/s here is 10^9 bytes/s.
+
+Implementations (``IMPLS``):
+  nccl               tf.distribute.NcclAllReduce (GPUs, Linux, CUDA build of TensorFlow)
+  hierarchical_copy  tf.distribute.HierarchicalCopyAllReduce
+  reduce_to_one      tf.distribute.ReductionToOneDevice (sum on one device, copy back)
+  collective         CollectiveAllReduce with the RING implementation (what multi-worker training uses
+                     without NCCL), requested through CommunicationOptions
+  tf_default         whatever MirroredStrategy picks when given no cross_device_ops: on CPU replicas that is
+                     CollectiveAllReduce(RING), so on CPU it is the same algorithm as ``collective``
+An implementation that cannot run here (NCCL on CPU) is one row with status ``skipped`` and the reason.
+
+Sizes parse as bytes with SI or IEC units: ``4KB`` = 4000, ``4KiB`` = 4096, ``64MiB``, ``1e6``, ``1.5MB``,
+``4096``. A bare ``K``/``M``/``G`` is refused (nccl-tests means 2^10, most people mean 10^3). ``A..B`` sweeps
+the powers of two between the bounds (inclusive), ``A,B,C`` lists exact sizes.
+
+The timed unit is exactly what the training step does: ``ctx.all_reduce(SUM, tensors)`` inside
+``strategy.run`` inside a ``tf.function``. Small buffers run several all-reduces back to back in one call
+(``iters``) so Python dispatch does not dominate; the time reported is per all-reduce.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+
+log = logging.getLogger("tftoolkit")
+
+IMPLS = ("nccl", "hierarchical_copy", "reduce_to_one", "collective", "tf_default")
+COLUMNS = ["impl", "detail", "replicas", "payload", "tensors", "size_bytes", "iters", "repeats", "time_s",
+           "time_min_s", "algbw_GBps", "busbw_GBps", "status", "reason"]
+DEFAULT_SIZES = "4KiB..256MiB"
+DEFAULT_MODELS = ("small_cnn", "resnet20")
+FLOAT32_BYTES = 4
+# Chain all-reduces in one tf.function call until a call moves about this many bytes (at most MAX_CHAIN), so a
+# 4 KB all-reduce is not timed as "one Python call into TensorFlow". Large buffers run one per call.
+CHAIN_BYTES = 4 * 2**20
+MAX_CHAIN = 16
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+# --- formulas (pinned by tests/test_allreduce.py) --------------------------------------------------------
+def bus_factor(replicas: int) -> float:
+    """nccl-tests' all-reduce bus factor 2(n-1)/n: the share of the buffer each link carries in a ring."""
+    if replicas < 1:
+        raise ConfigError(f"replicas must be >= 1, got {replicas}")
+    return 2.0 * (replicas - 1) / replicas
+
+
+def algbw_gbps(size_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth in GB/s (10^9 B/s): buffer size / time."""
+    if not time_s > 0:
+        return math.nan
+    return size_bytes / time_s / 1e9
+
+
+def busbw_gbps(size_bytes: float, time_s: float, replicas: int) -> float:
+    """Bus bandwidth in GB/s: algbw x 2(n-1)/n, comparable to the rated per-direction link bandwidth."""
+    return algbw_gbps(size_bytes, time_s) * bus_factor(replicas)
+
+
+# --- size parsing ----------------------------------------------------------------------------------------
+def parse_size(text) -> int:
+    """Bytes from ``4KB`` (4000), ``4KiB`` (4096), ``1e6``, ``1.5MB`` or ``4096``; rounded down to whole
+    float32 elements."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise ConfigError(f"cannot read size {text!r}; write e.g. 4096, 1e6, 4KB (=4000), 4KiB (=4096), 64MiB")
+        unit = m.group(2).lower()
+        if unit in ("k", "m", "g", "t"):
+            raise ConfigError(f"size {text!r} is ambiguous: write {m.group(1)}{unit.upper()}B for 10^3 steps or "
+                              f"{m.group(1)}{unit.upper()}iB for 2^10 steps")
+        if unit not in _UNITS:
+            raise ConfigError(f"unknown size unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB (10^3) or KiB, MiB, "
+                              "GiB (2^10)")
+        value = float(m.group(1)) * _UNITS[unit]
+    size = int(value) // FLOAT32_BYTES * FLOAT32_BYTES
+    if size < FLOAT32_BYTES:
+        raise ConfigError(f"size {text!r} is below one float32 ({FLOAT32_BYTES} bytes)")
+    return size
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``A..B``: powers of two from A to B inclusive; ``A,B,C``: those sizes; ``A``: one size."""
+    text = str(text).strip()
+    if ".." in text:
+        lo_text, _, hi_text = text.partition("..")
+        lo, hi = parse_size(lo_text), parse_size(hi_text)
+        if lo > hi:
+            raise ConfigError(f"size sweep {text!r} runs backwards ({lo} > {hi} bytes); write the smaller bound first")
+        sizes = [2**k for k in range(max(2, math.ceil(math.log2(lo))), int(math.log2(hi)) + 1) if lo <= 2**k <= hi]
+        if not sizes:
+            raise ConfigError(f"no power of two lies between {lo} and {hi} bytes; list exact sizes instead, "
+                              f"e.g. {lo},{hi}")
+        return sizes
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError("no sizes given; write e.g. 4KiB..256MiB or 1MiB,16MiB")
+    return sorted(set(parse_size(p) for p in parts))
+
+
+def parse_impls(text: str) -> list[str]:
+    names = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not names or names == ["all"]:
+        return list(IMPLS)
+    unknown = [n for n in names if n not in IMPLS]
+    if unknown:
+        raise ConfigError(f"unknown all-reduce implementation(s) {', '.join(unknown)}; choose from all, "
+                          f"{', '.join(IMPLS)}")
+    return list(dict.fromkeys(names))
+
+
+# --- strategies ------------------------------------------------------------------------------------------
+def availability(impl: str, setup) -> tuple[bool, str]:
+    """Whether ``impl`` can run on these devices, and why not."""
+    if impl == "nccl":
+        if setup.kind != "GPU":
+            return False, "NCCL needs GPUs; these replicas are logical CPU devices"
+        from ..engine.strategy import nccl_available
+
+        return nccl_available()
+    return True, ""
+
+
+def make_strategy(impl: str, setup):
+    """(strategy, CommunicationOptions or None, what it really all-reduces with) for ``impl``."""
+    from ..engine.strategy import describe, make_bench_strategy
+
+    strategy, options = make_bench_strategy(impl, setup)
+    return strategy, options, describe(strategy, options)
+
+
+# --- timing ----------------------------------------------------------------------------------------------
+def chain_length(size_bytes: int) -> int:
+    return int(max(1, min(MAX_CHAIN, CHAIN_BYTES // max(size_bytes, 1))))
+
+
+def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int = 10, warmup: int = 2,
+                   iters: int | None = None) -> dict:
+    """Median seconds of one ``ctx.all_reduce(SUM, [tensors of shapes])`` across the strategy's replicas.
+
+    Returns {"time_s": median, "time_min_s": min, "iters": all-reduces chained per call, "repeats"}.
+    """
+    import tensorflow as tf
+
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    dtypes = list(dtypes) if dtypes is not None else [tf.float32] * len(shapes)
+    size = sum(int(np.prod(s)) * tf.as_dtype(d).size for s, d in zip(shapes, dtypes))
+    iters = iters or chain_length(size)
+
+    def make(_ctx):
+        return [tf.zeros(s, d) for s, d in zip(shapes, dtypes)]
+
+    # The buffers are function arguments, so nothing is constant-folded.
+    values = strategy.experimental_distribute_values_from_function(make)
+
+    def replica_allreduce(xs):
+        ctx = tf.distribute.get_replica_context()
+        out = xs
+        for _ in range(iters):
+            # Each all-reduce starts when the previous one has finished on this replica, and reduces the same
+            # input buffers (as nccl-tests does). Feeding one result into the next would let Grappler fold
+            # the chain of reduce_to_one's AddN ops into one AddN over n^iters inputs.
+            with tf.control_dependencies(out):
+                ins = [tf.identity(x) for x in xs]
+            # SUM over replicas, as the training step reduces its gradients.
+            out = ctx.all_reduce(tf.distribute.ReduceOp.SUM, ins, options=options)
+        # A tiny slice to wait on: fetching it waits for every device, without copying buffers back.
+        with tf.control_dependencies(out):
+            token = tf.reshape(out[0], [-1])[:1]
+        return out, token
+
+    @tf.function
+    def run(xs):
+        return strategy.run(replica_allreduce, args=(xs,))
+
+    def call() -> float:
+        t0 = time.perf_counter()
+        _, token = run(values)
+        for t in strategy.experimental_local_results(token):
+            t.numpy()
+        return time.perf_counter() - t0
+
+    for _ in range(max(1, warmup)):  # the first call traces
+        call()
+    times = np.array([call() for _ in range(max(1, repeats))]) / iters
+    return {"time_s": float(np.median(times)), "time_min_s": float(times.min()), "iters": iters,
+            "repeats": int(max(1, repeats))}
+
+
+def gradient_shapes(model) -> tuple[list, list]:
+    """Shapes and dtypes of a model's gradients (= its trainable variables), in the order the step reduces them."""
+    vs = model.trainable_variables
+    return [tuple(v.shape) for v in vs], [str(getattr(v, "dtype", "float32")) for v in vs]
+
+
+def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10) -> tuple[list, list]:
+    from ..engine import models
+
+    return gradient_shapes(models.build(name, tuple(input_shape), num_classes))
+
+
+# --- the benchmark ---------------------------------------------------------------------------------------
+def _row(impl, detail, replicas, payload, tensors, size, **kw) -> dict:
+    row = {"impl": impl, "detail": detail, "replicas": replicas, "payload": payload, "tensors": tensors,
+           "size_bytes": size, "iters": None, "repeats": None, "time_s": math.nan, "time_min_s": math.nan,
+           "algbw_GBps": math.nan, "busbw_GBps": math.nan, "status": "ok", "reason": ""}
+    row.update(kw)
+    return row
+
+
+def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10, warmup: int = 2,
+          models=DEFAULT_MODELS, image_size: int = 32, num_classes: int = 10, out=None, quiet: bool = False):
+    """Time every implementation over the size sweep and each model's gradient set; returns the tidy frame
+    (and writes ``out/allreduce.csv`` plus ``out/bench.json`` with the parameters when ``out`` is given)."""
+    import pandas as pd
+
+    from .. import fileio
+    from ..engine import devices
+    from ..logs import ensure_logging
+
+    ensure_logging(quiet)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+        raise ConfigError(f"--replicas must be an integer >= 1, got {replicas!r}")
+    size_list = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes))
+    impl_list = parse_impls(impls) if isinstance(impls, str) else parse_impls(",".join(impls))
+    if repeats < 1 or warmup < 0:
+        raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    model_list = [m for m in (models.split(",") if isinstance(models, str) else (models or ())) if m and m != "none"]
+    setup = devices.init(replicas)
+    payloads = [("buffer", [(s // FLOAT32_BYTES,)], ["float32"], s) for s in size_list]
+    for m in model_list:
+        shapes, dts = model_gradient_set(m, (image_size, image_size, 3), num_classes)
+        nbytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in zip(shapes, dts))
+        payloads.append((f"grads:{m}", shapes, dts, nbytes))
+    rows = []
+    for impl in impl_list:
+        ok, why = availability(impl, setup)
+        if not ok:
+            rows.append(_row(impl, "", replicas, "", None, None, status="skipped", reason=why))
+            log.info("all-reduce %s: skipped (%s)", impl, why)
+            continue
+        try:
+            strategy, options, detail = make_strategy(impl, setup)
+        except Exception as e:  # noqa: BLE001 - an implementation that cannot be built here is a row, not a crash
+            rows.append(_row(impl, "", replicas, "", None, None, status="failed", reason=_first_line(e)))
+            continue
+        for payload, shapes, dts, nbytes in payloads:
+            try:
+                t = time_allreduce(strategy, shapes, dtypes=dts, options=options, repeats=repeats, warmup=warmup)
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest size: record, go on
+                rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, status="failed",
+                                 reason=_first_line(e)))
+                log.warning("all-reduce %s %s (%d bytes) failed: %s", impl, payload, nbytes, _first_line(e))
+                continue
+            rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, iters=t["iters"],
+                             repeats=t["repeats"], time_s=t["time_s"], time_min_s=t["time_min_s"],
+                             algbw_GBps=algbw_gbps(nbytes, t["time_s"]),
+                             busbw_GBps=busbw_gbps(nbytes, t["time_s"], replicas)))
+            log.info("all-reduce %-17s %-16s %12d B  %10.3f ms  busbw %7.3f GB/s", impl, payload, nbytes,
+                     t["time_s"] * 1e3, rows[-1]["busbw_GBps"])
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("tensors", "size_bytes", "iters", "repeats"):
+        frame[col] = frame[col].astype("Int64")  # integers, empty where skipped (not 4096.0)
+    if out is not None:
+        out = Path(out)
+        fileio.write_csv(out / "allreduce.csv", frame)
+        fileio.write_json(out / "bench.json", {
+            "bench": "allreduce", "replicas": replicas, "device_kind": setup.kind, "devices": list(setup.devices),
+            "host_cores": setup.host_cores, "sizes": size_list, "impls": impl_list, "repeats": repeats,
+            "warmup": warmup, "models": model_list, "image_size": image_size, "num_classes": num_classes,
+            "threads": devices.thread_settings(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "definitions": "algbw = size_bytes / time_s / 1e9; busbw = algbw * 2(n-1)/n (nccl-tests)",
+        })
+    return frame
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]

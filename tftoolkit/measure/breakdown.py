@@ -1,0 +1,215 @@
+"""Where a training step's time goes: compute, gradient all-reduce, input wait; load balance; FLOPs and MFU.
+
+Runs after training (``RunConfig.measure``), on the trained run's strategy and shapes, and adds these
+fields to summary.json:
+
+  step_time_no_input_s    the full step on one real batch already on the devices (no input pipeline at all)
+  compute_time_s          the same step with no gradient all-reduce: each replica applies its own gradient
+                          (engine.step.build_engine(allreduce=False)), so the only thing missing is communication
+  allreduce_time_s        step_time_no_input_s - compute_time_s (median of interleaved pairs, >= 0): the
+                          all-reduce time the step really pays, after any overlap with compute
+  allreduce_direct_time_s the gradient all-reduce timed alone (allreduce.time_allreduce on the model's
+                          gradient shapes, as the step packs them): its cost with nothing to overlap
+  input_wait_s            training's median step time - step_time_no_input_s (>= 0)
+  input_wait_fraction     input_wait_s / training's step time
+  communication_fraction  allreduce_time_s / (compute_time_s + allreduce_time_s)
+  communication_note      one sentence; says so when communication exceeds compute
+  imbalance               max / mean of the examples each replica trained on (1.0 = balanced)
+  flops_per_example ... mfu  see tftoolkit.measure.flops
+
+Measuring never changes the trained model: the extra steps on the trained engine run from a snapshot of
+every model and optimizer variable, restored afterwards; the no-all-reduce engine is a separate model.
+The timed training loop itself is untouched: all of this happens after it, at the cost of a few loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+
+log = logging.getLogger("tftoolkit")
+
+# Interleaved (full step, compute-only step) loop pairs of steps_per_loop steps, after a one-step warm-up each.
+# Interleaving makes each pair see the same machine state (turbo, other processes), so their difference is
+# the all-reduce.
+MEASURE_ROUNDS = 3
+DIRECT_ALLREDUCE_REPEATS = 5
+
+FIELDS = ("step_time_no_input_s", "compute_time_s", "allreduce_time_s", "allreduce_direct_time_s", "input_wait_s",
+          "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
+          "forward_flops_per_example", "flops_source", "achieved_flops", "peak_flops", "peak_flops_source", "mfu")
+
+
+# --- formulas (pinned by tests/test_measure.py) ----------------------------------------------------------
+def breakdown(step_time_s: float, step_no_input_s: float, compute_s: float, replicas: int,
+              allreduce_s: float | None = None) -> dict:
+    """Split a step into compute, all-reduce and input wait; ``allreduce_s`` defaults to the difference
+    ``step_no_input_s - compute_s``. Negative differences (timing noise) are clipped to 0."""
+    if allreduce_s is None:
+        allreduce_s = step_no_input_s - compute_s
+    allreduce_s = max(0.0, allreduce_s) if allreduce_s == allreduce_s else math.nan
+    input_wait = step_time_s - step_no_input_s
+    input_wait = max(0.0, input_wait) if input_wait == input_wait else math.nan
+    denom = compute_s + allreduce_s
+    comm_frac = allreduce_s / denom if denom > 0 else math.nan
+    return {
+        "step_time_no_input_s": step_no_input_s,
+        "compute_time_s": compute_s,
+        "allreduce_time_s": allreduce_s,
+        "input_wait_s": input_wait,
+        "input_wait_fraction": input_wait / step_time_s if step_time_s > 0 else math.nan,
+        "communication_fraction": comm_frac,
+        "communication_note": communication_note(compute_s, allreduce_s, replicas),
+    }
+
+
+def communication_note(compute_s: float, allreduce_s: float, replicas: int) -> str:
+    if replicas <= 1:
+        return "one replica: there is no gradient all-reduce"
+    if not (compute_s == compute_s and allreduce_s == allreduce_s):
+        return "communication not measured"
+    ms = f"all-reduce {allreduce_s * 1e3:.2f} ms vs compute {compute_s * 1e3:.2f} ms per step"
+    if allreduce_s > compute_s:
+        return (f"communication-bound: the gradient all-reduce takes longer than the compute ({ms}); this is "
+                "where more replicas stop paying off. A larger per-replica batch, a faster all-reduce "
+                "(tftoolkit bench allreduce) or fewer, larger gradients help")
+    frac = allreduce_s / (compute_s + allreduce_s) if compute_s + allreduce_s > 0 else 0.0
+    return f"compute-bound: the gradient all-reduce is {frac:.0%} of the step ({ms})"
+
+
+def load_balance(examples_per_replica) -> dict:
+    """Imbalance = max / mean of per-replica example counts (1.0 = every replica did the same work).
+
+    Per-replica *time* is not measured: a MirroredStrategy step is one tf.function call that returns when
+    the slowest replica is done, and TensorFlow exposes per-device op times only through the profiler's
+    trace, too heavy to run on every training run. Counts catch the imbalance data parallelism can cause
+    (an uneven last batch); identical devices then take the same time for the same work.
+    """
+    c = np.asarray(list(examples_per_replica), dtype=float)
+    if c.size == 0 or c.mean() <= 0:
+        return {"imbalance": math.nan}
+    return {"imbalance": float(c.max() / c.mean())}
+
+
+# --- timing ----------------------------------------------------------------------------------------------
+def _time_loop(train_loop, iterator, n: int) -> float:
+    """Seconds per step of one ``train_loop`` call of n steps, synchronised on its returned losses."""
+    import tensorflow as tf
+
+    t0 = time.perf_counter()
+    losses, _ = train_loop(iterator, tf.constant(n, tf.int32))
+    losses.numpy()
+    return (time.perf_counter() - t0) / n
+
+
+class _Replay:
+    """Stands in for the distributed iterator ``train_loop`` takes: every ``next`` gives the same per-replica
+    batch, sliced as pipeline.distribute slices it and placed on the replicas' devices once.
+
+    Not a tf.data iterator on purpose: deleting one waits for tf.data's autotuning threads (one per device
+    for a distributed iterator) to wake up, which took from 0.3 s to over a minute on a loaded 2-core
+    machine (gdb: ~RootDataset::Iterator waiting on Model::OptimizeLoop). The price is one extra trace of
+    the trained engine's loop, since a new argument type means a new trace.
+    """
+
+    def __init__(self, strategy, batch):
+        import tensorflow as tf
+
+        total = strategy.num_replicas_in_sync
+        n = int(batch[1].shape[0])
+
+        def piece(ctx):
+            r = ctx.replica_id_in_sync_group
+            lo, hi = r * n // total, (r + 1) * n // total
+            return tuple(tf.identity(t[lo:hi]) for t in batch)
+
+        self.values = strategy.experimental_distribute_values_from_function(piece)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.values
+
+
+def _snapshot(engine):
+    variables = list(engine.model.variables) + list(engine.optimizer.variables)
+    return variables, [np.array(v.numpy()) for v in variables]
+
+
+def _restore(snapshot) -> None:
+    for v, value in zip(*snapshot):
+        v.assign(value)
+
+
+def time_step_parts(engine, config, source, train_examples: int, rounds: int = MEASURE_ROUNDS) -> dict:
+    """Median per-step time of the full step and of the compute-only step, both on one batch already on the
+    devices; the all-reduce is the median of the paired differences."""
+    from ..data import pipeline
+    from ..engine.step import build_engine
+
+    strategy = engine.strategy
+    n = config.steps_per_loop
+    # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
+    iterator = _Replay(strategy, pipeline.first_batch(source, config.global_batch_size))
+    saved = _snapshot(engine)
+    try:
+        bare = build_engine(config, strategy, source, train_examples, allreduce=False)
+        # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
+        _time_loop(engine.train_loop, iterator, 1)
+        _time_loop(bare.train_loop, iterator, 1)
+        full, compute = [], []
+        for _ in range(rounds):
+            full.append(_time_loop(engine.train_loop, iterator, n))
+            compute.append(_time_loop(bare.train_loop, iterator, n))
+    finally:
+        _restore(saved)
+    full, compute = np.array(full), np.array(compute)
+    return {"full_s": float(np.median(full)), "compute_s": float(np.median(compute)),
+            "allreduce_s": float(np.median(full - compute))}
+
+
+def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS) -> float:
+    from .allreduce import gradient_shapes, time_allreduce
+
+    shapes, dtypes = gradient_shapes(engine.model)
+    return time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1)["time_s"]
+
+
+def summary_fields(engine, config, setup, source, summary: dict) -> dict:
+    """Every measurement field for summary.json; a measurement that fails is NaN with ``measure_error``."""
+    from . import flops
+
+    out = {k: math.nan for k in FIELDS}
+    out["communication_note"] = ""
+    errors = []
+    t0 = time.perf_counter()
+    try:
+        parts = time_step_parts(engine, config, source, summary["train_examples"])
+        out.update(breakdown(summary.get("step_time_s", math.nan), parts["full_s"], parts["compute_s"],
+                             setup.replicas, allreduce_s=parts["allreduce_s"]))
+    except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
+        errors.append(f"step breakdown: {type(e).__name__}: {e}")
+    try:
+        out["allreduce_direct_time_s"] = direct_allreduce_time(engine) if setup.replicas > 1 else 0.0
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"direct all-reduce: {type(e).__name__}: {e}")
+    out.update(load_balance(summary.get("examples_per_replica", [])))
+    try:
+        out.update(flops.utilisation(engine.model, source.input_shape, config.precision, setup,
+                                     summary.get("images_per_sec", math.nan)))
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"flops: {type(e).__name__}: {e}")
+    out["measure_time_s"] = time.perf_counter() - t0
+    if errors:
+        out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
+        log.warning("measurement incomplete: %s", out["measure_error"])
+    else:
+        log.info("step %.2f ms = compute %.2f + all-reduce %.2f + input wait %.2f ms; %s; MFU %.1f%% (%s)",
+                 summary.get("step_time_s", math.nan) * 1e3, out["compute_time_s"] * 1e3,
+                 out["allreduce_time_s"] * 1e3, out["input_wait_s"] * 1e3, out["communication_note"],
+                 out["mfu"] * 100, out["peak_flops_source"])
+    return out

@@ -1,0 +1,195 @@
+"""From a measured gradient noise scale to a recommended global batch and GPU count.
+
+McCandlish et al. 2018 (eq. 2.11 and §2.3): training to a given loss takes S steps and E examples with
+
+    (S/S_min − 1)(E/E_min − 1) = 1,   S = S_min (1 + B_crit/B),   E = E_min (1 + B/B_crit)
+
+for global batch B, with S_min the fewest steps (infinite batch) and E_min the fewest examples (batch → 0).
+At B = B_crit both cost twice their minimum: below it, a bigger batch buys almost proportionally fewer
+steps (perfect data-parallel scaling); above it, it mostly burns examples. The paper's B_simple =
+tr(Σ)/|G|² (what ``--noise-scale`` measures) estimates B_crit, well when the Hessian is close to a
+multiple of the identity and within a small factor otherwise; the noise scale also grows as the loss
+falls, so a value measured early in training understates the batch that pays off later.
+
+The recommendation: the replica count N whose global batch N × per-replica batch is closest to B_crit on
+a log scale (a power of two, as GPU counts come), capped at ``max_replicas``. If the per-replica batch
+alone exceeds B_crit, more GPUs only burn examples: one GPU, and a smaller batch if its memory allows.
+With an interconnect (``interconnect=``) the run's compute time and the scaling model
+(``tftoolkit.predict``) add the predicted time to reach the same loss, relative to one GPU:
+S(N·b)/S(b) × t_step(N)/t_step(1).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError, RunDirError
+
+DEFAULT_MAX_REPLICAS = 64
+
+
+def steps_ratio(batch, b_crit):
+    """S/S_min = 1 + B_crit/B."""
+    return 1.0 + np.asarray(b_crit, dtype=float) / np.asarray(batch, dtype=float)
+
+
+def examples_ratio(batch, b_crit):
+    """E/E_min = 1 + B/B_crit."""
+    return 1.0 + np.asarray(batch, dtype=float) / np.asarray(b_crit, dtype=float)
+
+
+def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS) -> dict:
+    """The replica count (power of two) whose global batch is closest to B_crit in log scale."""
+    if not (isinstance(b_crit, (int, float)) and math.isfinite(b_crit) and b_crit > 0):
+        raise ConfigError(f"noise scale must be a finite number > 0, got {b_crit!r}")
+    if per_replica_batch < 1 or max_replicas < 1:
+        raise ConfigError(f"per-replica batch and max replicas must be >= 1, got {per_replica_batch}, {max_replicas}")
+    ratio = b_crit / per_replica_batch
+    if ratio < 1:
+        n = 1
+        # Halve the batch towards B_crit (powers of two, at least 2 so the noise scale stays measurable).
+        batch = max(2, 2 ** round(math.log2(b_crit))) if b_crit >= 2 else 2
+        batch = min(batch, per_replica_batch)
+        note = (f"the per-replica batch {per_replica_batch} alone exceeds the critical batch {b_crit:.3g}: more GPUs "
+                f"would only use more examples per step. Train on 1 GPU, with a global batch near {batch}")
+    else:
+        n = int(min(2 ** round(math.log2(ratio)), 2 ** int(math.log2(max_replicas))))
+        batch = n * per_replica_batch
+        capped = 2 ** round(math.log2(ratio)) > n
+        note = (f"{n} GPU(s) x {per_replica_batch} = global batch {batch}, closest to the critical batch "
+                f"{b_crit:.3g}" + (f" (capped at {max_replicas} GPUs)" if capped else ""))
+    return {"replicas": n, "global_batch": int(batch), "per_replica_batch": int(min(per_replica_batch, batch)),
+            "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit)),
+            "note": note}
+
+
+def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
+                   current: tuple[int, int] | None = None, recommended: tuple[int, int] | None = None) -> pd.DataFrame:
+    """One row per power-of-two replica count (global batch N x per-replica batch) with S/S_min and E/E_min;
+    ``current`` and ``recommended`` are (replicas, global batch), flagged, and added when not on that grid."""
+    points = []
+    n = 1
+    while n <= max_replicas:
+        points.append((n, n * per_replica_batch))
+        n *= 2
+    for extra in (current, recommended):
+        if extra is not None and tuple(extra) not in points:
+            points.append(tuple(extra))
+    rows = [{"replicas": int(n), "global_batch": int(b), "steps_ratio": float(steps_ratio(b, b_crit)),
+             "examples_ratio": float(examples_ratio(b, b_crit)), "b_crit": b_crit,
+             "current": current is not None and (n, b) == tuple(current),
+             "recommended": recommended is not None and (n, b) == tuple(recommended)}
+            for n, b in points]
+    return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
+
+
+def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: str = "ib200",
+             gpus_per_host: int = 8, per_replica_batch: int | None = None) -> pd.DataFrame:
+    """Predicted step time and time-to-the-same-loss relative to one GPU at ``per_replica_batch`` (default:
+    the run's), from the scaling model."""
+    from . import predict
+
+    cal = predict.calibrate_summary(summary, "summary.json")
+    intra, inter = predict.parse_link(interconnect), predict.parse_link(inter_host)
+    out = frame.copy()
+    times = []
+    for n, b in zip(out["replicas"], out["global_batch"]):
+        g, hosts = (int(n), 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
+        compute = cal.compute_at(int(n), b / n, "dedicated")
+        times.append(predict.step_time(compute, predict.allreduce_time(cal.gradient_bytes, g, hosts, intra, inter)))
+    out["step_time_s"] = times
+    b1 = per_replica_batch or summary["per_replica_batch"]
+    base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1)].iloc[0]
+    out["time_ratio"] = out["steps_ratio"] / base["steps_ratio"] * out["step_time_s"] / base["step_time_s"]
+    out["gpu_time_ratio"] = out["time_ratio"] * out["replicas"]
+    out["interconnect"] = intra.name
+    return out
+
+
+def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
+    from .. import fileio
+
+    run_dir = Path(run_dir)
+    path = run_dir / "summary.json"
+    if not path.exists():
+        raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
+    s = fileio.read_json(path)
+    missing = [k for k in ("noise_scale", "per_replica_batch", "replicas") if k not in s]
+    if missing:
+        hint = " (train with --noise-scale)" if "noise_scale" in missing else ""
+        raise RunDirError(f"{path} lacks field(s) {', '.join(missing)}{hint}")
+    steps = pd.read_csv(run_dir / "steps.csv") if (run_dir / "steps.csv").exists() else None
+    return s, steps
+
+
+def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
+           interconnect: str | None = None, inter_host: str = "ib200", gpus_per_host: int = 8,
+           figures: bool = True) -> dict:
+    """``tftoolkit advise``: advice.json, tradeoff.csv and figures in ``out`` (default: RUN_DIR)."""
+    from .. import fileio
+
+    s, steps = read_run(run_dir)
+    b_crit = s["noise_scale"]
+    if not (isinstance(b_crit, (int, float)) and math.isfinite(b_crit) and b_crit > 0):
+        raise RunDirError(f"{run_dir}: the noise scale is {b_crit!r}: the |G|^2 estimate never came out positive, "
+                          "the gradient is lost in the noise at this point of training. Train longer (or on more "
+                          "steps) with --noise-scale and try again")
+    b = int(per_replica_batch or s["per_replica_batch"])
+    rec = recommend(b_crit, b, max_replicas)
+    current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"]))
+    frame = tradeoff_frame(b_crit, b, max_replicas, current=(int(s["replicas"]), current_batch),
+                           recommended=(rec["replicas"], rec["global_batch"]))
+    if interconnect:
+        frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+    result = {
+        "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit,
+        "noise_scale_steps": s.get("noise_scale_steps"), "per_replica_batch": b, "max_replicas": max_replicas,
+        "current": {"replicas": s["replicas"], "global_batch": current_batch,
+                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
+                    "examples_ratio": float(examples_ratio(current_batch, b_crit))},
+        "recommended": rec,
+        "notes": [
+            "B_crit is taken as the measured B_simple = tr(Sigma)/|G|^2 (McCandlish et al. 2018); it can be off by a "
+            "small factor when the Hessian is far from a multiple of the identity.",
+            "The noise scale grows as the loss falls: measured early in training it understates the batch that pays "
+            "off later. Measure again later in training, and retune the learning rate for the new batch "
+            "(tftoolkit find-lr).",
+        ],
+    }
+    if interconnect:
+        fastest = frame.loc[frame["time_ratio"].idxmin()]
+        result["time_model"] = {"interconnect": interconnect, "inter_host": inter_host,
+                                "fastest_replicas": int(fastest["replicas"]),
+                                "fastest_time_ratio": float(fastest["time_ratio"])}
+    out = Path(out) if out is not None else Path(run_dir)
+    fileio.write_csv(out / "tradeoff.csv", frame)
+    fileio.write_json(out / "advice.json", result)
+    if figures:
+        from ..plots import batch as bplots
+        from ..plots.theme import save_figure
+
+        save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
+        if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
+            save_figure(bplots.noise_scale_trace(steps), out, "noise_scale", formats=("png",))
+    result["frame"] = frame
+    return result
+
+
+def describe(result: dict) -> str:
+    rec, cur = result["recommended"], result["current"]
+    lines = [
+        f"noise scale B_simple = {result['noise_scale']:.4g} (over {result.get('noise_scale_steps')} steps) ~ critical batch",
+        f"current: {cur['replicas']} replica(s), global batch {cur['global_batch']}: "
+        f"{cur['steps_ratio']:.2f} x the fewest steps, {cur['examples_ratio']:.2f} x the fewest examples",
+        f"recommended: {rec['note']}; {rec['steps_ratio']:.2f} x the fewest steps, "
+        f"{rec['examples_ratio']:.2f} x the fewest examples",
+    ]
+    if "time_model" in result:
+        tm = result["time_model"]
+        lines.append(f"with {tm['interconnect']} (+ {tm['inter_host']} between hosts): fastest to the same loss at "
+                     f"{tm['fastest_replicas']} GPUs ({tm['fastest_time_ratio']:.2f} x the time on 1 GPU)")
+    return "\n".join(lines)

@@ -1,0 +1,405 @@
+"""Finders that run under the same MirroredStrategy as training: a learning-rate range test and the
+largest per-replica batch that fits in device memory.
+
+``find_lr`` (Smith 2017, "Cyclical Learning Rates", §3.3; the fastai/Keras-tuner LR finder): train for a few
+hundred steps while the LR grows exponentially from ``lr_min`` to ``lr_max``, stop once the smoothed loss
+blows up (a running average over ``blowup`` × its minimum, or not finite), and suggest the LR where the
+smoothed loss falls fastest per unit of log LR. The loss is smoothed for the suggestion by a *centred*
+moving average: the EMA fastai smooths with lags by half its span, which on a 200-step sweep moves the
+suggestion up by several times. The sweep runs on the *global* batch of the config, under the strategy, so the
+suggestion is the LR for that global batch; lr_find.json also gives the ``--base-lr`` it corresponds to
+under the config's LR rule.
+
+``find_batch``: the largest per-replica batch whose training step runs, by doubling from the config's
+per-replica batch until a step fails with out-of-memory (``tf.errors.ResourceExhaustedError``), then
+bisecting between the last batch that fitted and the first that did not. The popular finders (Lightning's
+``scale_batch_size``) refuse to run distributed; here each trial is one real step of the training loop on
+every replica, so what fits is what training will use, all-reduce buffers included.
+
+On GPUs the out-of-memory error is the authority, and the peak memory TensorFlow reports for the first
+replica's GPU is recorded. ``memory_limit_mb`` then caps it further (say, to leave room for evaluation).
+On CPU replicas there is no device memory to run out of (the host swaps, or the kernel kills the process),
+so ``memory_limit_mb`` is required and means: a batch fits when the *estimated* training memory of one
+replica stays under it (``estimate_memory``: weights, gradients and optimizer slots, plus twice every
+layer's output per example: kept for the backward pass, and its gradient). Batches under the limit still
+run one real step, which catches a MemoryError from the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..config import RunConfig
+from ..errors import ConfigError, ModelError
+
+log = logging.getLogger("tftoolkit")
+
+# LR finder defaults: 1e-6..10 spans every optimiser's useful range; 200 steps keep the sweep to a few hundred
+# steps (the issue) while giving ~29 steps per decade.
+LR_MIN, LR_MAX, LR_STEPS = 1e-6, 10.0, 200
+SMOOTH_FRACTION = 0.05  # smooth over 5% of the sweep (10 of 200 steps, a third of a decade of LR)
+BLOWUP = 4.0
+SKIP_START = 0.1  # the first 10% of the sweep: the smoothed loss still carries its start-up bias and noise
+MIN_DROP = 0.02   # a sweep whose smoothed loss fell by less than 2% saw noise, not learning: no suggestion
+
+MAX_BATCH = 2**16
+OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
+OOM_WORDS = ("out of memory", "oom", "failed to allocate", "resource exhausted")
+
+
+# --- LR range test ---------------------------------------------------------------------------------------
+def exponential_lrs(lr_min: float, lr_max: float, steps: int) -> np.ndarray:
+    return lr_min * (lr_max / lr_min) ** (np.arange(steps) / max(steps - 1, 1))
+
+
+def smoothing_window(steps: int) -> int:
+    return max(3, int(round(SMOOTH_FRACTION * steps)))
+
+
+def running_smooth(losses, window: int) -> np.ndarray:
+    """Bias-corrected EMA with the span of ``window`` points: what the sweep watches while it runs."""
+    beta = 1.0 - 2.0 / (window + 1)
+    out, avg = [], 0.0
+    for i, v in enumerate(np.asarray(losses, dtype=float)):
+        avg = beta * avg + (1 - beta) * v
+        out.append(avg / (1 - beta ** (i + 1)))
+    return np.array(out)
+
+
+def centred_smooth(losses, window: int) -> np.ndarray:
+    """Centred moving average over ``window`` points (shrinking at the ends). Unlike an EMA it does not lag:
+    an EMA of span w shifts the curve by ~w/2 points, i.e. (w/2)/steps of the LR range to the right, which
+    moves the steepest point up by the same factor."""
+    v = np.asarray(losses, dtype=float)
+    h = window // 2
+    return np.array([v[max(0, i - h):i + h + 1].mean() for i in range(len(v))])
+
+
+def blowup_index(smoothed, factor: float = BLOWUP) -> int | None:
+    """First index where the smoothed loss is not finite or exceeds ``factor`` × its running minimum."""
+    best = math.inf
+    for i, v in enumerate(smoothed):
+        if not math.isfinite(v) or (i > 0 and v > factor * best):
+            return i
+        best = min(best, v)
+    return None
+
+
+def suggest_lr(lrs, smoothed, skip_start: float = SKIP_START, min_drop: float = MIN_DROP) -> tuple[float, str]:
+    """LR at the steepest descent of the smoothed loss vs log LR, looking only before its minimum.
+
+    The slope is a central difference over ±``len/40`` points (at least 1), so what noise is left in the
+    smoothed loss does not pick the point. Returns (lr, note); lr is NaN, with the reason, when the loss
+    did not fall by at least ``min_drop`` of its starting value before its minimum.
+    """
+    lrs, sm = np.asarray(lrs, dtype=float), np.asarray(smoothed, dtype=float)
+    finite = np.isfinite(sm)
+    if finite.sum() < 10:
+        return math.nan, "too few finite losses to suggest an LR; lower --lr-min or raise --lr-steps"
+    end = int(np.nanargmin(np.where(finite, sm, np.nan)))
+    start = int(len(sm) * skip_start)
+    drop = (sm[start] - sm[end]) / abs(sm[start]) if end > start else 0.0
+    if end - start < 5 or drop < min_drop:
+        return math.nan, (f"the smoothed loss fell by only {max(drop, 0):.1%} before its minimum (needs {min_drop:.0%}): "
+                          "the sweep is too short to see learning (raise --lr-steps) or starts too high (lower --lr-min)")
+    w = max(1, len(sm) // 40)
+    log_lr = np.log(lrs)
+    idx = np.arange(start, end + 1)
+    lo, hi = np.clip(idx - w, 0, len(sm) - 1), np.clip(idx + w, 0, end)
+    slope = (sm[hi] - sm[lo]) / np.where(log_lr[hi] > log_lr[lo], log_lr[hi] - log_lr[lo], np.nan)
+    i = int(idx[np.nanargmin(slope)])
+    return float(lrs[i]), "steepest descent of the smoothed loss"
+
+
+def _exponential_schedule(lr_min, lr_max, steps):
+    import keras
+    from keras import ops
+
+    class ExponentialSweep(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            frac = ops.cast(step, "float32") / float(max(steps - 1, 1))
+            return lr_min * ops.power(lr_max / lr_min, frac)
+
+        def get_config(self):
+            return {"lr_min": lr_min, "lr_max": lr_max, "steps": steps}
+
+    return ExponentialSweep()
+
+
+def _prepare(config, data, quiet):
+    from ..engine import session
+    from ..logs import ensure_logging
+
+    ensure_logging(quiet)
+    sess = session.start(config, data)
+    return sess.config, sess.setup, sess.source, sess.strategy
+
+
+def _out_dir(out) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: float = LR_MAX,
+            steps: int = LR_STEPS, blowup: float = BLOWUP, data=None, quiet: bool = False, figures: bool = True) -> dict:
+    """Exponential LR sweep under the strategy; writes lr_find.csv, lr_find.json, lr_find.png into ``out``."""
+    from .. import fileio
+    from ..data import pipeline
+    from ..engine import loop
+    from ..engine.step import build_engine
+
+    if not (0 < lr_min < lr_max and math.isfinite(lr_max)):
+        raise ConfigError(f"need 0 < lr_min < lr_max, got lr_min={lr_min}, lr_max={lr_max}")
+    if steps < 10:
+        raise ConfigError(f"an LR sweep needs at least 10 steps, got {steps}")
+    if not blowup > 1:
+        raise ConfigError(f"blowup must be > 1 (a multiple of the lowest loss), got {blowup}")
+    config, setup, source, strategy = _prepare(config, data, quiet)
+    out = _out_dir(out)
+    spe = config.steps_per_epoch(source.train_examples)
+    eng = build_engine(config, strategy, source, source.train_examples,
+                       schedule=_exponential_schedule(lr_min, lr_max, steps))
+    log.info("LR sweep %.3g -> %.3g over %d steps, global batch %d on %d replica(s)", lr_min, lr_max, steps,
+             config.global_batch_size, setup.replicas)
+    losses: list[float] = []
+    stop, t0 = None, time.perf_counter()
+    window = smoothing_window(steps)
+
+    def on_loop(chunk) -> bool:
+        nonlocal stop
+        losses.extend(float(x) for x in chunk.outputs[0])
+        stop = blowup_index(running_smooth(losses, window), blowup)
+        return stop is not None
+
+    # Every epoch of the sweep starts at its first batch: the sweep's step is the LR's, not a data position.
+    loop.drive(eng.train_loop, lambda epoch, pos: iter(pipeline.distribute(strategy, pipeline.train_dataset(
+               source, config, epoch))), start=0, total=steps, steps_per_epoch=spe,
+               steps_per_loop=config.steps_per_loop, on_loop=on_loop)
+    lrs = exponential_lrs(lr_min, lr_max, steps)[:len(losses)]
+    keep = len(losses) if stop is None else stop + 1  # the first blown-up step stays in the table
+    losses = np.asarray(losses[:keep], dtype=float)
+    smoothed = np.full(keep, np.nan)
+    upto = keep if stop is None else stop  # smooth only what came before the blow-up (it may be inf or NaN)
+    smoothed[:upto] = centred_smooth(losses[:upto], window)
+    frame = pd.DataFrame({"step": np.arange(1, keep + 1), "learning_rate": lrs[:keep], "loss": losses,
+                          "smoothed_loss": smoothed})
+    suggestion, why = suggest_lr(frame["learning_rate"].iloc[:stop], frame["smoothed_loss"].iloc[:stop])
+    min_i = int(np.nanargmin(smoothed)) if np.isfinite(smoothed).any() else 0
+    result = {
+        "suggested_lr": suggestion, "suggestion": why,
+        "suggested_base_lr": suggestion / config.lr_scale if math.isfinite(suggestion) else math.nan,
+        # What to train with next: the suggestion as --base-lr, or the config's own when there is none.
+        "base_lr_to_use": suggestion / config.lr_scale if math.isfinite(suggestion) else config.base_lr,
+        "min_loss_lr": float(frame["learning_rate"].iloc[min_i]),
+        "stopped_at_step": int(stop + 1) if stop is not None else None,
+        "stop_reason": (f"smoothed loss above {blowup:g} x its minimum (or not finite) at LR "
+                        f"{frame['learning_rate'].iloc[-1]:.3g}" if stop is not None else "reached lr_max"),
+        "lr_min": lr_min, "lr_max": lr_max, "steps": steps, "steps_run": len(losses),
+        "global_batch": config.global_batch_size, "replicas": setup.replicas, "lr_rule": config.lr_rule,
+        "base_batch": config.base_batch, "optimizer": config.optimizer, "model": config.model,
+        "seconds": time.perf_counter() - t0, "config": config.to_dict(),
+        "note": "suggested_lr is for this global batch; suggested_base_lr is the --base-lr that the LR rule scales to it",
+    }
+    fileio.write_csv(out / "lr_find.csv", frame)
+    fileio.write_json(out / "lr_find.json", result)
+    if figures:
+        from ..plots import batch as bplots
+        from ..plots.theme import save_figure
+
+        save_figure(bplots.lr_finder(frame, suggestion), out, "lr_find", formats=("png",))
+    log.info("suggested LR %.4g (%s); %s", suggestion, why, result["stop_reason"])
+    result["frame"] = frame
+    return result
+
+
+# --- batch finder ----------------------------------------------------------------------------------------
+def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: str = "float32") -> dict:
+    """Rough training memory of one replica in bytes: {"fixed", "per_example", "total"}.
+
+    fixed = trainable bytes x (weights + gradients + optimizer slots) + non-trainable bytes;
+    per_example = 2 x Σ layer output elements x activation bytes (kept for the backward pass, plus the
+    gradient flowing back through it). Framework workspace and allocator fragmentation are not counted.
+    """
+    trainable = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.trainable_variables)
+    frozen = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.non_trainable_variables)
+    act_bytes = 2 if precision.startswith("mixed") else 4
+    elements = 0
+    try:
+        shapes = [model.input_shape] + [_shape(layer.output) for layer in model.layers if not _is_input(layer)]
+    except (AttributeError, ValueError):  # a subclassed model has no symbolic layer outputs
+        log.warning("memory estimate counts only inputs and outputs: %s is not a functional model", model.name)
+        shapes = [model.input_shape, model.output_shape]
+    for shape in shapes:
+        for s in (shape if isinstance(shape, list) else [shape]):
+            elements += int(np.prod([d for d in s[1:] if d is not None]))
+    per_example = 2 * elements * act_bytes
+    fixed = trainable * (2 + OPTIMIZER_SLOTS.get(optimizer, 2)) + frozen
+    return {"fixed": fixed, "per_example": per_example, "total": fixed + per_example * per_replica_batch}
+
+
+def _shape(tensor):
+    if isinstance(tensor, (list, tuple)):
+        return [tuple(t.shape) for t in tensor]
+    return tuple(tensor.shape)
+
+
+def _is_input(layer) -> bool:
+    return type(layer).__name__ == "InputLayer"
+
+
+def _is_oom(e: BaseException) -> bool:
+    import tensorflow as tf
+
+    if isinstance(e, (tf.errors.ResourceExhaustedError, MemoryError)):
+        return True
+    if isinstance(e, (tf.errors.InternalError, tf.errors.UnknownError)):
+        text = str(e).lower()
+        return any(w in text for w in OOM_WORDS)
+    return False
+
+
+class _Trials:
+    """Runs one training step at a per-replica batch under the strategy and records whether it fit."""
+
+    def __init__(self, eng, config, setup, source, strategy, limit_bytes):
+        self.eng, self.config, self.setup, self.source, self.strategy = eng, config, setup, source, strategy
+        self.limit = limit_bytes
+        self.rows: list[dict] = []
+        self.gpu = setup.kind == "GPU"
+
+    def fits(self, b: int) -> bool:
+        import tensorflow as tf
+
+        from ..data import pipeline
+
+        est = estimate_memory(self.eng.model, b, self.config.optimizer, self.config.precision)
+        row = {"trial": len(self.rows) + 1, "per_replica_batch": b, "fits": False, "memory_bytes": float(est["total"]),
+               "memory_source": "estimate", "reason": "", "seconds": 0.0}
+        t0 = time.perf_counter()
+        if not self.gpu and self.limit is not None and est["total"] > self.limit:
+            row["reason"] = f"estimated {est['total'] / 2**20:.1f} MiB > limit {self.limit / 2**20:.1f} MiB"
+        else:
+            device = self.setup.devices[0]
+            try:
+                if self.gpu:
+                    tf.config.experimental.reset_memory_stats(device)
+                n = b * self.setup.replicas
+                shape = tuple(self.source.input_shape)
+                one = (tf.zeros(shape, tf.float32), tf.constant(0, tf.int32), tf.constant(0, tf.int64))
+                # One example repeated into a global batch: the step's memory depends on shapes, not values.
+                ds = tf.data.Dataset.from_tensors(one).repeat().batch(n, drop_remainder=True)
+                it = iter(pipeline.distribute(self.strategy, ds))
+                losses, _ = self.eng.train_loop(it, tf.constant(1, tf.int32))
+                losses.numpy()
+                row["fits"] = True
+                if self.gpu:
+                    row["memory_bytes"] = float(tf.config.experimental.get_memory_info(device)["peak"])
+                    row["memory_source"] = "peak"
+                    if self.limit is not None and row["memory_bytes"] > self.limit:
+                        row["fits"] = False
+                        row["reason"] = (f"peak {row['memory_bytes'] / 2**20:.1f} MiB > limit "
+                                         f"{self.limit / 2**20:.1f} MiB")
+            except Exception as e:  # noqa: BLE001 - only out-of-memory is an answer; anything else is re-raised
+                if not _is_oom(e):
+                    raise
+                row["reason"] = f"out of memory: {type(e).__name__}"
+        row["seconds"] = time.perf_counter() - t0
+        self.rows.append(row)
+        log.info("per-replica batch %d: %s%s", b, "fits" if row["fits"] else "does not fit",
+                 f" ({row['reason']})" if row["reason"] else "")
+        return row["fits"]
+
+
+def search_batch(fits, start: int, max_batch: int = MAX_BATCH) -> tuple[int, bool]:
+    """Largest b in [1, max_batch] with fits(b), by doubling (or halving) from ``start`` then bisecting.
+
+    Returns (batch, capped); batch 0 when even 1 does not fit; capped when max_batch itself fits.
+    """
+    start = max(1, min(start, max_batch))
+    if fits(start):
+        lo, hi = start, None
+        while hi is None:
+            if lo >= max_batch:
+                return max_batch, True
+            nxt = min(lo * 2, max_batch)
+            if fits(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+    else:
+        hi, lo = start, 0
+        while lo == 0:
+            if hi == 1:
+                return 0, False
+            nxt = hi // 2
+            if fits(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, False
+
+
+def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None = None, max_batch: int = MAX_BATCH,
+               data=None, quiet: bool = False, figures: bool = True) -> dict:
+    """Largest per-replica batch that fits; writes batch_find.csv, batch_find.json, batch_find.png into ``out``."""
+    from .. import fileio
+    from ..engine.step import build_engine
+
+    if memory_limit_mb is not None and not (memory_limit_mb > 0 and math.isfinite(memory_limit_mb)):
+        raise ConfigError(f"--memory-limit-mb must be a number > 0, got {memory_limit_mb}")
+    if max_batch < 1:
+        raise ConfigError(f"--max-batch must be >= 1, got {max_batch}")
+    config, setup, source, strategy = _prepare(config, data, quiet)
+    if setup.kind != "GPU" and memory_limit_mb is None:
+        raise ConfigError("these replicas are simulated on CPU, which has no device memory to run out of: give "
+                          "--memory-limit-mb (a batch then fits while the estimated memory of one replica stays "
+                          "under it)")
+    out = _out_dir(out)
+    limit = memory_limit_mb * 2**20 if memory_limit_mb is not None else None
+    # One engine for every trial: only the batch shape changes (each new shape retraces the step). The loss
+    # divisor stays the configured global batch, which changes the numbers, not the memory.
+    eng = build_engine(config, strategy, source, source.train_examples)
+    trials = _Trials(eng, config, setup, source, strategy, limit)
+    t0 = time.perf_counter()
+    best, capped = search_batch(trials.fits, config.per_replica_batch_size, max_batch)
+    frame = pd.DataFrame(trials.rows, columns=["trial", "per_replica_batch", "fits", "memory_bytes", "memory_source",
+                                               "reason", "seconds"])
+    est = estimate_memory(eng.model, 1, config.optimizer, config.precision)
+    result = {
+        "max_per_replica_batch": best, "capped_at_max_batch": capped, "replicas": setup.replicas,
+        "max_global_batch": best * setup.replicas, "device_kind": setup.kind, "memory_limit_mb": memory_limit_mb,
+        "criterion": ("out-of-memory error" + (" or peak memory over the limit" if limit else "")) if setup.kind == "GPU"
+        else "estimated training memory of one replica under --memory-limit-mb (CPU: no device memory)",
+        "estimate_fixed_bytes": est["fixed"], "estimate_per_example_bytes": est["per_example"],
+        "trials": len(trials.rows), "seconds": time.perf_counter() - t0, "model": config.model,
+        "optimizer": config.optimizer, "precision": config.precision, "config": config.to_dict(),
+    }
+    fileio.write_csv(out / "batch_find.csv", frame)
+    fileio.write_json(out / "batch_find.json", result)
+    if figures and len(frame):
+        from ..plots import batch as bplots
+        from ..plots.theme import save_figure
+
+        save_figure(bplots.batch_finder(frame, limit), out, "batch_find", formats=("png",))
+    if best == 0:
+        last = trials.rows[-1]
+        raise ModelError(f"model {config.model} does not fit even at per-replica batch 1 ({last['reason']}); "
+                         "use a smaller model or input size, mixed precision, or more memory"
+                         + (" (--memory-limit-mb)" if limit else ""))
+    log.info("largest per-replica batch that fits: %d (global %d on %d replicas)%s", best, best * setup.replicas,
+             setup.replicas, " - the --max-batch cap" if capped else "")
+    result["frame"] = frame
+    return result

@@ -1,0 +1,498 @@
+"""Predict data-parallel step time, speedup and efficiency for N GPUs from one measured run.
+
+The model (one line per term; every figure it uses is in the output so a prediction can be checked):
+
+    t(N)        = t_compute(per-replica batch) + t_allreduce(S, N) − hidden
+    t_allreduce = 2(G−1)/G · S/B_intra + 2(G−1)·α_intra                   inside each host (G GPUs)
+                + 2(H−1)/H · S/(nics·B_inter) + 2(H−1)·α_inter            between H hosts
+    hidden      = min(overlap · t_allreduce, ⅔ · t_compute)
+
+``algorithm="star"`` replaces the in-host ring by 2(G−1)·(S/B + α): every buffer through one device, as
+TensorFlow's reduce_to_one does (the all-reduce of CPU replicas, and of GPUs where NCCL is missing).
+
+On one host (H = 1) this is the ring all-reduce cost 2(N−1)/N · S/B + 2(N−1)·α (nccl-tests' bus factor;
+the α-β model of Thakur, Rabenseifner & Gropp 2005, summed for a ring reduce-scatter + all-gather; see
+shared/reference/hardware.md §3). Across hosts it is the hierarchical all-reduce NCCL and Horovod use:
+reduce-scatter inside the host, all-reduce of each GPU's 1/G shard between hosts, all-gather inside; the
+G shards leave a host over its ``nics`` NICs together, so that stage moves S per host.
+
+S = gradient bytes (summary ``gradient_bytes``, or ``params`` × 4 for float32 gradients). B is the
+bandwidth per direction a ring achieves (bus bandwidth), α the latency per ring step.
+
+``overlap`` is the fraction of the all-reduce hidden behind the backward pass (at most the backward pass,
+taken as ⅔ of a step's compute). It is 0 by default because this toolkit's step all-reduces after the
+whole backward pass (``train.build_engine``): there is nothing to overlap. Horovod or Keras' fit with
+gradient bucketing overlap part of it; give ``--overlap`` to model that.
+
+Compute is calibrated from the run: ``step_time_s`` of a one-replica run (the median of its timed steps;
+it has no all-reduce), else ``compute_time_s`` (the step with no all-reduce, from ``--measure``). With ``devices="dedicated"`` (GPUs: every
+replica has its own device) compute depends only on the per-replica batch: constant in weak scaling, and
+proportional to the per-replica batch in strong scaling (it overstates the gain at small per-replica
+batches, where a GPU is not kept busy). With ``devices="shared"`` (CPU-simulated replicas: every replica
+runs on the same host cores) compute is proportional to the total examples per step, N × per-replica batch.
+
+Link presets (bandwidth per direction in GB/s = 10^9 B/s, α in µs), from shared/reference/hardware.md, whose
+source keys are quoted. B is what a ring achieves where a measurement is published, else the rated figure:
+
+  pcie4    31.5 GB/s  PCIe 4.0 x16 per direction, rated (HN, ML, GK; NCCL itself models Gen3 at 12 of 15.75:
+           expect ~75% of this); α 3.0 µs = 42 µs for an 8-byte all-reduce on 8×RTX 4090 over PCIe (I6) / 14 steps
+  pcie5    63 GB/s    PCIe 5.0 x16 per direction, rated (HN, ML, GK); α 3.0 µs as pcie4 (no PCIe 5 figure published)
+  nvlink3  235 GB/s   measured 8×A100 all-reduce busbw (ML; 300 GB/s rated NVLink 3 per direction);
+           α 0.6 µs = 3.5 µs for a 1 KB all-reduce on 4×H800 NVLink ring (I5) / 6 steps (NCCL's LL NVLink
+           per-step latency is also 0.6 µs, NT)
+  nvlink4  370 GB/s   NCCL lead's application-level target per direction for H100/H200 (I1); 367.6 measured
+           on 8×H200 without NVLS (SB); 450 rated; α 0.6 µs as nvlink3
+  ib100    12.0 GB/s  NCCL's NET_BW labelled "100Gbit" (NT; line rate 12.5 GB/s, ML)
+  ib200    22.6 GB/s  HDR 200 Gb/s: 3 nodes × 4 HDR NICs measured 85–96 GB/s busbw of 100 (I2): 90.5/4 per NIC
+  ib400    47 GB/s    NDR 400 Gb/s: NVIDIA maintainer expects 46–48 GB/s busbw per NIC (I3)
+           α for all IB presets 9.8 µs = 19.5 µs for an 8-byte all-reduce between 2 nodes × 1 GPU over HDR
+           (I8) / 2 steps; no NDR or EDR latency is published at this level (unconfirmed for those).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError, DataError, RunDirError
+
+GRADIENT_DTYPE_BYTES = 4   # float32 gradients (mixed precision keeps float32 variables, so float32 grads)
+BACKWARD_SHARE = 2.0 / 3.0  # backward ≈ 2 × forward FLOPs: the most of a step an all-reduce can hide behind
+DEFAULT_MAX_REPLICAS = 64
+DEFAULT_GPUS_PER_HOST = 8
+MODES = ("weak", "strong")
+DEVICES = ("dedicated", "shared")
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth_GBps: float  # per direction, as a ring achieves it (bus bandwidth)
+    latency_us: float      # per ring step
+    source: str = ""
+
+    def __post_init__(self):
+        if not (isinstance(self.bandwidth_GBps, (int, float)) and math.isfinite(self.bandwidth_GBps)
+                and self.bandwidth_GBps > 0):
+            raise ConfigError(f"link {self.name!r}: bandwidth must be a finite number of GB/s > 0, got "
+                              f"{self.bandwidth_GBps!r}")
+        if not (isinstance(self.latency_us, (int, float)) and math.isfinite(self.latency_us) and self.latency_us >= 0):
+            raise ConfigError(f"link {self.name!r}: latency must be a finite number of µs >= 0, got {self.latency_us!r}")
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.bandwidth_GBps * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+PRESETS: dict[str, Link] = {
+    "pcie4": Link("pcie4", 31.5, 3.0, "PCIe 4.0 x16 rated per direction (HN, ML, GK); alpha from I6"),
+    "pcie5": Link("pcie5", 63.0, 3.0, "PCIe 5.0 x16 rated per direction (HN, ML, GK); alpha as pcie4"),
+    "nvlink3": Link("nvlink3", 235.0, 0.6, "8xA100 measured busbw (ML); alpha from I5 / NCCL LL (NT)"),
+    "nvlink4": Link("nvlink4", 370.0, 0.6, "H100/H200 app-level target (I1), 367.6 measured 8xH200 (SB)"),
+    "ib100": Link("ib100", 12.0, 9.8, "NCCL NET_BW '100Gbit' (NT); alpha from I8 (HDR)"),
+    "ib200": Link("ib200", 22.6, 9.8, "HDR: 85-96 of 100 GB/s over 4 NICs (I2); alpha from I8"),
+    "ib400": Link("ib400", 47.0, 9.8, "NDR: 46-48 GB/s busbw per NIC (I3); alpha from I8 (unconfirmed for NDR)"),
+}
+INTRA_PRESETS = ("pcie4", "pcie5", "nvlink3", "nvlink4")
+INTER_PRESETS = ("ib100", "ib200", "ib400")
+
+
+def parse_link(text: str) -> Link:
+    """A preset name, or ``NAME=BANDWIDTH_GBps[:LATENCY_us]`` for a link of your own."""
+    text = str(text).strip()
+    if "=" in text:
+        name, _, spec = text.partition("=")
+        bw, _, lat = spec.partition(":")
+        try:
+            bw_v, lat_v = float(bw), float(lat) if lat else 0.0
+        except ValueError:
+            raise ConfigError(f"cannot read link {text!r}; write NAME=GBps[:latency_us], e.g. mylink=25:5") from None
+        return Link(name.strip() or "custom", bw_v, lat_v, "given on the command line")
+    if text not in PRESETS:
+        raise ConfigError(f"unknown interconnect {text!r}; use one of {', '.join(PRESETS)} or NAME=GBps[:latency_us]")
+    return PRESETS[text]
+
+
+# --- the cost model (pinned by tests/test_predict.py) -----------------------------------------------------
+def ring_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """2(N−1)/N · S/B + 2(N−1)·α; 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    n = replicas
+    return 2.0 * (n - 1) / n * size_bytes / link.bandwidth_Bps + 2.0 * (n - 1) * link.latency_s
+
+
+def star_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """2(N−1) · (S/B + α): every buffer goes to one device and the sum back to every other, one after another
+    through that device (TensorFlow's reduce_to_one; what CPU replicas use). 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    return 2.0 * (replicas - 1) * (size_bytes / link.bandwidth_Bps + link.latency_s)
+
+
+ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time}
+
+
+def _algorithm(name: str):
+    if name not in ALGORITHMS:
+        raise ConfigError(f"all-reduce algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
+    return ALGORITHMS[name]
+
+
+def allreduce_time(size_bytes: float, gpus_per_host: int, hosts: int, intra: Link, inter: Link | None = None,
+                   nics_per_host: int = 1, algorithm: str = "ring") -> float:
+    """Hierarchical all-reduce: ``algorithm`` inside each host, then a ring between hosts over
+    ``nics_per_host`` NICs."""
+    t = _algorithm(algorithm)(size_bytes, gpus_per_host, intra)
+    if hosts > 1:
+        if inter is None:
+            raise ConfigError("more than one host needs an inter-host link (e.g. --inter-host ib200)")
+        nic = Link(inter.name, inter.bandwidth_GBps * nics_per_host, inter.latency_us)
+        t += ring_allreduce_time(size_bytes, hosts, nic)
+    return t
+
+
+def step_time(compute_s: float, allreduce_s: float, overlap: float = 0.0) -> float:
+    hidden = min(overlap * allreduce_s, BACKWARD_SHARE * compute_s)
+    return compute_s + allreduce_s - hidden
+
+
+# --- calibration from a run directory and from bench allreduce ---------------------------------------------
+@dataclass(frozen=True)
+class Calibration:
+    compute_s: float           # measured compute per step
+    per_replica_batch: float   # at this per-replica batch
+    replicas: int              # on this many replicas
+    gradient_bytes: float
+    source: str                # which fields it came from
+
+    def compute_at(self, replicas: int, per_replica_batch: float, devices: str) -> float:
+        if devices == "shared":
+            # One pool of cores does every replica's work: time follows the examples per step.
+            return self.compute_s * (replicas * per_replica_batch) / (self.replicas * self.per_replica_batch)
+        return self.compute_s * per_replica_batch / self.per_replica_batch
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def calibrate(run_dir) -> Calibration:
+    """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing."""
+    from .. import fileio
+
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
+    s = fileio.read_json(path)
+    return calibrate_summary(s, str(path))
+
+
+def _what(s: dict, key: str) -> str:
+    return key if key not in s else f"{key} (it is {s[key]!r})"
+
+
+def calibrate_summary(s: dict, where: str = "summary") -> Calibration:
+    missing = [_what(s, k) for k in ("replicas", "per_replica_batch") if not _finite(s.get(k))]
+    if not (_finite(s.get("gradient_bytes")) or _finite(s.get("params"))):
+        missing.append("gradient_bytes (or params)")
+    replicas = s.get("replicas")
+    if _finite(s.get("step_time_s")) and replicas == 1:
+        # The median over every timed training step: steadier than compute_time_s, which --measure takes from
+        # a few extra loops (and one replica has no all-reduce to take out).
+        compute, source = float(s["step_time_s"]), "step_time_s (one replica: no all-reduce in it)"
+    elif _finite(s.get("compute_time_s")) and s["compute_time_s"] > 0:
+        compute, source = float(s["compute_time_s"]), "compute_time_s"
+    else:
+        compute, source = math.nan, ""
+        if _finite(replicas) and replicas > 1:
+            missing.append(_what(s, "compute_time_s") + " (train with --measure)")
+        else:
+            missing.append(f"{_what(s, 'compute_time_s')} or {_what(s, 'step_time_s')} (a finite step time needs "
+                           "more steps than --timing-warmup-steps)")
+    if missing:
+        raise RunDirError(f"{where} lacks field(s) the prediction needs: {', '.join(missing)}")
+    grad_bytes = (float(s["gradient_bytes"]) if _finite(s.get("gradient_bytes"))
+                  else float(s["params"]) * GRADIENT_DTYPE_BYTES)
+    return Calibration(compute, float(s["per_replica_batch"]), int(replicas), grad_bytes, source)
+
+
+def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = None,
+             algorithm: str = "ring") -> tuple[Link, dict]:
+    """(α, B) of the ring (or star) model fitted to ``allreduce.csv`` rows by least squares on relative error.
+
+    Ring: t = α·2(N−1) + (1/B)·2(N−1)/N·S; star: t = α·2(N−1) + (1/B)·2(N−1)·S; over every usable row (status ok, N > 1, finite time; single buffers
+    when the table has them) of one implementation (``impl``, default: the one with the highest median busbw). Returns the link and a dict
+    with the fit's rows and its median absolute relative error.
+    """
+    need = ["impl", "replicas", "size_bytes", "time_s"]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise DataError(f"allreduce.csv lacks column(s) {', '.join(missing)}; write it with `tftoolkit bench allreduce`")
+    df = frame.copy()
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    if "payload" in df.columns and (df["payload"] == "buffer").any():
+        # One buffer per size: the S/B + alpha shape. A model's gradient set (payload grads:NAME) adds a cost
+        # per tensor that the model does not have; compare it with the prediction instead (check_gradient_sets).
+        df = df[df["payload"] == "buffer"]
+    df = df[(pd.to_numeric(df["replicas"], errors="coerce") > 1)]
+    df = df[np.isfinite(pd.to_numeric(df["time_s"], errors="coerce")) & (pd.to_numeric(df["size_bytes"], errors="coerce") > 0)]
+    if df.empty:
+        raise DataError("allreduce.csv has no usable rows (status ok, replicas > 1, a finite time)")
+    if impl is None:
+        busbw = df["busbw_GBps"] if "busbw_GBps" in df.columns else df["size_bytes"] / df["time_s"]
+        impl = str(df.assign(_b=busbw).groupby("impl")["_b"].median().idxmax())
+    df = df[df["impl"] == impl]
+    if df.empty:
+        raise DataError(f"allreduce.csv has no usable rows for implementation {impl!r}")
+    n = df["replicas"].astype(float).to_numpy()
+    size = df["size_bytes"].astype(float).to_numpy()
+    t = df["time_s"].astype(float).to_numpy()
+    cost = _algorithm(algorithm)
+    factor = 2 * (n - 1) / n if algorithm == "ring" else 2 * (n - 1)
+    a = np.column_stack([2 * (n - 1), factor * size]) / t[:, None]  # rows scaled by 1/t: relative error
+    coef, *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    alpha, inv_b = float(coef[0]), float(coef[1])
+    if inv_b <= 0:
+        raise DataError(f"allreduce.csv ({impl}): time does not grow with size, so no bandwidth can be fitted; "
+                        "include larger sizes (e.g. --sizes 64KiB..64MiB)")
+    alpha = max(alpha, 0.0)
+    link = Link(name or f"measured:{impl}", 1.0 / inv_b / 1e9, alpha * 1e6,
+                f"{algorithm} model fitted to allreduce.csv ({impl})")
+    fitted = np.array([cost(s_, int(n_), link) for s_, n_ in zip(size, n)])
+    err = fitted / t - 1
+    return link, {"impl": impl, "algorithm": algorithm, "rows": int(len(t)), "replicas": sorted({int(x) for x in n}),
+                  "median_abs_rel_error": float(np.median(np.abs(err))), "max_abs_rel_error": float(np.abs(err).max())}
+
+
+def check_gradient_sets(frame: pd.DataFrame, link: Link, algorithm: str = "ring") -> pd.DataFrame:
+    """The ring model against the timed all-reduce of real models' gradient sets (``payload`` grads:NAME rows
+    of allreduce.csv): predicted time from their total bytes, and the relative error."""
+    if "payload" not in frame.columns:
+        return pd.DataFrame()
+    df = frame[frame["payload"].astype(str).str.startswith("grads:")]
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    df = df[["impl", "replicas", "payload", "tensors", "size_bytes", "time_s"]].copy()
+    cost = _algorithm(algorithm)
+    df["predicted_s"] = [cost(float(s_), int(n), link) for s_, n in zip(df["size_bytes"], df["replicas"])]
+    df["error"] = df["predicted_s"] / df["time_s"] - 1
+    return df.reset_index(drop=True)
+
+
+def read_allreduce_csvs(paths) -> pd.DataFrame:
+    frames = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            p = p / "allreduce.csv"
+        if not p.exists():
+            raise DataError(f"{p} does not exist; write it with `tftoolkit bench allreduce --out DIR`")
+        frames.append(pd.read_csv(p))
+    return pd.concat(frames, ignore_index=True)
+
+
+# --- prediction tables -------------------------------------------------------------------------------------
+def layouts(max_replicas: int, gpus_per_host: int) -> list[tuple[int, int]]:
+    """(hosts, GPUs per host): 1..G GPUs on one host, then whole hosts of G GPUs up to ``max_replicas``."""
+    if max_replicas < 1 or gpus_per_host < 1:
+        raise ConfigError(f"max replicas and GPUs per host must be >= 1, got {max_replicas} and {gpus_per_host}")
+    out = [(1, g) for g in range(1, min(gpus_per_host, max_replicas) + 1)]
+    out += [(h, gpus_per_host) for h in range(2, max_replicas // gpus_per_host + 1)]
+    return out
+
+
+def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: str = "weak",
+            devices: str = "dedicated", overlap: float = 0.0, max_replicas: int = DEFAULT_MAX_REPLICAS,
+            gpus_per_host: int = DEFAULT_GPUS_PER_HOST, nics_per_host: int = 1,
+            global_batch: float | None = None, algorithm: str = "ring") -> pd.DataFrame:
+    """One row per (hosts, GPUs per host): compute, all-reduce and step time, throughput, speedup, efficiency.
+
+    Weak scaling keeps the calibration's per-replica batch; strong scaling keeps ``global_batch`` (default:
+    the calibration's per-replica batch × its replicas) and divides it among the replicas.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if devices not in DEVICES:
+        raise ConfigError(f"devices must be one of {', '.join(DEVICES)}, got {devices!r}")
+    if not (0.0 <= overlap <= 1.0):
+        raise ConfigError(f"overlap is a fraction of the all-reduce in [0, 1], got {overlap}")
+    if nics_per_host < 1:
+        raise ConfigError(f"nics_per_host must be >= 1, got {nics_per_host}")
+    gb = float(global_batch) if global_batch else cal.per_replica_batch * cal.replicas
+    rows = []
+    for hosts, g in layouts(max_replicas, gpus_per_host):
+        n = hosts * g
+        b = cal.per_replica_batch if mode == "weak" else gb / n
+        if b < 1:
+            continue
+        compute = cal.compute_at(n, b, devices)
+        comm = allreduce_time(cal.gradient_bytes, g, hosts, intra, inter, nics_per_host, algorithm)
+        t = step_time(compute, comm, overlap)
+        rows.append({"scenario": intra.name + (f" + {inter.name}" if inter is not None else ""),
+                     "intra": intra.name, "inter": inter.name if inter is not None else "", "hosts": hosts,
+                     "gpus_per_host": g, "replicas": n, "per_replica_batch": b, "global_batch": b * n,
+                     "compute_s": compute, "allreduce_s": comm, "step_time_s": t, "images_per_sec": b * n / t,
+                     "comm_exceeds_compute": comm > compute})
+    df = pd.DataFrame(rows)
+    base = df.loc[df["replicas"] == 1, "images_per_sec"]
+    base = float(base.iloc[0]) if len(base) else math.nan
+    df["speedup"] = df["images_per_sec"] / base
+    df["efficiency"] = df["speedup"] / df["replicas"]
+    return df
+
+
+def crossover(frame: pd.DataFrame) -> dict:
+    """Per scenario: the smallest replica count where the all-reduce takes longer than the compute."""
+    out = {}
+    for name, g in frame.groupby("scenario", sort=False):
+        over = g[g["comm_exceeds_compute"]]
+        out[name] = int(over["replicas"].min()) if len(over) else None
+    return out
+
+
+# --- checking the model against measured runs --------------------------------------------------------------
+def measured_frame(sources) -> pd.DataFrame:
+    """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
+    ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv."""
+    from .. import fileio
+
+    rows = []
+    for src in sources:
+        p = Path(src)
+        if p.is_dir():
+            if not (p / "summary.json").exists():
+                raise RunDirError(f"{p} has no summary.json")
+            s = fileio.read_json(p / "summary.json")
+            missing = [k for k in ("replicas", "per_replica_batch", "step_time_s") if not _finite(s.get(k))]
+            if missing:
+                raise RunDirError(f"{p}/summary.json lacks field(s) {', '.join(missing)}")
+            ips, ips_err = s.get("images_per_sec"), s.get("images_per_sec_uncertainty")
+            rel = ips_err / ips if _finite(ips) and _finite(ips_err) and ips > 0 else math.nan
+            rows.append({"source": str(p), "replicas": int(s["replicas"]), "per_replica_batch": s["per_replica_batch"],
+                         "step_time_s": s["step_time_s"], "step_time_uncertainty_s": s["step_time_s"] * rel,
+                         "compute_time_s": s.get("compute_time_s", math.nan),
+                         "allreduce_time_s": s.get("allreduce_time_s", math.nan)})
+        elif p.suffix == ".csv" and p.exists():
+            df = pd.read_csv(p)
+            if "step_time_s" not in df.columns:
+                if not {"images_per_sec", "global_batch"} <= set(df.columns):
+                    raise DataError(f"{p} needs columns replicas and step_time_s (or images_per_sec and global_batch)")
+                df["step_time_s"] = df["global_batch"] / df["images_per_sec"]
+            if "per_replica_batch" not in df.columns:
+                df["per_replica_batch"] = df["global_batch"] / df["replicas"]
+            for _, r in df.iterrows():
+                rows.append({"source": str(p), "replicas": int(r["replicas"]), "per_replica_batch": r["per_replica_batch"],
+                             "step_time_s": r["step_time_s"], "step_time_uncertainty_s": math.nan,
+                             "compute_time_s": r.get("compute_time_s", math.nan),
+                             "allreduce_time_s": r.get("allreduce_time_s", math.nan)})
+        else:
+            raise DataError(f"{p}: expected a run directory or a .csv table")
+    return pd.DataFrame(rows)
+
+
+def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str = "dedicated",
+            overlap: float = 0.0, algorithm: str = "ring") -> pd.DataFrame:
+    """Predicted vs measured step time at each measured replica count (single host, ``link``)."""
+    out = measured.copy()
+    pred_c, pred_a = [], []
+    for _, r in out.iterrows():
+        pred_c.append(cal.compute_at(int(r["replicas"]), float(r["per_replica_batch"]), devices))
+        pred_a.append(_algorithm(algorithm)(cal.gradient_bytes, int(r["replicas"]), link))
+    out["predicted_compute_s"] = pred_c
+    out["predicted_allreduce_s"] = pred_a
+    out["predicted_step_time_s"] = [step_time(c, a, overlap) for c, a in zip(pred_c, pred_a)]
+    out["error"] = out["predicted_step_time_s"] / out["step_time_s"] - 1
+    return out
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_csv=None, impl=None,
+        mode="weak", devices="dedicated", overlap=0.0, max_replicas=DEFAULT_MAX_REPLICAS,
+        gpus_per_host=DEFAULT_GPUS_PER_HOST, nics_per_host=1, measured=None, algorithm="ring",
+        figures=True) -> dict:
+    """``tftoolkit predict``: prediction.csv, prediction.json and figures in ``out`` (default: RUN_DIR)."""
+    from .. import fileio
+
+    cal = calibrate(run_dir)
+    links: list[Link] = []
+    fit = None
+    if allreduce_csv:
+        link, fit = fit_link(read_allreduce_csvs(allreduce_csv), impl, algorithm=algorithm)
+        links.append(link)
+    names = interconnects if interconnects is not None else ([] if allreduce_csv else list(INTRA_PRESETS))
+    if isinstance(names, str):
+        names = [x for x in names.split(",") if x.strip()]
+    links += [parse_link(x) for x in names]
+    if not links:
+        raise ConfigError("no interconnect to predict for; give --interconnect and/or --allreduce-csv")
+    inter = parse_link(inter_host) if inter_host else None
+    if max_replicas > gpus_per_host and inter is None:
+        raise ConfigError(f"--max-replicas {max_replicas} spans several hosts of {gpus_per_host} GPUs; give --inter-host")
+    frame = pd.concat([predict(cal, link, inter, mode=mode, devices=devices, overlap=overlap, max_replicas=max_replicas,
+                               gpus_per_host=gpus_per_host, nics_per_host=nics_per_host, algorithm=algorithm)
+                       for link in links],
+                      ignore_index=True)
+    result = {
+        "run_dir": str(run_dir), "mode": mode, "devices": devices, "overlap": overlap, "gpus_per_host": gpus_per_host,
+        "nics_per_host": nics_per_host, "max_replicas": max_replicas, "algorithm": algorithm,
+        "calibration": {"compute_s": cal.compute_s, "per_replica_batch": cal.per_replica_batch,
+                        "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.source},
+        "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
+                  for lk in links + ([inter] if inter is not None else [])},
+        "allreduce_fit": fit,
+        "crossover_replicas": crossover(frame),
+        "model": "t = compute + 2(G-1)/G*S/B_intra + 2(G-1)*alpha_intra + 2(H-1)/H*S/(nics*B_inter) "
+                 "+ 2(H-1)*alpha_inter - min(overlap*allreduce, 2/3*compute)",
+    }
+    comparison = None
+    if measured:
+        comparison = compare(cal, links[0], measured_frame(measured), devices, overlap, algorithm)
+        result["comparison"] = {"link": links[0].name,
+                                "median_abs_error": float(comparison["error"].abs().median()),
+                                "max_abs_error": float(comparison["error"].abs().max())}
+    out = Path(out) if out is not None else Path(run_dir)
+    fileio.write_csv(out / "prediction.csv", frame)
+    if comparison is not None:
+        fileio.write_csv(out / "prediction_vs_measured.csv", comparison)
+    fileio.write_json(out / "prediction.json", result)
+    if figures:
+        from ..plots import predict as pplots
+        from ..plots.theme import save_figure
+
+        save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
+        if comparison is not None:
+            save_figure(pplots.predicted_vs_measured(comparison), out, "predicted_vs_measured", formats=("png",))
+    result["frame"] = frame
+    result["comparison_frame"] = comparison
+    return result
+
+
+def describe(result: dict) -> str:
+    """The lines the CLI prints."""
+    lines = []
+    frame = result["frame"]
+    cal = result["calibration"]
+    lines.append(f"calibration: compute {cal['compute_s'] * 1e3:.2f} ms/step at per-replica batch "
+                 f"{cal['per_replica_batch']:g} ({cal['source']}); gradients {cal['gradient_bytes'] / 1e6:.2f} MB")
+    for name, g in frame.groupby("scenario", sort=False):
+        pick = g[g["replicas"].isin([1, 2, 4, 8, 16, 32, 64])]
+        eff = ", ".join(f"{int(r)}: {e:.0%}" for r, e in zip(pick["replicas"], pick["efficiency"]))
+        cross = result["crossover_replicas"].get(name)
+        where = (f"communication overtakes compute at {cross} replicas" if cross
+                 else f"compute stays larger than communication up to {int(g['replicas'].max())} replicas")
+        lines.append(f"{name}: efficiency {eff}; {where}")
+    if result.get("comparison"):
+        c = result["comparison"]
+        lines.append(f"predicted vs measured step time ({c['link']}): median |error| {c['median_abs_error']:.1%}, "
+                     f"max {c['max_abs_error']:.1%}")
+    return "\n".join(lines)

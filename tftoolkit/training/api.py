@@ -1,0 +1,80 @@
+"""``tftoolkit.train``: train data-parallel as a config says and write the run directory.
+
+One entry for every way a run starts: one process (N GPUs or N simulated replicas), one worker of a
+cluster that TF_CONFIG or Slurm describes, or a multi-worker config with no cluster around, whose workers
+are then launched on this machine (``cluster.launch``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from .. import fileio, rundir
+from ..config import RunConfig
+from ..errors import ConfigError
+from ..logs import ensure_logging
+
+log = logging.getLogger("tftoolkit")
+
+
+def default_out(config: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{config.model.replace(':', '_').replace('.', '_')}-r{config.replicas}"
+
+
+def train(config: RunConfig | dict, out: str | Path | None = None, *, force: bool = False, quiet: bool = False,
+          data=None) -> dict:
+    """Train data-parallel as ``config`` says and write the run directory; returns the summary dict.
+
+    ``data``: optional NumPy arrays (x, y) or (x, y, x_val, y_val) instead of ``config.dataset``.
+    """
+    from ..cluster import spec
+    from ..engine import session
+
+    ensure_logging(quiet)
+    config, cluster = spec.resolve(config)  # a cluster in TF_CONFIG or Slurm sets `workers`
+    config = session.resolve(config)
+    if config.workers > 1:
+        if out is None:
+            raise ConfigError("a multi-worker run needs a run directory (out=... / --out) that every worker names")
+        if cluster is None:
+            if data is not None:
+                raise ConfigError("NumPy arrays cannot be handed to worker processes; give a dataset name, or run "
+                                  "the workers yourself (TF_CONFIG) with the arrays in each")
+            from ..cluster import launch
+
+            return launch.train_here(config, out, force=force, quiet=quiet)
+        return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data)
+    sess = session.start(config, data)
+    out = Path(out) if out is not None else default_out(sess.config)
+    out, resuming = rundir.prepare(out, sess.config.to_dict(), force=force)
+    return _run(sess, out, quiet, resuming=resuming)
+
+
+def _train_worker(config, cluster, out, *, force, quiet, data) -> dict:
+    """This worker's part of a multi-worker run; returns the summary (a non-chief's copy is not written)."""
+    from ..cluster import workers
+    from ..engine import session
+
+    setup, strategy, out = workers.join(config, cluster, out, force=force)
+    sess = session.start(config, data, setup=setup, strategy=strategy)
+    # Every worker reads summary.json after all have joined, when only the chief could have changed it.
+    summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers)
+    workers.mark("finished", cluster)
+    return summary
+
+
+def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, workers: int = 1) -> dict:
+    from .run import Run
+
+    if worker_id == 0:
+        fileio.write_json(out / "config.json", {"config": sess.config.to_dict(), "derived": sess.derived,
+                                                "dataset": {"name": sess.source.name, **sess.source.info}})
+    if resuming and (out / "summary.json").exists():
+        previous = fileio.read_json(out / "summary.json")
+        if previous.get("status") == "ok":
+            log.info("%s already holds a finished run of this config; nothing to do", out)
+            return previous
+    return Run(sess, out, quiet, worker_id=worker_id, workers=workers).execute()

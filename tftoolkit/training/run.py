@@ -1,0 +1,328 @@
+"""One training run on the host side of the loop: timing, logs, checkpoints, monitor and the summary.
+
+The engine (tftoolkit.engine) computes; this module decides when to call it and writes what happened
+into the run directory: config.json (written by ``api.train``), steps.csv, evals.csv, env.json,
+monitor.csv, checkpoints/ and, last, summary.json. In a multi-worker run every worker runs a ``Run``
+(the collectives need all of them) but only the chief writes the run directory's files.
+
+Nothing here runs inside the timed region: a loop's time is the call of the compiled loop alone
+(``engine.loop.Chunk.seconds``); rows, counters, the divergence check and checkpoints come after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import fileio
+from ..errors import ToolkitError
+from ..engine import devices, loop
+from ..engine.checkpoint import Checkpoints
+from ..engine.session import Session
+from ..engine.step import build_engine
+
+log = logging.getLogger("tftoolkit")
+
+
+class Run:
+    """One training run of ``session`` into ``out``; ``execute()`` trains and returns the summary dict.
+
+    ``worker_id``: this process's place in a multi-worker run (0 = the chief, which alone writes files).
+    """
+
+    def __init__(self, session: Session, out: Path, quiet: bool = False, worker_id: int = 0, workers: int = 1):
+        self.session = session
+        self.config, self.setup, self.source = session.config, session.setup, session.source
+        self.derived = session.derived
+        self.out, self.quiet = Path(out), quiet
+        self.worker_id, self.chief = worker_id, worker_id == 0
+        self.rows: list[dict] = []
+        self.evals: list[dict] = []
+        self.loop_times: list[tuple[float, int]] = []   # per timed loop: (seconds, steps)
+        self.status, self.error = "ok", None
+        self.started = time.time()
+
+    def execute(self) -> dict:
+        import tensorflow as tf
+
+        config, setup, derived, strategy = self.config, self.setup, self.derived, self.session.strategy
+        sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
+        log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
+        log.info("global batch %d = %d per replica x %d; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
+                 "%d steps/epoch, %d steps, warmup %d steps",
+                 derived["global_batch"], derived["per_replica_batch"], config.replicas, derived["learning_rate"],
+                 config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
+                 derived["total_steps"], derived["warmup_steps"])
+        eng = build_engine(config, strategy, self.source, derived["train_examples"])
+        self.engine = eng
+        self.state = {
+            "step": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
+            "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
+        }
+        extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
+        self.checkpoints = Checkpoints(self.out / "checkpoints", {"model": eng.model, "optimizer": eng.optimizer,
+                                                                 **self.state, **extra}, worker_id=self.worker_id)
+        self.resumed_from = 0
+        latest = self.checkpoints.restore_latest()
+        if latest:
+            self.resumed_from = int(self.state["step"].numpy())
+            self._reload_logs()
+            log.info("resuming from step %d (%s)", self.resumed_from, latest)
+        if self.chief:
+            self._write_env()
+        from ..measure.monitor import Monitor
+
+        # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
+        # Every worker samples its own host; the chief's file is the run's monitor.csv.
+        name = "monitor.csv" if self.chief else f"monitor-worker{self.worker_id}.csv"
+        self.monitor = Monitor(self.out / name, interval_s=0.5, gpu_indices=setup.gpu_indices, phase="warmup")
+        try:
+            with self.monitor:
+                self._loop()
+        except KeyboardInterrupt:
+            self.status, self.error = "failed", f"interrupted at step {int(self.state['step'].numpy())}; run the same command again to resume"
+            self._finish()
+            raise
+        except ToolkitError:
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded in the summary (a sweep goes on), then re-raised
+            self.status, self.error = "failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            self._finish()
+            raise
+        return self._finish()
+
+    def _write_env(self):
+        import tensorflow as tf
+
+        from ..measure import hardware
+
+        info = {"version": tf.__version__, **tf.sysconfig.get_build_info()}
+        env = hardware.collect(tf_info=info)
+        env["tftoolkit"] = {"device_kind": self.setup.kind, "devices": list(self.setup.devices),
+                            "threads": devices.thread_settings()}
+        fileio.write_json(self.out / "env.json", env)
+
+    # --- the loop --------------------------------------------------------------------------------
+    def _loop(self):
+        from tqdm.auto import tqdm
+
+        from ..data import pipeline
+
+        config, eng, st = self.config, self.engine, self.state
+        spe, total = self.derived["steps_per_epoch"], self.derived["total_steps"]
+        start = int(st["step"].numpy())
+        self.warm_loops_left = max(1, math.ceil(config.timing_warmup_steps / config.steps_per_loop))
+        bar = tqdm(total=total, initial=start, unit="step", disable=self.quiet or not sys.stderr.isatty(),
+                   dynamic_ncols=True, leave=False)
+        self.dist_val = None
+        self.epoch_start_count = {}
+
+        def make_iterator(epoch, pos):
+            # Examples counted before this epoch began: what the epoch trains on decides what it dropped.
+            self.epoch_start_count[epoch] = int(st["counts"].numpy().sum()) - pos * config.global_batch_size
+            ds = pipeline.train_dataset(self.source, config, epoch, skip_batches=pos)
+            return iter(pipeline.distribute(eng.strategy, ds))
+
+        def on_loop(chunk: loop.Chunk) -> bool:
+            losses, counts = chunk.outputs
+            n, step = chunk.steps, chunk.last_step
+            st["counts"].assign_add(counts)
+            if self.warm_loops_left > 0:
+                self.warm_loops_left -= 1
+                if not self.warm_loops_left:
+                    self.monitor.phase("train")
+            else:
+                self.loop_times.append((chunk.seconds, n))
+            noise_rows = eng.noise.last.numpy() if eng.noise is not None else None
+            for i, loss in enumerate(losses):
+                self.rows.append({"step": chunk.first_step + i + 1, "epoch": chunk.epoch, "loss": float(loss),
+                                  "step_time_s": chunk.seconds / n})
+                if noise_rows is not None:
+                    self.rows[-1]["noise_scale"] = float(noise_rows[i, 2])
+            if math.isnan(float(st["initial_loss"].numpy())):
+                st["initial_loss"].assign(float(losses[0]))
+            st["step"].assign(step)
+            bar.update(n)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            if self._diverged(losses, chunk.first_step):
+                return True
+            if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
+                self._checkpoint()
+            return False
+
+        def on_epoch_end(epoch, step, complete, stopped):
+            if complete:  # a whole epoch went through: count what it did not train on
+                seen = int(st["counts"].numpy().sum()) - self.epoch_start_count[epoch]
+                st["dropped"].assign_add(self.source.train_examples - seen)
+            if self.status == "ok" and config.eval_every_epoch and (complete or step == total):
+                if self.dist_val is None:
+                    self.dist_val = self._eval_dataset()
+                self.monitor.phase("eval")
+                self._evaluate(self.dist_val, epoch, step)
+                self.monitor.phase("train" if self.warm_loops_left == 0 else "warmup")
+
+        try:
+            loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
+                       steps_per_loop=config.steps_per_loop, every=config.checkpoint_every, on_loop=on_loop,
+                       on_epoch_end=on_epoch_end)
+        finally:
+            bar.close()
+        if self.status == "ok":
+            self._checkpoint()
+
+    def _diverged(self, losses, first_step) -> bool:
+        start = float(self.state["initial_loss"].numpy())
+        limit = self.config.divergence_factor * max(start, 1e-8)
+        for i, loss in enumerate(losses):
+            if not np.isfinite(loss) or loss > limit:
+                what = f"loss became {loss}" if not np.isfinite(loss) else f"loss {loss:.4g} > {self.config.divergence_factor:g} x initial {start:.4g}"
+                self.status, self.error = "diverged", f"{what} at step {first_step + i + 1}"
+                log.warning("diverged: %s; stopping", self.error)
+                return True
+        return False
+
+    def _eval_dataset(self):
+        from ..data import pipeline
+
+        ds = pipeline.eval_dataset(self.source, self.config)
+        return None if ds is None else pipeline.distribute(self.engine.strategy, ds)
+
+    def _evaluate(self, dist_val, epoch, step):
+        if dist_val is None:
+            return
+        loss_sum, correct, count = self.engine.evaluate(dist_val).numpy()
+        row = {"epoch": epoch, "step": step, "val_loss": float(loss_sum / count), "val_accuracy": float(correct / count),
+               "val_examples": int(count)}
+        self.evals.append(row)
+        log.info("epoch %d (step %d): val_loss %.4f, val_accuracy %.4f", epoch, step, row["val_loss"], row["val_accuracy"])
+
+    # --- files ---------------------------------------------------------------------------------
+    def _steps_frame(self):
+        import pandas as pd
+
+        df = pd.DataFrame(self.rows, columns=self._row_columns())
+        if len(df):
+            # The LR applied at step k (1-based) is the schedule at optimizer iteration k-1.
+            lrs = np.asarray(self.engine.schedule(np.asarray(df["step"] - 1, dtype=np.float32)))
+            df.insert(3, "learning_rate", lrs.astype(float))
+        else:
+            df.insert(3, "learning_rate", [])
+        return df
+
+    def _write_logs(self):
+        if not self.chief:
+            return
+        import pandas as pd
+
+        fileio.write_csv(self.out / "steps.csv", self._steps_frame())
+        fileio.write_csv(self.out / "evals.csv",
+                         pd.DataFrame(self.evals, columns=["epoch", "step", "val_loss", "val_accuracy", "val_examples"]))
+
+    def _reload_logs(self):
+        import pandas as pd
+
+        step = self.resumed_from
+        if (self.out / "steps.csv").exists():
+            df = pd.read_csv(self.out / "steps.csv")
+            self.rows = df[df["step"] <= step][self._row_columns()].to_dict("records")
+        if (self.out / "evals.csv").exists():
+            df = pd.read_csv(self.out / "evals.csv")
+            self.evals = df[df["step"] <= step].to_dict("records")
+
+    def _row_columns(self) -> list[str]:
+        return ["step", "epoch", "loss", "step_time_s"] + (["noise_scale"] if self.config.noise_scale else [])
+
+    def _checkpoint(self):
+        self.checkpoints.save(int(self.state["step"].numpy()))
+        self._write_logs()
+
+    def _monitor_summary(self, thr) -> dict:
+        from ..measure import monitor
+
+        path = self.out / "monitor.csv"
+        if not path.exists():
+            return {}
+        try:
+            df = monitor.read_monitor(path)
+            timed_s = sum(dt for dt, _ in self.loop_times)
+            images = thr["timed_steps"] * self.config.global_batch_size
+            return monitor.summarize(df, images=images or None, duration_s=timed_s or None, phase="train")
+        except Exception as e:  # noqa: BLE001 - the monitor never fails a run
+            log.warning("monitor summary skipped: %s", e)
+            return {}
+
+    def _finish(self) -> dict:
+        from ..measure import stats
+
+        config, setup, st = self.config, self.setup, self.state
+        self._write_logs()
+        step = int(st["step"].numpy())
+        spe = self.derived["steps_per_epoch"]
+        thr = stats.throughput([dt / n for dt, n in self.loop_times], config.global_batch_size)
+        thr["timed_steps"] = sum(n for _, n in self.loop_times)
+        last = self.evals[-1] if self.evals else {}
+        losses = [r["loss"] for r in self.rows]
+        summary = {
+            "status": self.status,
+            "error": self.error,
+            "replicas": self.engine.strategy.num_replicas_in_sync,
+            "workers": config.workers,
+            "replicas_per_worker": setup.replicas,
+            "device_kind": setup.kind,
+            "devices": list(setup.devices),
+            "cross_device_ops": self.session.impl,
+            "threads": devices.thread_settings(),
+            "model": config.model,
+            "params": int(self.engine.model.count_params()),
+            # What each step all-reduces (trainable variables only); tftoolkit predict scales from it.
+            "gradient_bytes": int(sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                                      for v in self.engine.model.trainable_variables)),
+            "dataset": self.source.name,
+            "train_examples": self.source.train_examples,
+            "per_replica_batch": config.per_replica_batch_size,
+            "global_batch": config.global_batch_size,
+            "learning_rate": config.learning_rate,
+            "base_lr": config.base_lr,
+            "base_batch": config.base_batch,
+            "lr_rule": config.lr_rule,
+            "optimizer": config.optimizer,
+            "precision": config.precision,
+            "jit": config.jit,
+            "steps_per_epoch": spe,
+            "steps": step,
+            "epochs": step / spe,
+            "resumed_from_step": self.resumed_from,
+            "examples_per_replica": [int(c) for c in st["counts"].numpy()],
+            "dropped_examples": int(st["dropped"].numpy()),
+            **thr,
+            "initial_loss": float(st["initial_loss"].numpy()),
+            "final_loss": losses[-1] if losses else math.nan,
+            "final_loss_mean10": float(np.mean(losses[-10:])) if losses else math.nan,
+            "val_loss": last.get("val_loss", math.nan),
+            "val_accuracy": last.get("val_accuracy", math.nan),
+            "wall_time_s": time.time() - self.started,
+        }
+        if self.engine.noise is not None:
+            # Before measure: its extra steps on this engine would move the EMAs.
+            summary.update(self.engine.noise.summary(
+                small_batch=config.global_batch_size / 2 if setup.replicas == 1 else config.per_replica_batch_size,
+                big_batch=config.global_batch_size))
+        if config.measure and self.status == "ok":
+            from ..measure import breakdown  # after the timed loop, on a snapshot: the trained weights stay
+
+            summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary))
+        summary["monitor"] = self._monitor_summary(thr)
+        if self.chief:
+            fileio.write_json(self.out / "summary.json", summary)
+        if self.status == "ok":
+            log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",
+                     step, thr["images_per_sec"], thr["images_per_sec_uncertainty"] if thr["timed_steps"] > 1 else float("nan"),
+                     summary["final_loss"], f"{summary['val_accuracy']:.4f}", self.out)
+        return summary
