@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.installed
 help:
 	@echo "make demo   run the main job (data, scaling + batch/LR sweeps, report) and print where results are"
 	@echo "make test   run the whole test suite (CPU, simulated replicas)"
+	@echo "make test-fast  the unit tests only (under 90 s)"
 	@echo "make lab    open JupyterLab on notebooks/ with the project's kernel"
 	@echo "make bench  run the benchmarks in benchmarks/ (figures go to BENCHMARKS.md by hand)"
 
@@ -27,11 +28,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/tftoolkit demo --out runs/demo
 
-test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+# Two pytest workers: the slow tests wait on subprocesses and kernels, so two keep both cores busy. A test file
+# stays on one worker (--dist loadfile), so module fixtures and the notebook runs they share are built once.
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
+test: $(STAMP)
+	$(PYTEST)
+
+# Unit tests only (no subprocesses, notebooks or long trainings): under 90 s.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Jupyter refuses to start as root unless told; containers and CI often run as root.
 lab: $(STAMP)

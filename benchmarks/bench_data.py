@@ -1,10 +1,10 @@
 """shapes16k and the input pipeline: generation time, pipeline speed vs training, and the quality gate.
 
-    python benchmarks/bench_data.py [--epochs 5] [--repeats 3] [--what-if] [--skip-quality] [--json out.json]
+    python benchmarks/bench_data.py [--epochs 5] [--repeats 3] [--skip-quality] [--json out.json]
 
 1. Generation: ``tftoolkit data prepare`` for 16000 + 4000 images at 32x32 (target: under 60 s on 2 cores),
    timed in-process and as the CLI command (interpreter and TensorFlow start-up included).
-2. Input pipeline (tftoolkit.inputbench) from the TFRecords on 4 simulated replicas at per-replica batch
+2. Input pipeline (tftoolkit.measure.inputbench) from the TFRecords on 4 simulated replicas at per-replica batch
    100, cold (first epoch: read + parse + decode) and warm (cached), as a ratio to the images/sec that
    small_cnn training consumes in the same configuration (targets: >= 5x cold, >= 20x cached).
 3. Quality gate: small_cnn on 4 replicas reaches >= 80% validation accuracy within a few epochs, while a

@@ -7,7 +7,7 @@
    arrays (np.sum over a (4, N) array: the least memory traffic any all-reduce on one host needs, so the
    "interconnect's" ceiling here is memory bandwidth).
 2. TensorFlow's default CPU choice (MirroredStrategy with no cross_device_ops = CollectiveAllReduce RING) vs
-   reduce_to_one at 16 MiB: strategy.py says the former is ~25x slower; this measures the ratio.
+   reduce_to_one at 16 MiB: engine/strategy.py says the former is ~25x slower; this measures the ratio.
 3. Instrumentation overhead: train_loop calls timed as the training loop times them (perf_counter around
    each call, wait on the returned losses) vs the same calls back to back with one wait at the end.
    Interleaved rounds; the median of the per-round ratios, in wall time and in this process's CPU time

@@ -4,7 +4,7 @@
    ``tftoolkit launch --workers 2 --replicas-per-worker 2 -- train ...`` (MultiWorkerMirroredStrategy, collective
    ring all-reduce over gRPC on localhost), alternating A/B/A/B so drift of a shared machine cancels. Reports
    each run's images/sec (warm-up excluded, from summary.json) and the ratio 2x2 / 1x4 per pair.
-2. All-reduce alone, with tftoolkit.allreduce.time_allreduce (what ``tftoolkit bench allreduce`` times): SUM of one
+2. All-reduce alone, with tftoolkit.measure.allreduce.time_allreduce (what ``tftoolkit bench allreduce`` times): SUM of one
    float32 buffer per size, and of small_cnn's gradient set, across 4 replicas as
      - 2 workers x 2 logical CPU devices, collective ring over gRPC (the multi-worker path),
      - 1 process x 4 logical CPU devices, collective ring (in-process) and reduce_to_one (what a single

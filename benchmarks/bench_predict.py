@@ -1,4 +1,4 @@
-"""How well the scaling model (tftoolkit.predict) predicts what can be measured here: CPU-simulated replicas.
+"""How well the scaling model (tftoolkit.science.predict) predicts what can be measured here: CPU-simulated replicas.
 
 For each model (``small_cnn``: compute-heavy; ``bench_predict:mlp``, 3.1 M parameters in one dense layer at
 a per-replica batch of 8: communication-heavy):

@@ -1,4 +1,5 @@
-"""Models used by tests through --model module:function."""
+"""Models tests train through --model models_for_tests:NAME (tests/ is on the path; subprocesses get it through
+helpers.env_with_tests_on_path)."""
 
 import keras
 
@@ -10,3 +11,17 @@ def l2_cnn(input_shape, num_classes):
     x = keras.layers.Conv2D(8, 3, activation="relu", kernel_regularizer=reg)(i)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(i, keras.layers.Dense(num_classes, kernel_regularizer=reg)(x))
+
+
+def zero_linear(input_shape, num_classes):
+    """A linear softmax classifier starting at zero: its loss, gradients and stable LR range have closed forms."""
+    i = keras.Input(input_shape)
+    x = keras.layers.Flatten()(i)
+    return keras.Model(i, keras.layers.Dense(num_classes, kernel_initializer="zeros")(x))
+
+
+def dense_net(input_shape, num_classes):
+    """One hidden dense layer: memory grows with the batch in a way the finder's estimate follows."""
+    i = keras.Input(input_shape)
+    x = keras.layers.Dense(16, activation="relu")(keras.layers.Flatten()(i))
+    return keras.Model(i, keras.layers.Dense(num_classes)(x))

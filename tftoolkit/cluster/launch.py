@@ -30,10 +30,10 @@ import threading
 import time
 from pathlib import Path
 
+from .. import gpus
 from ..errors import ClusterError, ConfigError
-from . import spec, workers as workers_mod
+from . import procs, spec, workers as workers_mod
 
-ENV_LAUNCHER_PID = "TFTOOLKIT_LAUNCHER_PID"
 # After the chief has finished, how long the other workers may take to exit before they are stopped.
 AFTER_CHIEF_GRACE_S = 60.0
 POLL_S = 0.1
@@ -45,7 +45,7 @@ class Plan:
     argv: list[str]                  # tftoolkit arguments for every worker ("train", ...)
     workers: int
     replicas_per_worker: int
-    gpu_slices: list[str] | None     # CUDA_VISIBLE_DEVICES per worker, or None on CPU
+    gpu_slices: list[list[str]] | None  # each worker's GPUs (CUDA_VISIBLE_DEVICES entries), or None on CPU
 
 
 def plan(train_argv: list[str], config, workers: int, replicas_per_worker: int | None = None) -> Plan:
@@ -71,14 +71,15 @@ def plan(train_argv: list[str], config, workers: int, replicas_per_worker: int |
         if config.replicas % workers:
             raise ConfigError(f"--replicas {config.replicas} does not divide among {workers} workers")
         n = config.replicas // workers
-    gpus = spec.gpu_count()
+    devices = gpus.ids()  # under CUDA_VISIBLE_DEVICES=4,5,6,7 the workers share GPUs 4-7, not 0-3
     if n is None:
-        n = max(1, gpus // workers) if gpus else 1
+        n = max(1, len(devices) // workers) if devices else 1
     slices = None
-    if gpus:
-        if workers * n > gpus:
-            raise ConfigError(f"{workers} workers x {n} GPU(s) each need {workers * n} GPUs; this machine has {gpus}")
-        slices = [",".join(str(w * n + i) for i in range(n)) for w in range(workers)]
+    if devices:
+        if workers * n > len(devices):
+            raise ConfigError(f"{workers} workers x {n} GPU(s) each need {workers * n} GPUs; this process may use "
+                              f"{len(devices)} ({','.join(devices)})")
+        slices = [devices[w * n:(w + 1) * n] for w in range(workers)]
     argv = argv + ["--workers", str(workers), "--replicas", str(workers * n)]
     return Plan(argv, workers, n, slices)
 
@@ -102,10 +103,10 @@ def worker_env(plan_: Plan, k: int, addresses: list[str], launch_dir: str, join_
     # The launcher watches the join itself and names the worker at fault; the worker's own watchdog is the
     # backstop, a little later, so that the launcher's message is the one printed.
     env[spec.ENV_JOIN_TIMEOUT] = str(join_timeout + 15)
-    env[ENV_LAUNCHER_PID] = str(os.getpid())
+    env[spec.ENV_LAUNCHER_PID] = str(os.getpid())
     env["PYTHONUNBUFFERED"] = "1"
     if plan_.gpu_slices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = plan_.gpu_slices[k]
+        env.update(gpus.child_env(plan_.gpu_slices[k]))
     else:
         # Workers on one machine share its cores: give each its share of TensorFlow's thread pools
         # (devices._configure_cpu_threads reads these), or K workers oversubscribe the host K times.
@@ -140,12 +141,7 @@ class _Worker:
                 dest.flush()
 
     def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the whole group: nothing the worker started survives
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
+        procs.stop_group(self.proc)  # the whole group, at once: nothing the worker started survives
         for t in self.threads:
             t.join(timeout=5)
 
@@ -270,14 +266,14 @@ def config_args(config) -> list[str]:
 def train_here(config, out, *, force: bool = False, quiet: bool = False) -> dict:
     """``tftoolkit.train`` of a config with workers > 1 and no cluster around: launch them here, wait, and
     return the summary the chief wrote."""
-    from ..fileio import read_json
+    from .. import summary as summary_schema
 
     argv = ["train", "--out", str(out), *config_args(config)] + (["--force"] if force else []) \
         + (["--quiet"] if quiet else [])
     code = launch(argv, config, config.workers, join_timeout=workers_mod.join_timeout())
     summary = Path(out) / "summary.json"
     if summary.exists():
-        s = read_json(summary)
+        s = summary_schema.read(summary)
         if code == 0 or s.get("status") != "ok":
             return s
     raise ClusterError(f"the {config.workers}-worker run in {out} failed (exit code {code}); the workers' output "
@@ -294,23 +290,6 @@ def tf_config_lines(hosts: str, workers: int | None, base_port: int | None) -> s
     lines.append(f"# then on every host, the same command: tftoolkit train --workers {len(pairs)} [options] --out RUN_DIR\n"
                  "# (--replicas counts all workers' replicas; RUN_DIR on a filesystem every host sees, for resuming)\n")
     return "".join(lines)
-
-
-def follow_launcher() -> None:
-    """In a worker started by ``launch``: die with the launcher (Linux), and stop now if it is already gone."""
-    pid = os.environ.get(ENV_LAUNCHER_PID)
-    if not pid:
-        return
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != int(pid):
-        sys.stderr.write("tftoolkit train: the launcher that started this worker is gone; stopping\n")
-        os._exit(1)
 
 
 def stop_on_sigterm() -> None:

@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -45,6 +44,7 @@ DEFAULT_JOIN_TIMEOUT_S = 120.0      # TensorFlow import + data + rendezvous; gen
 ENV_JOIN_TIMEOUT = "TFTOOLKIT_JOIN_TIMEOUT"
 ENV_LAUNCH_DIR = "TFTOOLKIT_LAUNCH_DIR"
 ENV_BASE_PORT = "TFTOOLKIT_BASE_PORT"
+ENV_LAUNCHER_PID = "TFTOOLKIT_LAUNCHER_PID"  # a launched worker dies with the launcher of this pid
 
 
 @dataclass(frozen=True)
@@ -242,15 +242,3 @@ def free_ports(n: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
-
-
-def gpu_count() -> int:
-    """GPUs on this machine without initialising CUDA: CUDA_VISIBLE_DEVICES, else ``nvidia-smi -L``, else 0."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.splitlines())

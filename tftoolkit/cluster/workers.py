@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 
 from ..errors import ClusterError, ConfigError
-from .spec import ENV_JOIN_TIMEOUT, ENV_LAUNCH_DIR, DEFAULT_JOIN_TIMEOUT_S, Cluster, check_port_free, is_local
+from . import procs
+from .spec import (DEFAULT_JOIN_TIMEOUT_S, ENV_JOIN_TIMEOUT, ENV_LAUNCH_DIR, ENV_LAUNCHER_PID, Cluster,
+                   check_port_free, is_local)
 
 log = logging.getLogger("tftoolkit")
 
@@ -127,8 +129,6 @@ def join(config, cluster: Cluster, out, *, force: bool = False):
     from .. import rundir
     from ..engine import devices
     from ..engine.strategy import make_multiworker_strategy
-    from .launch import follow_launcher
-
     follow_launcher()
     host, _, port = cluster.address.rpartition(":")
     if is_local(host):
@@ -148,3 +148,13 @@ def join(config, cluster: Cluster, out, *, force: bool = False):
              cluster.address, ", chief" if cluster.is_chief else "", setup.replicas, config.replicas)
     out.mkdir(parents=True, exist_ok=True)
     return setup, strategy, out
+
+
+def follow_launcher() -> None:
+    """In a worker started by ``launch``: die with the launcher (Linux), and stop now if it is already gone."""
+    pid = os.environ.get(ENV_LAUNCHER_PID)
+    if not pid:
+        return
+    if not procs.die_with_parent(int(pid)):
+        sys.stderr.write("tftoolkit train: the launcher that started this worker is gone; stopping\n")
+        os._exit(1)

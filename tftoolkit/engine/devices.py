@@ -13,6 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from .. import gpus
 from ..errors import DeviceError
 
 log = logging.getLogger("tftoolkit")
@@ -26,7 +27,7 @@ MIN_CPU_DEVICES = 4
 class DeviceSetup:
     kind: str                 # "GPU" or "CPU-simulated"
     devices: tuple[str, ...]  # TensorFlow device names the strategy mirrors over
-    gpu_indices: tuple[int, ...] | None  # physical indices, for the monitor (None on CPU)
+    gpu_indices: tuple[int, ...] | None  # NVML (nvidia-smi) numbers, for the monitor (None on CPU)
     host_cores: int
 
     @property
@@ -101,8 +102,20 @@ def _init_gpus(tf, phys, replicas, gpus) -> DeviceSetup:
         raise DeviceError(f"TensorFlow was initialised with GPUs {visible} visible; GPUs {not_visible} cannot be "
                           "added now. Restart the process (or the notebook kernel) and run again.")
     names = tuple(f"/gpu:{visible.index(g)}" for g in wanted)
-    setup = DeviceSetup("GPU", names, tuple(wanted), host_cores())
-    return setup
+    return DeviceSetup("GPU", names, nvml_indices(wanted), host_cores())
+
+
+def nvml_indices(local: list[int]) -> tuple[int, ...] | None:
+    """The NVML (nvidia-smi) numbers of TensorFlow's GPUs ``local``, for the monitor.
+
+    TensorFlow numbers the GPUs CUDA_VISIBLE_DEVICES leaves visible from 0; under ``CUDA_VISIBLE_DEVICES=4,5``
+    its GPU 0 is NVML's 4. None when the entries are UUIDs or MIG instances (the monitor then maps
+    CUDA_VISIBLE_DEVICES itself, through NVML).
+    """
+    entries = gpus.physical(list(local))
+    if not all(e.isdigit() for e in entries):
+        return None
+    return tuple(int(e) for e in entries)
 
 
 def _init_cpu(tf, n: int) -> DeviceSetup:

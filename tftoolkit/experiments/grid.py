@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 from .. import fileio
+from .. import summary as summary_schema
 from ..errors import ToolkitError
 from .sweep_spec import combinations, slug
 
@@ -60,7 +61,7 @@ def train_grid(base: dict, grid: dict, out, *, paired: dict | None = None, force
             # A combination the toolkit refuses (say a batch that does not divide by the replicas) is a result
             # too: record it where the report looks for runs, and go on.
             summary = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-            fileio.write_json(run_dir / "summary.json", {**summary, **_config_figures(config)})
+            fileio.write_json(run_dir / "summary.json", summary_schema.check({**summary, **_config_figures(config)}))
             log.warning("%s: %s", name, summary["error"])
         except Exception as e:  # noqa: BLE001 - train() recorded the failure in the run's summary.json
             summary = _read(run_dir) or {"status": "failed", "error": f"{type(e).__name__}: {e}"}
@@ -79,7 +80,7 @@ def _scalar(v) -> bool:
 
 def _read(run_dir: Path) -> dict | None:
     try:
-        return fileio.read_json(run_dir / "summary.json")
+        return summary_schema.read(run_dir)
     except (OSError, ValueError):
         return None
 

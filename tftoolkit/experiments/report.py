@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import fileio
+from .. import summary as summary_schema
 from ..errors import DataError
 
 log = logging.getLogger("tftoolkit")
@@ -31,6 +32,7 @@ log = logging.getLogger("tftoolkit")
 # Summary fields shown in overview tables, in this order, where present.
 KEY_FIGURES = ["replicas", "global_batch", "lr_rule", "learning_rate", "images_per_sec", "images_per_sec_uncertainty",
                "final_loss", "val_accuracy", "communication_fraction", "mfu", "wall_time_s"]
+summary_schema.names(*KEY_FIGURES)
 
 
 @dataclass
@@ -82,7 +84,10 @@ def _mode(run_dir: Path, params: dict) -> str | None:
 
 
 def _run_row(run_dir: Path, source: Path) -> dict:
-    summary = _read_json(run_dir / "summary.json")
+    try:
+        summary = summary_schema.read(run_dir)
+    except (OSError, ValueError):
+        summary = {}
     config = _read_json(run_dir / "config.json").get("config", {})
     point, params = _point_params(run_dir, source)
     row = {"source": source.name, "run": str(run_dir.relative_to(source)), "run_dir": str(run_dir), "point": point}

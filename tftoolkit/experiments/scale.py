@@ -25,6 +25,7 @@ import logging
 import math
 from pathlib import Path
 
+from .. import summary as summary_schema
 from ..config import RunConfig
 from ..errors import ConfigError
 
@@ -41,6 +42,7 @@ _FROM_SUMMARY = {"images_per_sec": "images_per_sec", "images_per_sec_uncertainty
                  "allreduce_time_s": "allreduce_time_s", "input_wait_s": "input_wait_s",
                  "communication_fraction": "communication_fraction", "input_wait_fraction": "input_wait_fraction",
                  "imbalance": "imbalance", "mfu": "mfu", "status": "status"}
+summary_schema.names(*_FROM_SUMMARY)
 
 
 def parse_replicas(value) -> list[int]:

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,7 +38,9 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fileio
+from .. import fileio, gpus
+from .. import summary as summary_schema
+from ..cluster import procs
 from ..errors import SweepError
 from .sweep_spec import OUT_PARAM, Point, Spec
 from .sweep_spec import load as load_spec
@@ -62,25 +63,8 @@ POLL_S = 0.2
 
 # --- GPUs --------------------------------------------------------------------------------------------------
 def visible_gpus() -> list[str]:
-    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES when set, else every GPU NVML sees."""
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        ids = []
-        for tok in (t.strip() for t in cvd.split(",")):
-            if not tok or tok == "-1":
-                break  # CUDA ignores everything after an invalid entry
-            ids.append(tok)
-        return ids
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML, no driver, no GPU: run on CPU
-        return []
+    """GPU ids this process may hand out: its CUDA_VISIBLE_DEVICES entries when set, else every GPU NVML sees."""
+    return gpus.ids()
 
 
 def gpu_slots(gpus: list[str], per_run: int | None) -> list[list[str] | None]:
@@ -180,7 +164,7 @@ def collect_runs(pdir: Path) -> dict:
     summaries = []
     for p in paths:
         try:
-            summaries.append((p.parent, fileio.read_json(p)))
+            summaries.append((p.parent, summary_schema.read(p)))
         except (OSError, ValueError):
             summaries.append((p.parent, {"status": "failed", "error": f"unreadable {p.name}"}))
     info = {"runs": len(summaries), "run_status": "ok", "run_error": None, "run_dir": None, "figures": {}}
@@ -239,13 +223,11 @@ class _Job:
     timed_out: bool = False
 
 
-def _child_env(gpus: list[str] | None) -> dict:
+def _child_env(devices: list[str] | None) -> dict:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    if gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        # Number GPUs as nvidia-smi and NVML do, so "GPU 2" means the same card everywhere.
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    if devices is not None:
+        env.update(gpus.child_env(devices))
     return env
 
 
@@ -275,16 +257,7 @@ def _start(spec: Spec, out: Path, point: Point, gpus, timeout: float | None) -> 
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM the point's process group (it shuts its kernel down), SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    procs.stop_group(proc, STOP_GRACE_S)
 
 
 def _finish(out: Path, job: _Job, timeout: float | None) -> dict:

@@ -22,20 +22,7 @@ import sys
 import time
 
 from .. import fileio
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except OSError:
-            pass
-    if parent_pid and os.getppid() != parent_pid:
-        os._exit(3)  # the sweep died before the death signal was armed
+from ..cluster import procs
 
 
 def _first_line(text) -> str:
@@ -80,7 +67,8 @@ def run(notebook: str, output: str, parameters: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     notebook, output, params_path, outcome_path, parent_pid = argv
-    _die_with_parent(int(parent_pid))
+    if not procs.die_with_parent(int(parent_pid)):
+        os._exit(3)  # the sweep died before the death signal was armed
     signal.signal(signal.SIGTERM, _interrupt)
     with open(params_path) as f:
         parameters = json.load(f)

@@ -15,7 +15,6 @@ import ast
 import datetime as _dt
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import re
@@ -600,10 +599,3 @@ def format_report(report: dict) -> str:
     for e in report.get("errors", []):
         out.append(f"error: {e['where']}: {e['error']}")
     return "\n".join(out)
-
-
-def env_main(as_json: bool = False) -> int:
-    """``tftoolkit env [--json]``: print the report and return the exit code."""
-    report = collect()
-    print(json.dumps(report, indent=2) if as_json else format_report(report))
-    return 0

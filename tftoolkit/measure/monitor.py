@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import os
 import threading
 import time
 from io import BytesIO
 from pathlib import Path
 
+from .. import gpus
 from ..errors import ConfigError, DataError, DeviceError, RunDirError
 
 logger = logging.getLogger("tftoolkit")
@@ -98,42 +98,6 @@ def _err(exc: BaseException) -> str:
 
 def _name(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _visible_indices(nvml, count: int) -> list[int] | None:
-    """NVML indices named by CUDA_VISIBLE_DEVICES, or None to take all GPUs.
-
-    NVML sees every GPU on the machine whatever CUDA_VISIBLE_DEVICES says; monitoring GPUs another job owns
-    would make this run's GPUs look unbalanced and others' look idle. Integer entries are taken as NVML
-    indices (true unless CUDA_DEVICE_ORDER reorders devices of different speeds), GPU-UUID entries are matched.
-    """
-    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if raw is None:
-        return None
-    tokens = [t.strip() for t in raw.split(",") if t.strip()]
-    chosen: list[int] = []
-    uuids = None
-    for tok in tokens:
-        if tok.lstrip("-").isdigit():
-            k = int(tok)
-            if k < 0:
-                break  # CUDA stops at the first invalid entry
-            if k < count:
-                chosen.append(k)
-        elif tok.startswith("GPU-"):
-            if uuids is None:
-                uuids = {}
-                for i in range(count):
-                    try:
-                        uuids[_name(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)))] = i
-                    except Exception:
-                        pass
-            match = [i for u, i in uuids.items() if u.startswith(tok)]
-            if match:
-                chosen.append(match[0])
-        else:
-            return None  # MIG or something we cannot map: monitor everything rather than guess
-    return list(dict.fromkeys(chosen))
 
 
 class Monitor:
@@ -222,8 +186,11 @@ class Monitor:
                         f"{', '.join(present) if present else 'none'}. Use those numbers, or None for all.")
                 self._gpu_indices = self._requested
             else:
-                visible = _visible_indices(nvml, count)
-                self._gpu_indices = list(range(count)) if visible is None else visible
+                # NVML sees every GPU on the machine whatever CUDA_VISIBLE_DEVICES says; monitoring GPUs another
+                # job owns would make this run's GPUs look unbalanced and others' look idle.
+                seen = gpus.visible()
+                visible = None if seen is None else gpus.nvml_indices(seen, nvml)
+                self._gpu_indices = list(range(count)) if visible is None else visible  # MIG: all, as a fallback
         except DeviceError:
             raise
         except Exception as exc:

@@ -27,10 +27,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import summary as summary_schema
 from ..errors import ConfigError, RunDirError
 
 DEFAULT_MAX_REPLICAS = 64
 
+# The summary.json fields the advice is made from.
+READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_batch", "replicas", "global_batch")
 
 def steps_ratio(batch, b_crit):
     """S/S_min = 1 + B_crit/B."""
@@ -111,13 +114,11 @@ def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: 
 
 
 def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
-    from .. import fileio
-
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     if not path.exists():
         raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
-    s = fileio.read_json(path)
+    s = summary_schema.read(path)
     missing = [k for k in ("noise_scale", "per_replica_batch", "replicas") if k not in s]
     if missing:
         hint = " (train with --noise-scale)" if "noise_scale" in missing else ""

@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import summary
 from ..errors import ConfigError, DataError, RunDirError
 
 GRADIENT_DTYPE_BYTES = 4   # float32 gradients (mixed precision keeps float32 variables, so float32 grads)
@@ -66,6 +67,10 @@ DEFAULT_MAX_REPLICAS = 64
 DEFAULT_GPUS_PER_HOST = 8
 MODES = ("weak", "strong")
 DEVICES = ("dedicated", "shared")
+
+# The summary.json fields the model is calibrated and checked with.
+READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
+                      "images_per_sec", "images_per_sec_uncertainty")
 
 
 @dataclass(frozen=True)
@@ -187,13 +192,10 @@ def _finite(v) -> bool:
 
 def calibrate(run_dir) -> Calibration:
     """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing."""
-    from .. import fileio
-
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
-    s = fileio.read_json(path)
-    return calibrate_summary(s, str(path))
+    return calibrate_summary(summary.read(path), str(path))
 
 
 def _what(s: dict, key: str) -> str:
@@ -364,7 +366,6 @@ def crossover(frame: pd.DataFrame) -> dict:
 def measured_frame(sources) -> pd.DataFrame:
     """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
     ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv."""
-    from .. import fileio
 
     rows = []
     for src in sources:
@@ -372,7 +373,7 @@ def measured_frame(sources) -> pd.DataFrame:
         if p.is_dir():
             if not (p / "summary.json").exists():
                 raise RunDirError(f"{p} has no summary.json")
-            s = fileio.read_json(p / "summary.json")
+            s = summary.read(p)
             missing = [k for k in ("replicas", "per_replica_batch", "step_time_s") if not _finite(s.get(k))]
             if missing:
                 raise RunDirError(f"{p}/summary.json lacks field(s) {', '.join(missing)}")

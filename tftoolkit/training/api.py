@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .. import fileio, rundir
+from .. import summary as summary_schema
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..logs import ensure_logging
@@ -73,7 +74,7 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
         fileio.write_json(out / "config.json", {"config": sess.config.to_dict(), "derived": sess.derived,
                                                 "dataset": {"name": sess.source.name, **sess.source.info}})
     if resuming and (out / "summary.json").exists():
-        previous = fileio.read_json(out / "summary.json")
+        previous = summary_schema.read(out)
         if previous.get("status") == "ok":
             log.info("%s already holds a finished run of this config; nothing to do", out)
             return previous

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import fileio
+from .. import summary as summary_schema
 from ..errors import ToolkitError
 from ..engine import devices, loop
 from ..engine.checkpoint import Checkpoints
@@ -292,6 +293,7 @@ class Run:
             "base_lr": config.base_lr,
             "base_batch": config.base_batch,
             "lr_rule": config.lr_rule,
+            "warmup_epochs": config.warmup_epochs,
             "optimizer": config.optimizer,
             "precision": config.precision,
             "jit": config.jit,
@@ -320,7 +322,7 @@ class Run:
             summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary))
         summary["monitor"] = self._monitor_summary(thr)
         if self.chief:
-            fileio.write_json(self.out / "summary.json", summary)
+            fileio.write_json(self.out / "summary.json", summary_schema.check(summary))
         if self.status == "ok":
             log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",
                      step, thr["images_per_sec"], thr["images_per_sec_uncertainty"] if thr["timed_steps"] > 1 else float("nan"),

@@ -16,23 +16,7 @@ from tftoolkit.cli import main
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError, ModelError
 
-LINEAR_MODULE = (
-    "import keras\n"
-    "def zero_linear(input_shape, num_classes):\n"
-    "    i = keras.Input(input_shape)\n"
-    "    x = keras.layers.Flatten()(i)\n"
-    "    return keras.Model(i, keras.layers.Dense(num_classes, kernel_initializer='zeros')(x))\n"
-    "def dense_net(input_shape, num_classes):\n"
-    "    i = keras.Input(input_shape)\n"
-    "    x = keras.layers.Dense(16, activation='relu')(keras.layers.Flatten()(i))\n"
-    "    return keras.Model(i, keras.layers.Dense(num_classes)(x))\n")
-
-
-@pytest.fixture
-def models(tmp_path, monkeypatch):
-    (tmp_path / "finder_models.py").write_text(LINEAR_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "finder_models"
+MODELS = "models_for_tests"  # zero_linear, dense_net (tests/models_for_tests.py)
 
 
 def _separable(n=4096, d=8, k=4, seed=0):
@@ -82,12 +66,12 @@ def test_search_doubles_then_bisects():
     assert finders.search_batch(lambda b: False, 8) == (0, False)
 
 
-def test_memory_estimate_of_a_hand_counted_model(models):
+def test_memory_estimate_of_a_hand_counted_model():
     import keras
 
     from tftoolkit.engine import models as registry
 
-    model = registry.build(f"{models}:dense_net", (2, 2, 3), 5)
+    model = registry.build(f"{MODELS}:dense_net", (2, 2, 3), 5)
     params = 12 * 16 + 16 + 16 * 5 + 5
     est = finders.estimate_memory(model, 10, "adam")
     assert est["fixed"] == params * 4 * (2 + 2)  # weights, gradients, two Adam slots
@@ -107,9 +91,9 @@ def test_oom_errors_are_recognised():
 
 
 # --- under the strategy ----------------------------------------------------------------------------------
-def test_find_lr_on_a_problem_with_a_known_stable_range(tmp_path, models):
+def test_find_lr_on_a_problem_with_a_known_stable_range(tmp_path):
     cfg = RunConfig(replicas=2, per_replica_batch=32, optimizer="sgd", lr_rule="linear", base_batch=32,
-                    model=f"{models}:zero_linear", num_classes=4, steps_per_loop=25)
+                    model=f"{MODELS}:zero_linear", num_classes=4, steps_per_loop=25)
     r = finders.find_lr(cfg, tmp_path / "lr", lr_min=1e-4, lr_max=1e3, steps=150, quiet=True, data=_separable())
     assert r["stopped_at_step"] is not None and r["stopped_at_step"] < 150  # the loss blew up before lr_max
     blown = r["frame"]["learning_rate"].iloc[-1]
@@ -123,8 +107,8 @@ def test_find_lr_on_a_problem_with_a_known_stable_range(tmp_path, models):
     assert (tmp_path / "lr" / "lr_find.png").stat().st_size > 10_000
 
 
-def test_find_batch_on_cpu_follows_the_memory_estimate(tmp_path, models):
-    cfg = RunConfig(replicas=2, per_replica_batch=16, optimizer="momentum", model=f"{models}:dense_net",
+def test_find_batch_on_cpu_follows_the_memory_estimate(tmp_path):
+    cfg = RunConfig(replicas=2, per_replica_batch=16, optimizer="momentum", model=f"{MODELS}:dense_net",
                     dataset="synthetic", image_size=4, train_images=256)
     limit_mb = 0.25
     r = finders.find_batch(cfg, tmp_path / "fb", memory_limit_mb=limit_mb, quiet=True)
@@ -138,9 +122,8 @@ def test_find_batch_on_cpu_follows_the_memory_estimate(tmp_path, models):
     assert (tmp_path / "fb" / "batch_find.png").exists()
 
 
-def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatch):
+def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, monkeypatch):
     # A stand-in for a GPU: the step raises ResourceExhaustedError above 48 examples per replica.
-    import sys
 
     import tensorflow as tf
 
@@ -161,7 +144,7 @@ def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatc
         return eng
 
     monkeypatch.setattr(train_mod, "build_engine", build_with_small_memory)
-    cfg = RunConfig(replicas=2, per_replica_batch=32, model=f"{models}:dense_net", dataset="synthetic", image_size=4,
+    cfg = RunConfig(replicas=2, per_replica_batch=32, model=f"{MODELS}:dense_net", dataset="synthetic", image_size=4,
                     train_images=256)
     r = finders.find_batch(cfg, tmp_path / "oom", memory_limit_mb=1024, quiet=True)
     assert r["max_per_replica_batch"] == 48
@@ -170,14 +153,14 @@ def test_find_batch_bisects_on_out_of_memory_errors(tmp_path, models, monkeypatc
     assert frame.loc[~frame["fits"], "reason"].str.startswith("out of memory: ResourceExhaustedError").all()
 
 
-def test_find_batch_bad_input(tmp_path, models, capsys):
-    cfg = RunConfig(replicas=2, per_replica_batch=8, model=f"{models}:dense_net", dataset="synthetic", image_size=4,
+def test_find_batch_bad_input(tmp_path, capsys):
+    cfg = RunConfig(replicas=2, per_replica_batch=8, model=f"{MODELS}:dense_net", dataset="synthetic", image_size=4,
                     train_images=256)
     with pytest.raises(ConfigError, match="simulated on CPU.*--memory-limit-mb"):
         finders.find_batch(cfg, tmp_path / "a", quiet=True)
     with pytest.raises(ModelError, match="does not fit even at per-replica batch 1"):
         finders.find_batch(cfg, tmp_path / "b", memory_limit_mb=0.001, quiet=True)
-    rc = main(["find-batch", "--replicas", "2", "--model", f"{models}:dense_net", "--dataset", "synthetic", "--image-size", "4",
+    rc = main(["find-batch", "--replicas", "2", "--model", f"{MODELS}:dense_net", "--dataset", "synthetic", "--image-size", "4",
                "--memory-limit-mb", "0.001", "--out", str(tmp_path / "c"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "does not fit even at per-replica batch 1" in err and len(err.strip().splitlines()) == 1

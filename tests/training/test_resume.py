@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,31 +15,16 @@ import pytest
 import tftoolkit
 from tftoolkit.config import RunConfig
 
-ARGS = dict(replicas=2, per_replica_batch=32, steps=60, steps_per_loop=5, checkpoint_every=5, dataset="synthetic",
+from helpers import checkpoint_variables, checkpointed_step
+
+ARGS = dict(replicas=2, per_replica_batch=32, steps=60, steps_per_loop=5, checkpoint_every=5, measure=False, dataset="synthetic",
             image_size=24, train_images=1280, optimizer="momentum", base_lr=0.05)
 
 
 def _cli_args(out):
-    args = [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet"]
-    for k, v in ARGS.items():
-        args += ["--" + k.replace("_", "-"), str(v)]
-    return args
+    from tftoolkit.cluster.launch import config_args
 
-
-def _model_variables(run_dir: Path) -> dict:
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints"))
-    # Keras 3 stores each weight once, under the optimizer's _trainable_variables (the model's path points to
-    # the same objects); optimizer slots, the step and the example counters are compared too.
-    names = [n for n in reader.get_variable_to_shape_map() if n not in ("_CHECKPOINTABLE_OBJECT_GRAPH",
-                                                                          "save_counter/.ATTRIBUTES/VARIABLE_VALUE")]
-    return {n: reader.get_tensor(n) for n in names}
-
-
-def _latest_step(run_dir: Path) -> int:
-    steps = [int(p.name.split("-")[1].split(".")[0]) for p in (run_dir / "checkpoints").glob("ckpt-*.index")]
-    return max(steps, default=0)
+    return [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet", *config_args(RunConfig(**ARGS))]
 
 
 @pytest.mark.slow
@@ -52,7 +36,7 @@ def test_sigkill_at_a_random_step_then_resume_matches_uninterrupted(tmp_path):
     out = tmp_path / "killed"
     proc = subprocess.Popen(_cli_args(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
-    while (out / "checkpoints").exists() is False or _latest_step(out) < target:
+    while (out / "checkpoints").exists() is False or checkpointed_step(out) < target:
         assert proc.poll() is None, f"run ended before step {target}: {proc.stderr.read().decode()[-2000:]}"
         assert time.time() < deadline
         time.sleep(0.02)
@@ -62,7 +46,7 @@ def test_sigkill_at_a_random_step_then_resume_matches_uninterrupted(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     summary = out / "summary.json"
     assert not summary.exists() or json.loads(summary.read_text())["status"] != "ok"
-    killed_at = _latest_step(out)
+    killed_at = checkpointed_step(out)
     assert target <= killed_at < 60
 
     resumed = tftoolkit.train(RunConfig(**ARGS), out, quiet=True)
@@ -71,7 +55,7 @@ def test_sigkill_at_a_random_step_then_resume_matches_uninterrupted(tmp_path):
     assert resumed["steps"] == 60
     assert resumed["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-6)
     assert resumed["examples_per_replica"] == ref["examples_per_replica"] == [1920, 1920]  # 60 steps x 64 / 2
-    a, b = _model_variables(tmp_path / "ref"), _model_variables(out)
+    a, b = checkpoint_variables(tmp_path / "ref"), checkpoint_variables(out)
     assert a.keys() == b.keys() and len([n for n in a if "_trainable_variables" in n]) == 10
     for name in a:
         np.testing.assert_allclose(b[name], a[name], rtol=1e-6, atol=1e-7, err_msg=name)

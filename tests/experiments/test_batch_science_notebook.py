@@ -4,13 +4,13 @@ thin and generated from notebooks/make_notebooks.py, and leaves executing it to 
 
 import json
 import math
-from pathlib import Path
 
 import nbformat
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 NOTEBOOK = ROOT / "notebooks" / "05_batch_science.ipynb"
 
 

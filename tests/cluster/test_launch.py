@@ -1,7 +1,6 @@
 """tftoolkit launch: worker arguments, TF_CONFIG printing, bad input as one line (exit 2), and a launch that fails
 (a worker crashing at start, one that never joins, workers that disagree) ends quickly and leaves no process."""
 
-import json
 import os
 import socket
 import sys
@@ -10,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from tftoolkit import cli
+from tftoolkit import cli, gpus
 from tftoolkit.cli import cluster as cli_cluster
 from tftoolkit.cluster import launch, spec as multiworker
 from tftoolkit.config import RunConfig
@@ -41,7 +40,7 @@ def no_leftovers():
 
 # --- planning ---------------------------------------------------------------------------------------------
 def test_plan_adds_workers_and_total_replicas(monkeypatch):
-    monkeypatch.setattr(multiworker, "gpu_count", lambda: 0)
+    monkeypatch.setattr(gpus, "ids", lambda environ=None: [])
     p = _plan(["--", *TRAIN], 2, 2)
     assert p.argv[-4:] == ["--workers", "2", "--replicas", "4"] and p.replicas_per_worker == 2 and p.gpu_slices is None
     assert _plan([*TRAIN, "--replicas", "6"], 3).replicas_per_worker == 2
@@ -49,10 +48,10 @@ def test_plan_adds_workers_and_total_replicas(monkeypatch):
 
 
 def test_plan_gives_each_worker_its_own_gpus(monkeypatch):
-    monkeypatch.setattr(multiworker, "gpu_count", lambda: 4)
+    monkeypatch.setattr(gpus, "ids", lambda environ=None: ["0", "1", "2", "3"])
     p = _plan(TRAIN, 2)
-    assert p.replicas_per_worker == 2 and p.gpu_slices == ["0,1", "2,3"]
-    with pytest.raises(ConfigError, match="need 6 GPUs; this machine has 4"):
+    assert p.replicas_per_worker == 2 and p.gpu_slices == [["0", "1"], ["2", "3"]]
+    with pytest.raises(ConfigError, match=r"need 6 GPUs; this process may use 4 \(0,1,2,3\)"):
         _plan(TRAIN, 2, 3)
 
 
@@ -67,7 +66,7 @@ def test_plan_gives_each_worker_its_own_gpus(monkeypatch):
     ([*TRAIN, "--gpus", "0,1"], 2, None, "--gpus names one process's GPUs"),
 ])
 def test_plan_refuses_bad_requests(monkeypatch, argv, workers, n, message):
-    monkeypatch.setattr(multiworker, "gpu_count", lambda: 0)
+    monkeypatch.setattr(gpus, "ids", lambda environ=None: [])
     with pytest.raises(ConfigError) as e:
         _plan(argv, workers, n)
     assert message in str(e.value)
@@ -123,7 +122,7 @@ def test_print_tf_config_gives_each_host_its_task(capsys):
 def _envs(n, launch_dir, ports=None):
     addresses = [f"localhost:{p}" for p in (ports or multiworker.free_ports(n))]
     return [{**os.environ, "TF_CONFIG": multiworker.tf_config(addresses, k), multiworker.ENV_LAUNCH_DIR: launch_dir,
-             multiworker.ENV_JOIN_TIMEOUT: "120", launch.ENV_LAUNCHER_PID: str(os.getpid())} for k in range(n)]
+             multiworker.ENV_JOIN_TIMEOUT: "120", multiworker.ENV_LAUNCHER_PID: str(os.getpid())} for k in range(n)]
 
 
 def _train_cmd(out, *extra):
@@ -135,6 +134,7 @@ def _py(code):
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.slow
 def test_a_worker_that_never_joins_fails_the_launch_in_time(tmp_path, no_leftovers):
     d = str(tmp_path)
     started_then_waits = _py(f"import pathlib, time; pathlib.Path({d!r}, 'started-0').touch(); time.sleep(600)")

@@ -1,37 +1,42 @@
 """The invariant the toolkit stands on: N replicas compute what 1 device computes for the same global batch."""
 
+import functools
+
 import numpy as np
 import pytest
 
-from tftoolkit.engine import devices, strategy as strategy_mod
-from tftoolkit.data import pipeline, source as source_mod
 from tftoolkit.config import RunConfig
-from tftoolkit.engine.session import apply_global_settings as _apply_global_settings
+from tftoolkit.data import pipeline, source as source_mod
+from tftoolkit.engine import loop, session
 from tftoolkit.engine.step import build_engine
 
 STEPS = 6
 
 
 def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False, dtype=None):
-    import tensorflow as tf
+    """(weights, per-step losses) after STEPS steps, set up and driven exactly as a training run is."""
+    weights, losses = _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype)
+    return [w.copy() for w in weights], losses.copy()
 
+
+@functools.lru_cache(maxsize=None)
+def _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype):
+    # Cached: the 1-device baselines serve every replica count and test that compares with them.
     config = RunConfig(replicas=replicas, global_batch=48, optimizer=optimizer, base_lr=base_lr, base_batch=48,
-                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit, seed=7)
+                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit, seed=7, measure=False)
     x, y = source_mod.synthetic_arrays(480, 16, 10, seed=3)
-    source = source_mod.from_arrays(x, y, num_classes=10)
-    setup = devices.init(replicas)
-    strat, _ = strategy_mod.make_strategy(setup, "auto")
-    _apply_global_settings(config, setup)  # seed (same initial weights for every replica count), determinism
+    # The run's own set-up: seed (the same initial weights for every replica count) and determinism.
+    sess = session.start(config, data=(x, y))
     if dtype:
         import keras
 
         keras.config.set_dtype_policy(dtype)
-    eng = build_engine(config, strat, source, source.train_examples)
-    it = iter(pipeline.distribute(strat, pipeline.train_dataset(source, config, epoch=0)))
+    eng = build_engine(sess.config, sess.strategy, sess.source, sess.source.train_examples)
     losses = []
-    for _ in range(STEPS // steps_per_loop):
-        l, counts = eng.train_loop(it, tf.constant(steps_per_loop))
-        losses.extend(l.numpy().tolist())
+    loop.drive(eng.train_loop, lambda epoch, pos: iter(pipeline.distribute(sess.strategy, pipeline.train_dataset(
+               sess.source, sess.config, epoch, skip_batches=pos))), start=0, total=STEPS,
+               steps_per_epoch=sess.derived["steps_per_epoch"], steps_per_loop=steps_per_loop,
+               on_loop=lambda chunk: losses.extend(chunk.outputs[0].tolist()))
     return [w.copy() for w in eng.model.get_weights()], np.array(losses)
 
 
@@ -66,6 +71,7 @@ def restore_float32():
     keras.config.set_dtype_policy("float32")
 
 
+@pytest.mark.slow
 def test_synchronized_batchnorm_resnet20_matches_one_device(restore_float32):
     # Synchronized BN computes var = E[x^2] - E[x]^2 from all-reduced sums; in float32 the rounding of that
     # difference, amplified by a few high-LR steps, moves weights by ~1e-3 relative between replica counts.
@@ -92,6 +98,7 @@ def test_xla_step_matches_plain_step():
 
 
 def test_jit_is_skipped_with_a_warning_on_several_cpu_replicas(caplog):
+    from tftoolkit.engine import devices, strategy as strategy_mod
     from tftoolkit.engine.step import jit_effective
 
     setup = devices.init(2)

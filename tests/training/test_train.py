@@ -9,9 +9,10 @@ import tftoolkit
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ModelError, RunDirError
 
-SMALL = dict(dataset="synthetic", image_size=16, train_images=1024, steps_per_loop=8)
+SMALL = dict(dataset="synthetic", image_size=16, train_images=1024, steps_per_loop=8, measure=False)
 
 
+@pytest.mark.slow
 def test_short_run_learns_and_writes_the_run_directory(tmp_path):
     cfg = RunConfig(replicas=2, global_batch=64, optimizer="adam", base_lr=0.005, lr_rule="none", epochs=3, **SMALL)
     s = tftoolkit.train(cfg, tmp_path / "run", quiet=True)

@@ -5,7 +5,6 @@ Iterates the real pipeline (TFRecords -> pipeline.train_dataset -> pipeline.dist
 run summary's examples_per_replica and dropped_examples against the same arithmetic.
 """
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from tftoolkit.engine.strategy import make_strategy
 N = 400  # training images; 4 shards of 100
 # The post-training step-time breakdown (RunConfig.measure, where present) is not what these tests are about
 # and costs about 30 s per run on 2 cores.
-NO_MEASURE = {"measure": False} if "measure" in {f.name for f in dataclasses.fields(RunConfig)} else {}
+NO_MEASURE = {"measure": False}
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +82,7 @@ def test_each_epoch_is_a_new_order_of_the_same_examples(source):
     assert _ids_per_replica(source, config, 0) == e0  # and the same seed gives the same order again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("last_batch, per_replica, dropped", [("drop", [90] * 4, 40), ("partial", [100] * 4, 0)])
 def test_training_summary_counts_what_each_replica_trained_on(prepared, tmp_path, last_batch, per_replica, dropped):
     # Global batch 120 on 4 replicas: 3 full batches (90 per replica) and a short one of 40 (10 each).

@@ -3,14 +3,15 @@
 The demo itself (several minutes) is `make demo`; here only what decides what it runs.
 """
 
-from pathlib import Path
 
 import pytest
 
 from tftoolkit.experiments import demo
 from tftoolkit.experiments.sweep_spec import load as load_spec
 
-SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
+from helpers import ROOT
+
+SWEEPS = ROOT / "sweeps"
 
 
 @pytest.mark.parametrize("gpus, counts", [(0, [1, 2, 4]), (1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])

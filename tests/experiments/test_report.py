@@ -3,8 +3,6 @@ figures. The folders here are written by hand in the layout sweeps and notebooks
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +10,8 @@ import pytest
 
 from tftoolkit.experiments import report
 from tftoolkit.errors import DataError
+
+from helpers import assert_no_tensorflow
 
 
 def _run(d: Path, summary: dict, config: dict, steps: int = 10):
@@ -124,8 +124,10 @@ def test_missing_folder_and_unknown_figure_are_clear_errors(sweeps, tmp_path):
         report.figure(report.load(list(sweeps)), "pie_chart")
 
 
+@pytest.mark.slow
 def test_report_never_imports_tensorflow(sweeps):
-    code = ("import sys; from tftoolkit.experiments import report; r = report.load(sys.argv[1:]); report.all_figures(r); "
-            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
-    done = subprocess.run([sys.executable, "-c", code, *map(str, sweeps)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert_no_tensorflow("""
+        import sys
+        from tftoolkit.experiments import report
+        report.all_figures(report.load(sys.argv[1:]))
+    """, *map(str, sweeps))

@@ -16,7 +16,9 @@ import pytest
 from tftoolkit.measure import hardware
 from tftoolkit.errors import ConfigError
 
-HERE = Path(__file__).resolve().parent
+from helpers import ROOT
+
+HERE = ROOT / "tests"  # fake_nvml.py and fixtures/
 
 
 def _load(name, path):
@@ -27,7 +29,7 @@ def _load(name, path):
 
 
 fake_nvml = _load("fake_nvml", HERE / "fake_nvml.py")
-recorder = _load("record_nvml_fixture", HERE.parent / "benchmarks" / "record_nvml_fixture.py")
+recorder = _load("record_nvml_fixture", ROOT / "benchmarks" / "record_nvml_fixture.py")
 REAL_FIXTURES = sorted((HERE / "fixtures").glob("nvml_*.json"))
 NO_REAL_FIXTURE = pytest.param(None, marks=pytest.mark.skip(
     reason="no recorded NVML fixture yet: run benchmarks/record_nvml_fixture.py on a GPU machine"))
@@ -203,11 +205,13 @@ def test_format_report_tables(fake):
     assert "PIX   = one PCIe switch" in text
 
 
-def test_env_main_prints_json_or_table(fake, capsys):
-    assert hardware.env_main(as_json=True) == 0
+def test_env_command_prints_json_or_table(fake, capsys):
+    from tftoolkit import cli
+
+    assert cli.main(["env", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data["gpus"]) == 4
-    assert hardware.env_main(as_json=False) == 0
+    assert cli.main(["env"]) == 0
     assert "Topology (from nvml)" in capsys.readouterr().out
 
 
@@ -253,7 +257,7 @@ def test_fake_follows_installed_pynvml_api():
 
 def test_every_nvml_call_in_the_package_exists_in_pynvml():
     real = pytest.importorskip("pynvml")
-    root = HERE.parent
+    root = ROOT
     used = set()
     for path in [*sorted((root / "tftoolkit").rglob("*.py")), root / "benchmarks" / "record_nvml_fixture.py"]:
         used |= set(re.findall(r"\bnvml\.(nvml\w+)", path.read_text()))

@@ -85,19 +85,7 @@ def test_least_squares_noise_scale_matches_the_closed_form(replicas, per_replica
 
 
 # --- the training loop -----------------------------------------------------------------------------------
-LINEAR_MODULE = (
-    "import keras\n"
-    "def zero_linear(input_shape, num_classes):\n"
-    "    i = keras.Input(input_shape)\n"
-    "    x = keras.layers.Flatten()(i)\n"
-    "    return keras.Model(i, keras.layers.Dense(num_classes, kernel_initializer='zeros')(x))\n")
-
-
-@pytest.fixture
-def zero_linear(tmp_path, monkeypatch):
-    (tmp_path / "ns_models.py").write_text(LINEAR_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "ns_models:zero_linear"
+ZERO_LINEAR = "models_for_tests:zero_linear"  # a linear softmax classifier at zero (tests/models_for_tests.py)
 
 
 def _softmax_problem(n=8192, d=8, seed=0):
@@ -109,9 +97,9 @@ def _softmax_problem(n=8192, d=8, seed=0):
 
 
 @pytest.mark.parametrize("replicas", [4, 1])
-def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, zero_linear, replicas):
+def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, replicas):
     (x, y), (truth_g2, truth_tr) = _softmax_problem()
-    cfg = RunConfig(replicas=replicas, global_batch=64, model=zero_linear, num_classes=4, optimizer="sgd",
+    cfg = RunConfig(replicas=replicas, global_batch=64, model=ZERO_LINEAR, num_classes=4, optimizer="sgd",
                     base_lr=1e-9, lr_rule="none", epochs=1, steps_per_loop=32, noise_scale=True, measure=False)
     s = tftoolkit.train(cfg, tmp_path / "run", quiet=True, data=(x, y))
     assert s["status"] == "ok" and s["noise_scale_steps"] == 128
@@ -125,12 +113,12 @@ def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, zero_linear
     assert steps["noise_scale"].notna().all()
 
 
-def test_noise_scale_does_not_change_what_is_trained(tmp_path, zero_linear):
+def test_noise_scale_does_not_change_what_is_trained(tmp_path):
     # Several replicas: the same gradients are applied (the norms ride along). One replica: the two halves'
     # gradients add up to the whole batch's (to float rounding).
     (x, y), _ = _softmax_problem(n=512)
     for replicas in (2, 1):
-        base = RunConfig(replicas=replicas, global_batch=64, model=zero_linear, num_classes=4, optimizer="momentum",
+        base = RunConfig(replicas=replicas, global_batch=64, model=ZERO_LINEAR, num_classes=4, optimizer="momentum",
                          base_lr=0.5, lr_rule="none", steps=8, steps_per_loop=4, measure=False)
         off = tftoolkit.train(base, tmp_path / f"off{replicas}", quiet=True, data=(x, y))
         on = tftoolkit.train(base.replace(noise_scale=True), tmp_path / f"on{replicas}", quiet=True, data=(x, y))

@@ -22,24 +22,11 @@ from tftoolkit.cluster import spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 
+from helpers import checkpoint_variables, checkpointed_step
+
 # 16 steps per epoch (1024 / 64), so evaluation runs at step 16 and at the end: a collective mid-run too.
 ARGS = dict(workers=2, replicas=4, per_replica_batch=16, steps=20, steps_per_loop=5, checkpoint_every=5,
             dataset="synthetic", image_size=16, train_images=1024, optimizer="momentum", base_lr=0.05)
-
-
-def _variables(run_dir: Path) -> dict:
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints"))
-    skip = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
-    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in skip}
-
-
-def _checkpointed_step(run_dir: Path) -> int:
-    import tensorflow as tf
-
-    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-    return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +60,7 @@ def test_two_workers_of_two_replicas_equal_one_process_of_four(two_by_two, tmp_p
     out, s2 = two_by_two
     s1 = tftoolkit.train(RunConfig(**{**ARGS, "workers": 1, "measure": False}), tmp_path / "1x4", quiet=True)
     assert s1["replicas"] == 4 and s1["workers"] == 1
-    a, b = _variables(tmp_path / "1x4"), _variables(out)
+    a, b = checkpoint_variables(tmp_path / "1x4"), checkpoint_variables(out)
     assert a.keys() == b.keys() and len([n for n in a if "_trainable_variables" in n]) == 10
     for name in a:
         if a[name].dtype.kind in "fc":
@@ -125,14 +112,14 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
     try:
         deadline = time.time() + 150
         workers = []
-        while len(workers) < 2 or _checkpointed_step(out) < target:
+        while len(workers) < 2 or checkpointed_step(out) < target:
             assert launcher.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
             assert time.time() < deadline, "no checkpoint at step %d in time" % target
             workers = [p for p in psutil.Process(launcher.pid).children() if "tftoolkit" in " ".join(p.cmdline())]
             time.sleep(0.05)
         time.sleep(random.uniform(0, 0.2))  # somewhere between two checkpoints
         by_index = {json.loads(p.environ()["TF_CONFIG"])["task"]["index"]: p for p in workers}
-        print(f"SIGKILL worker {victim_index} after the step-{_checkpointed_step(out)} checkpoint")
+        print(f"SIGKILL worker {victim_index} after the step-{checkpointed_step(out)} checkpoint")
         os.kill(by_index[victim_index].pid, signal.SIGKILL)
         # The launcher notices, stops the other worker (blocked in a collective) and fails.
         assert launcher.wait(timeout=60) != 0
@@ -145,7 +132,7 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
     assert f"worker {victim_index} failed (killed by SIGKILL)" in text, text[-2000:]
     summary = out / "summary.json"
     assert not summary.exists() or json.loads(summary.read_text())["status"] != "ok"
-    killed_at = _checkpointed_step(out)
+    killed_at = checkpointed_step(out)
     assert target <= killed_at < 20
 
     # The measurement steps after training are collectives too: every worker must run them in step.
@@ -155,7 +142,7 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
     assert s["status"] == "ok" and s["resumed_from_step"] == killed_at and s["steps"] == 20
     assert s["examples_per_replica"] == [320] * 4
     assert "measure_error" not in s and s["compute_time_s"] > 0 and s["allreduce_time_s"] >= 0
-    a, b = _variables(ref), _variables(out)
+    a, b = checkpoint_variables(ref), checkpoint_variables(out)
     assert a.keys() == b.keys()
     for name in a:  # same workers, same order of every sum: deterministic mode gives the same numbers
         np.testing.assert_allclose(b[name], a[name], rtol=1e-6, atol=1e-7, err_msg=name)
@@ -235,6 +222,7 @@ def test_slurm_allocation_becomes_a_cluster(monkeypatch):
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == gpus_before  # GPU binding is Slurm's, not the resolver's
 
 
+@pytest.mark.slow
 def test_no_test_leaves_a_cluster_in_the_environment():
     # Later tests start `tftoolkit train` subprocesses: a leftover TF_CONFIG would make them workers.
     assert not os.environ.get("TF_CONFIG") and "SLURM_PROCID" not in os.environ

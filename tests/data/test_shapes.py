@@ -36,6 +36,7 @@ def test_same_seed_gives_byte_identical_files_and_another_seed_does_not(small, t
     assert not set(shas(other)) & set(shas(manifest))
 
 
+@pytest.mark.slow
 def test_another_process_writes_the_same_bytes(tmp_path):
     # A different string-hash seed changes the order of any unordered map; the files must not depend on it.
     out = tmp_path / "sub"

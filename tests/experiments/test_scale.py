@@ -64,6 +64,7 @@ def test_speedup_and_efficiency_relative_to_the_smallest_count():
     assert t["efficiency"].iloc[1] == pytest.approx(300 / 180 / 2)
 
 
+@pytest.mark.slow
 def test_weak_scaling_study_on_one_and_two_replicas(tmp_path):
     frame = scale.scale(RunConfig(per_replica_batch=8, **TINY), "1,2", tmp_path, "weak", quiet=True)
     csv = pd.read_csv(tmp_path / "scaling.csv")
@@ -83,6 +84,7 @@ def test_weak_scaling_study_on_one_and_two_replicas(tmp_path):
             csv.loc[csv["replicas"] == n, "images_per_sec"].iloc[0])
 
 
+@pytest.mark.slow
 def test_strong_scaling_cli_on_two_and_four_replicas(tmp_path, capsys):
     args = ["scale", "--replicas", "2,4", "--mode", "strong", "--global-batch", "16", "--no-measure", "--quiet",
             "--out", str(tmp_path)]

@@ -1,0 +1,62 @@
+"""tftoolkit.engine.loop: the chunked driver's arithmetic, and its hooks."""
+
+import pytest
+
+from tftoolkit.engine import loop
+
+
+@pytest.mark.parametrize("step, pos, spe, total, spl, every, n", [
+    (0, 0, 10, 100, 4, 0, 4),
+    (8, 8, 10, 100, 4, 0, 2),    # never past the epoch's end
+    (97, 7, 10, 100, 4, 0, 3),   # nor the total
+    (3, 3, 10, 100, 4, 5, 2),    # nor the next checkpoint (a multiple of every)
+    (5, 5, 10, 100, 4, 5, 4),
+])
+def test_chunk_steps(step, pos, spe, total, spl, every, n):
+    assert loop.chunk_steps(step, pos, spe, total, spl, every) == n
+
+
+def _fake_loop(calls):
+    import tensorflow as tf
+
+    def loop_fn(iterator, n):
+        calls.append((iterator, int(n)))
+        return tf.zeros([int(n)]), tf.constant([int(n)])
+
+    return loop_fn
+
+
+def test_drive_runs_every_step_once_in_epoch_sized_calls():
+    calls, iterators, ends, chunks = [], [], [], []
+
+    def make_iterator(epoch, pos):
+        iterators.append((epoch, pos))
+        return f"it{epoch}"
+
+    def on_loop(chunk):
+        chunks.append((chunk.epoch, chunk.position, chunk.first_step, chunk.steps, chunk.last_step))
+        assert chunk.outputs[0].shape == (chunk.steps,) and chunk.seconds >= 0
+
+    reached = loop.drive(_fake_loop(calls), make_iterator, start=7, total=23, steps_per_epoch=10, steps_per_loop=4,
+                         every=5, on_loop=on_loop, on_epoch_end=lambda e, s, complete, stopped: ends.append((e, s, complete, stopped)))
+    assert reached == 23
+    assert iterators == [(0, 7), (1, 0), (2, 0)]  # a resumed run enters epoch 0 at position 7
+    assert [c[3] for c in chunks] == [3, 4, 1, 4, 1, 3]  # 7-10 | 10-14, 14-15 (checkpoint at 15), 15-19, 19-20 | 20-23
+    assert sum(c[3] for c in chunks) == 16 and all(c[2] + c[3] == c[4] for c in chunks)
+    assert ends == [(0, 10, True, False), (1, 20, True, False), (2, 23, False, False)]
+    assert [it for it, _ in calls] == ["it0", "it1", "it1", "it1", "it1", "it2"]
+
+
+def test_a_hook_stops_the_drive_after_its_epoch_end():
+    ends = []
+    reached = loop.drive(_fake_loop([]), lambda e, p: None, start=0, total=100, steps_per_epoch=10, steps_per_loop=4,
+                         on_loop=lambda chunk: chunk.last_step >= 6,
+                         on_epoch_end=lambda e, s, complete, stopped: ends.append((e, s, complete, stopped)))
+    assert reached == 8 and ends == [(0, 8, False, True)]
+
+
+def test_nothing_to_do():
+    calls = []
+    assert loop.drive(_fake_loop(calls), lambda e, p: None, start=30, total=30, steps_per_epoch=10,
+                      steps_per_loop=4) == 30
+    assert calls == []

@@ -1,0 +1,52 @@
+"""tftoolkit.fileio: a write is all or nothing, and readable by others."""
+
+import os
+import stat
+
+import pandas as pd
+import pytest
+
+from tftoolkit import fileio
+
+
+def test_text_bytes_and_writer_functions(tmp_path):
+    fileio.atomic_write(tmp_path / "a.txt", "hello")
+    fileio.atomic_write(tmp_path / "b.bin", b"\x00\x01")
+    fileio.atomic_write(tmp_path / "sub" / "c.txt", lambda f: f.write("x,y\n"))
+    fileio.write_json(tmp_path / "d.json", {"n": 1})
+    fileio.write_csv(tmp_path / "e.csv", pd.DataFrame({"x": [1, 2]}))
+    assert (tmp_path / "a.txt").read_text() == "hello" and (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "sub" / "c.txt").read_text() == "x,y\n" and fileio.read_json(tmp_path / "d.json") == {"n": 1}
+    assert pd.read_csv(tmp_path / "e.csv")["x"].tolist() == [1, 2]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "summary.json"
+    fileio.write_json(path, {"status": "ok"})
+
+    def half_then_fail(f):
+        f.write('{"status": "fa')
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        fileio.atomic_write(path, half_then_fail)
+    assert fileio.read_json(path) == {"status": "ok"}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_files_are_readable_by_others_unless_private(tmp_path):
+    old = os.umask(0o022)
+    try:
+        fileio.atomic_write(tmp_path / "public", "x")
+        fileio.atomic_write(tmp_path / "private", "x", public=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "public").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "private").stat().st_mode) == 0o600
+
+
+def test_numpy_values_become_json(tmp_path):
+    import numpy as np
+
+    fileio.write_json(tmp_path / "n.json", {"a": np.float32(1.5), "b": np.arange(3), "c": (np.int64(2),)})
+    assert fileio.read_json(tmp_path / "n.json") == {"a": 1.5, "b": [0, 1, 2], "c": [2]}

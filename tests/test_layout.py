@@ -1,0 +1,109 @@
+"""The package's layout: import-linter's layering contracts hold, and they would catch a violation; no module
+imports another module's private names; few plain modules at the top; cli is the only place that prints."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+PACKAGE = ROOT / "tftoolkit"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess:
+    if not LINT_IMPORTS.exists():
+        pytest.skip(f"lint-imports is not installed next to {sys.executable} (pip install -e '.[dev]')")
+    env = {"PATH": str(LINT_IMPORTS.parent), "PYTHONPATH": str(cwd), "HOME": str(cwd)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_layering_contracts_hold():
+    done = _lint(ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, line, contract", [
+    ("engine/devices.py", "from ..cli import main", "Each layer imports only the layers below it"),
+    ("experiments/report.py", "import tensorflow", "File readers never import TensorFlow"),
+    ("data/source.py", "from ..training import train", "engine and data never import"),
+])
+def test_a_violation_breaks_a_contract(tmp_path, module, line, contract):
+    copy = tmp_path / "repo"
+    shutil.copytree(PACKAGE, copy / "tftoolkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    target = copy / "tftoolkit" / module
+    target.write_text(target.read_text() + f"\n\ndef _violation():\n    {line}\n")
+    done = _lint(copy)
+    assert done.returncode != 0
+    broken = done.stdout[done.stdout.index("Broken contracts"):]
+    assert contract in broken
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[:len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def test_no_module_imports_another_modules_private_names():
+    offences = []
+    for module, path in _modules():
+        tree = ast.parse(path.read_text())
+        imported_modules = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(module, path, node)
+                if not source.startswith("tftoolkit"):
+                    continue
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        offences.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {source} import {alias.name}")
+                    imported_modules[alias.asname or alias.name] = f"{source}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("tftoolkit"):
+                        imported_modules[alias.asname or alias.name.split(".")[0]] = alias.name
+        for node in ast.walk(tree):
+            # module._private: reaching into another module's internals through its name
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in imported_modules and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                offences.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not offences, "private names used across modules:\n" + "\n".join(offences)
+
+
+def test_few_plain_modules_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= 8, top
+    subpackages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert subpackages == ["cli", "cluster", "data", "engine", "experiments", "measure", "plots", "science", "training"]
+
+
+def test_only_the_cli_prints():
+    offences = []
+    for module, path in _modules():
+        if module.startswith("tftoolkit.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                offences.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offences, "print() outside tftoolkit/cli: " + ", ".join(offences)

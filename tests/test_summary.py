@@ -1,0 +1,43 @@
+"""tftoolkit.summary: the one list of summary.json's fields, used by the writer and declared by every reader."""
+
+import importlib
+import json
+
+import pytest
+
+from tftoolkit import summary
+
+
+def test_every_field_has_a_unit_and_a_meaning():
+    assert len(summary.FIELDS) > 60
+    for f in summary.FIELDS.values():
+        assert f.meaning and f.group and isinstance(f.unit, str), f
+
+
+def test_an_undocumented_field_is_refused_by_the_writer():
+    assert summary.check({"status": "ok", "images_per_sec": 1.0}) == {"status": "ok", "images_per_sec": 1.0}
+    with pytest.raises(ValueError, match="not documented.*made_up_figure"):
+        summary.check({"status": "ok", "made_up_figure": 3})
+
+
+def test_a_reader_naming_an_unknown_field_fails():
+    assert summary.names("images_per_sec", "mfu") == ("images_per_sec", "mfu")
+    with pytest.raises(KeyError, match="imagez_per_sec"):
+        summary.names("imagez_per_sec")
+
+
+@pytest.mark.parametrize("reader", ["tftoolkit.experiments.scale", "tftoolkit.experiments.report",
+                                    "tftoolkit.science.advise", "tftoolkit.science.predict"])
+def test_readers_declare_documented_fields(reader):
+    # Each declares its fields with summary.names at import: importing it is the check.
+    importlib.import_module(reader)
+
+
+def test_read_takes_a_run_directory_or_its_file(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "ok", "steps": 3}))
+    assert summary.read(tmp_path) == summary.read(tmp_path / "summary.json") == {"status": "ok", "steps": 3}
+
+
+def test_the_table_lists_every_field():
+    text = summary.table()
+    assert all(f"`{name}`" in text for name in summary.FIELDS)

@@ -1,0 +1,165 @@
+"""summary.json: every field a run writes, with its unit and meaning. The one place they are documented.
+
+The training run writes the file through ``check`` (an undocumented field is a bug, caught by the tests);
+every reader (scale, grid, report, advise, predict, the sweep's results.csv) reads it through ``read`` and
+declares the fields it reads with ``names``, which fails on a name that is not documented here.
+
+Units: "s" seconds, "images/s", "bytes", "FLOP" and "FLOP/s", "1" for a ratio or fraction (0..1), "" for
+text, counts and flags. Throughput and step times are over timed loops only (the first
+``timing_warmup_steps`` are left out); see measure.stats for the formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    unit: str
+    meaning: str
+    group: str
+
+
+def _fields(group: str, rows: list[tuple[str, str, str]]) -> list[Field]:
+    return [Field(name, unit, meaning, group) for name, unit, meaning in rows]
+
+
+_ALL = (
+    _fields("outcome", [
+        ("status", "", "ok, diverged (the loss blew up: the run stopped itself) or failed"),
+        ("error", "", "what went wrong, one line; None when status is ok"),
+        ("resumed_from_step", "", "the checkpointed step this run resumed from (0: a fresh run)"),
+        ("wall_time_s", "s", "wall time of this process's run, set-up to summary"),
+    ])
+    + _fields("devices", [
+        ("replicas", "", "replicas in sync (all workers' together)"),
+        ("workers", "", "worker processes sharing the replicas"),
+        ("replicas_per_worker", "", "replicas each worker runs"),
+        ("device_kind", "", "GPU, or CPU-simulated (logical CPU devices sharing the host's cores)"),
+        ("devices", "", "this worker's TensorFlow devices, e.g. ['/gpu:0', '/gpu:1']"),
+        ("cross_device_ops", "", "the gradient all-reduce implementation (nccl, reduce_to_one, collective_ring, ...)"),
+        ("threads", "", "TensorFlow's intra-op and inter-op thread pool sizes ({} when TensorFlow chose)"),
+    ])
+    + _fields("model", [
+        ("model", "", "registered model name or package.module:function"),
+        ("params", "", "model parameters"),
+        ("gradient_bytes", "bytes", "bytes all-reduced per step (trainable variables)"),
+        ("precision", "", "float32, mixed_float16 or mixed_bfloat16"),
+        ("jit", "", "whether XLA compilation was asked for"),
+        ("optimizer", "", "sgd, momentum, adam, adamw or lamb"),
+    ])
+    + _fields("data", [
+        ("dataset", "", "dataset name (shapes16k, synthetic, arrays, a folder's name)"),
+        ("train_examples", "", "training examples per epoch"),
+        ("examples_per_replica", "", "examples each replica trained on, counted on the devices (a list)"),
+        ("dropped_examples", "", "examples of partial last batches left out (last_batch=drop), all epochs"),
+    ])
+    + _fields("batch and learning rate", [
+        ("per_replica_batch", "", "examples per replica per step"),
+        ("global_batch", "", "examples per step over all replicas"),
+        ("learning_rate", "1", "peak learning rate after the LR rule scaled base_lr to the global batch"),
+        ("base_lr", "1", "learning rate at base_batch"),
+        ("base_batch", "", "global batch at which base_lr was tuned"),
+        ("lr_rule", "", "none, linear or sqrt"),
+        ("warmup_epochs", "", "epochs of linear warmup from base_lr to learning_rate"),
+        ("steps_per_epoch", "", "optimizer steps per epoch"),
+        ("steps", "", "optimizer steps trained"),
+        ("epochs", "", "steps / steps_per_epoch"),
+    ])
+    + _fields("throughput", [
+        ("images_per_sec", "images/s", "global batch / mean step time over timed loops"),
+        ("images_per_sec_uncertainty", "images/s", "standard error of images_per_sec (std/sqrt(n) over timed loops)"),
+        ("images_per_sec_jitter", "images/s", "1.4826 x median absolute deviation of per-loop rates"),
+        ("step_time_s", "s", "median step time"),
+        ("step_time_mean_s", "s", "mean step time"),
+        ("step_time_p50_s", "s", "50th percentile step time"),
+        ("step_time_p90_s", "s", "90th percentile step time"),
+        ("step_time_p99_s", "s", "99th percentile step time"),
+        ("timed_steps", "", "steps in the timed loops"),
+    ])
+    + _fields("loss", [
+        ("initial_loss", "", "training loss of the first step"),
+        ("final_loss", "", "training loss of the last step"),
+        ("final_loss_mean10", "", "mean training loss of the last 10 steps"),
+        ("val_loss", "", "validation loss after the last evaluation (NaN without a held-out split)"),
+        ("val_accuracy", "1", "validation accuracy after the last evaluation"),
+    ])
+    + _fields("breakdown (measure=True)", [
+        ("step_time_no_input_s", "s", "the full step on one batch already on the devices (no input pipeline)"),
+        ("compute_time_s", "s", "the same step without the gradient all-reduce"),
+        ("allreduce_time_s", "s", "step_time_no_input_s - compute_time_s: the all-reduce the step pays"),
+        ("allreduce_direct_time_s", "s", "the gradient all-reduce timed alone (nothing to overlap with)"),
+        ("input_wait_s", "s", "step_time_s - step_time_no_input_s: waiting for input"),
+        ("input_wait_fraction", "1", "input_wait_s / step_time_s"),
+        ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s)"),
+        ("communication_note", "", "one sentence: compute-bound or communication-bound, with the times"),
+        ("imbalance", "1", "max / mean of examples_per_replica (1.0 = every replica did the same work)"),
+        ("measure_time_s", "s", "time the measurement took, after training"),
+        ("measure_error", "", "what could not be measured, when something could not"),
+    ])
+    + _fields("FLOPs (measure=True)", [
+        ("flops_per_example", "FLOP", "training FLOPs per example (3 x forward)"),
+        ("forward_flops_per_example", "FLOP", "forward FLOPs per example"),
+        ("flops_source", "", "how the forward FLOPs were counted (tf_profiler or analytic)"),
+        ("achieved_flops", "FLOP/s", "flops_per_example x images_per_sec"),
+        ("peak_flops", "FLOP/s", "the devices' peak: rated (GPUs) or a measured matmul (CPU)"),
+        ("peak_flops_source", "", "where peak_flops comes from"),
+        ("mfu", "1", "model FLOPs utilisation: achieved_flops / peak_flops"),
+    ])
+    + _fields("gradient noise scale (noise_scale=True)", [
+        ("noise_scale", "", "B_simple = tr(Sigma) / |G|^2 from the bias-corrected EMAs (McCandlish et al. 2018)"),
+        ("noise_scale_grad_sq", "", "EMA of the unbiased |G|^2"),
+        ("noise_scale_trace", "", "EMA of the unbiased tr(Sigma)"),
+        ("noise_scale_steps", "", "steps that entered the EMAs"),
+        ("noise_scale_ema_decay", "1", "EMA decay per step"),
+        ("noise_scale_small_batch", "", "the small batch of the estimator (a replica's, or half the batch on one)"),
+        ("noise_scale_big_batch", "", "the big batch of the estimator (the global batch)"),
+    ])
+    + _fields("monitor", [
+        ("monitor", "", "monitor.csv summarised over the timed phase (measure.monitor.summarize: utilisation, "
+                        "memory, temperature, power, energy per GPU; flags for idle or throttled GPUs)"),
+    ])
+)
+
+FIELDS: dict[str, Field] = {f.name: f for f in _ALL}
+
+
+def check(summary: dict) -> dict:
+    """``summary`` unchanged, after checking every field is documented here (the writer calls this)."""
+    unknown = sorted(set(summary) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"summary fields not documented in tftoolkit/summary.py: {', '.join(unknown)}")
+    return summary
+
+
+def names(*wanted: str) -> tuple[str, ...]:
+    """``wanted``, after checking each is a documented field: readers declare the fields they read with it."""
+    unknown = [n for n in wanted if n not in FIELDS]
+    if unknown:
+        raise KeyError(f"not summary fields: {', '.join(unknown)} (see tftoolkit/summary.py)")
+    return wanted
+
+
+def read(path) -> dict:
+    """A run's summary.json (``path``: the file or its run directory).
+
+    A run written before a field existed, or that did not measure it, lacks that field: readers use
+    ``.get(name, default)``.
+    """
+    from .fileio import read_json
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "summary.json"
+    return read_json(path)
+
+
+def table() -> str:
+    """The fields as a Markdown table (README, ``tftoolkit train --help`` readers)."""
+    rows = ["| field | unit | meaning |", "|---|---|---|"]
+    for f in _ALL:
+        rows.append(f"| `{f.name}` | {f.unit or ''} | {f.meaning} |")
+    return "\n".join(rows)
