@@ -74,9 +74,10 @@ def allreduce_part(replicas: int, repeats: int) -> dict:
         rows[impl] = t["time_s"]
         print(f"{impl:18s} {detail:28s} {t['time_s'] * 1e3:9.2f} {allreduce.algbw_gbps(64 * MIB, t['time_s']):11.3f} "
               f"{allreduce.busbw_gbps(64 * MIB, t['time_s'], replicas):11.3f}")
+    t_np = None  # the single-thread NumPy sum's time, the reference
     for threads in (1, devices.host_cores()):
         t = numpy_sum(64 * MIB, replicas, repeats, threads)
-        t_np = t if threads == 1 else t_np
+        t_np = t if t_np is None else t_np
         label = f"np.sum ({replicas}, 16Mi) f32, {threads} thr"
         print(f"{'numpy sum':18s} {label:28s} {t * 1e3:9.2f} "
               f"{allreduce.algbw_gbps(64 * MIB, t):11.3f} {allreduce.busbw_gbps(64 * MIB, t, replicas):11.3f}"
@@ -101,17 +102,14 @@ def allreduce_part(replicas: int, repeats: int) -> dict:
 def overhead_part(replicas: int, rounds: int, loops: int = 5, steps_per_loop: int = 10) -> dict:
     import tensorflow as tf
 
-    from tftoolkit.engine import devices, strategy
-    from tftoolkit.data import catalog, pipeline
     from tftoolkit.config import RunConfig
-    from tftoolkit.engine.session import resolve
+    from tftoolkit.data import pipeline
+    from tftoolkit.engine import session
     from tftoolkit.engine.step import build_engine
 
-    cfg = resolve(RunConfig(replicas=replicas, per_replica_batch=32, steps_per_loop=steps_per_loop,
-                            dataset="synthetic", train_images=4096))
-    setup = devices.init(replicas)
-    source = catalog.load_source(cfg)
-    strat, impl = strategy.make_strategy(setup, "auto")
+    sess = session.start(RunConfig(replicas=replicas, per_replica_batch=32, steps_per_loop=steps_per_loop,
+                                   dataset="synthetic", train_images=4096))
+    cfg, source, strat, impl = sess.config, sess.source, sess.strategy, sess.impl
     engine = build_engine(cfg, strat, source, source.train_examples)
     ds = pipeline.train_dataset(source, cfg, 0).repeat()
     it = iter(pipeline.distribute(strat, ds))
@@ -119,7 +117,7 @@ def overhead_part(replicas: int, rounds: int, loops: int = 5, steps_per_loop: in
     for _ in range(3):  # trace, autotune
         engine.train_loop(it, n)[0].numpy()
 
-    def timed() -> tuple[float, float]:  # what train._Run._loop does around each call
+    def timed() -> tuple[float, float]:  # what engine.loop.drive does around each call
         times = []
         w0, c0 = time.perf_counter(), time.process_time()
         for _ in range(loops):

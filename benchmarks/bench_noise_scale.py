@@ -38,10 +38,9 @@ def main():
 
     import tensorflow as tf
 
-    from tftoolkit.engine import devices, strategy as strategy_mod
-    from tftoolkit.data import pipeline, source as source_mod
     from tftoolkit.config import RunConfig
-    from tftoolkit.engine.session import apply_global_settings as _apply_global_settings
+    from tftoolkit.data import pipeline, source as source_mod
+    from tftoolkit.engine import devices, session
     from tftoolkit.engine.step import build_engine
 
     setup_all = devices.init(max(c[0] for c in cases))
@@ -53,11 +52,9 @@ def main():
     for replicas, b, model, size in cases:
         cfg = RunConfig(replicas=replicas, per_replica_batch=b, model=model, image_size=size, steps=100,
                         steps_per_loop=args.steps, seed=1)
-        setup = devices.init(replicas)
-        strat, _ = strategy_mod.make_strategy(setup, "auto")
-        _apply_global_settings(cfg, setup)
         x, y = source_mod.synthetic_arrays(cfg.global_batch_size * 4, size, 10, seed=3)
-        source = source_mod.from_arrays(x, y, num_classes=10)
+        sess = session.start(cfg, data=(x, y))
+        strat, source = sess.strategy, sess.source
         batch = next(iter(pipeline.train_dataset(source, cfg, 0).take(1)))
         it = iter(pipeline.distribute(strat, tf.data.Dataset.from_tensors(batch).repeat()))
         off = build_engine(cfg, strat, source, source.train_examples)

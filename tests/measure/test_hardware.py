@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tftoolkit.measure import hardware
+from tftoolkit.measure import hardware, nvml
 from tftoolkit.errors import ConfigError
 
 from helpers import ROOT
@@ -53,7 +53,7 @@ EXPECTED = [["X", "NV12", "SYS", "SYS"], ["NV12", "X", "SYS", "SYS"],
 @pytest.fixture
 def fake(monkeypatch):
     mod = fake_nvml.build(fake_nvml.synthetic_fixture())
-    monkeypatch.setattr(hardware, "_load_nvml", lambda: mod)
+    monkeypatch.setattr(nvml, "load", lambda: mod)
     monkeypatch.setattr(hardware, "_run_topo_command", lambda: None)
     return mod
 
@@ -81,7 +81,7 @@ def test_report_on_this_machine_is_json_and_reads_tf_build_without_importing_it(
                                           ("NVMLError_DriverNotLoaded", "driver is not loaded")])
 def test_no_gpu_machine_says_so_plainly(monkeypatch, error, says):
     mod = fake_nvml.build(fake_nvml.synthetic_fixture(), init_error=error)
-    monkeypatch.setattr(hardware, "_load_nvml", lambda: mod)
+    monkeypatch.setattr(nvml, "load", lambda: mod)
     monkeypatch.setattr(hardware, "_run_topo_command", lambda: None)
     report = hardware.collect()
     assert report["gpus"] == [] and report["topology"]["matrix"] == []
@@ -92,7 +92,7 @@ def test_no_gpu_machine_says_so_plainly(monkeypatch, error, says):
 def test_pynvml_not_installed(monkeypatch):
     def missing():
         raise ImportError("No module named 'pynvml'")
-    monkeypatch.setattr(hardware, "_load_nvml", missing)
+    monkeypatch.setattr(nvml, "load", missing)
     report = hardware.collect()
     assert report["gpus"] == [] and "nvidia-ml-py" in report["driver"]["reason"]
 
@@ -133,7 +133,7 @@ def test_topology_matrix_nvlink_and_pcie(fake):
 
 def test_nvswitch_board_shows_every_pair_as_nvlink(monkeypatch):
     mod = fake_nvml.build(fake_nvml.nvswitch_fixture(n=4, links=18))
-    monkeypatch.setattr(hardware, "_load_nvml", lambda: mod)
+    monkeypatch.setattr(nvml, "load", lambda: mod)
     topo = hardware.collect()["topology"]
     assert all(topo["matrix"][i][j] == ("X" if i == j else "NV18") for i in range(4) for j in range(4))
     assert {p["nvlink_version"] for p in topo["pairs"]} == {"4.0"}
@@ -271,7 +271,7 @@ def test_recorder_round_trip_replays_identically(fake):
     assert recorded["devices"][2]["nvlink"] == [{"nvmlDeviceGetNvLinkState": {
         "error": "NVMLError_NotSupported", "message": "Not Supported"}}]
     replay = fake_nvml.build(recorded)
-    hardware._load_nvml = lambda: replay  # the fixture's monkeypatch restores it
+    nvml.load = lambda: replay  # the fixture's monkeypatch restores it
     after = hardware.collect()
     for g in before["gpus"] + after["gpus"]:
         g.pop("uuid")  # the recorder anonymises UUIDs
@@ -283,7 +283,7 @@ def test_recorder_round_trip_replays_identically(fake):
 def test_replay_recorded_fixture(path, monkeypatch):
     fixture = json.loads(path.read_text())
     mod = fake_nvml.build(fixture)
-    monkeypatch.setattr(hardware, "_load_nvml", lambda: mod)
+    monkeypatch.setattr(nvml, "load", lambda: mod)
     monkeypatch.setattr(hardware, "_run_topo_command", lambda: None)
     report = hardware.collect()
     json.dumps(report)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.measure import monitor
+from tftoolkit.measure import monitor, nvml
 from tftoolkit.errors import ConfigError, DataError, DeviceError, RunDirError, ToolkitError
 
 from helpers import ROOT, assert_no_tensorflow
@@ -32,7 +32,7 @@ FAST = 0.05  # seconds between samples in tests
 
 def use(monkeypatch, fixture=None, **kw):
     mod = fake_nvml.build(fixture or fake_nvml.synthetic_fixture(), **kw)
-    monkeypatch.setattr(monitor, "_load_nvml", lambda: mod)
+    monkeypatch.setattr(nvml, "load", lambda: mod)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return mod
 

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from . import nvml as nvml_api
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Peak dense FLOP/s, the MFU denominator. Values in TFLOP/s, copied from /work/shared/reference/hardware.md §1
@@ -113,24 +114,9 @@ _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-night
                      "tensorflow-intel")
 
 
-def _load_nvml():
-    """The pynvml module; a function so tests can hand in a fake one."""
-    import pynvml
-    return pynvml
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _text(value) -> str:
-    # pynvml decodes most strings, but struct fields (PciInfo.busId) stay bytes.
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 def _norm_bus_id(bus_id) -> str:
     """'00000000:07:00.0' and '0000:07:00.0' name the same device; compare on (domain, bus, device.function)."""
-    text = _text(bus_id).strip().lower()
+    text = nvml_api.text(bus_id).strip().lower()
     parts = text.split(":")
     try:
         if len(parts) == 3:
@@ -184,7 +170,7 @@ def _host(errors: list) -> dict:
         info["memory_total_bytes"] = int(vm.total)
         info["memory_available_bytes"] = int(vm.available)
     except Exception as exc:  # psutil on exotic platforms
-        errors.append({"where": "host.memory", "error": _err(exc)})
+        errors.append({"where": "host.memory", "error": nvml_api.error_text(exc)})
     return info
 
 
@@ -230,7 +216,7 @@ def _tensorflow(tf_info: dict | None, errors: list) -> dict:
                         info[key] = build[key]
                 info["source"] = "installed files"
         except Exception as exc:
-            errors.append({"where": "tensorflow.build_info", "error": _err(exc)})
+            errors.append({"where": "tensorflow.build_info", "error": nvml_api.error_text(exc)})
     if tf_info:
         # A caller that has TensorFlow loaded knows better (tf.sysconfig.get_build_info(), tf.__version__).
         info.update({k: v for k, v in tf_info.items() if v is not None})
@@ -252,7 +238,7 @@ def _nvml_unavailable_reason(exc: BaseException | None) -> str:
         return "the NVIDIA driver is not loaded"
     if "NoPermission" in name:
         return "no permission to query the NVIDIA driver"
-    return f"NVML failed ({_err(exc)})" if exc is not None else "NVML failed"
+    return f"NVML failed ({nvml_api.error_text(exc)})" if exc is not None else "NVML failed"
 
 
 def _call(errors: list, where: str, fn, *args):
@@ -262,7 +248,7 @@ def _call(errors: list, where: str, fn, *args):
     except Exception as exc:
         # NotSupported is an answer ("this GPU has no such counter"), not a fault worth shouting about.
         if "NotSupported" not in type(exc).__name__:
-            errors.append({"where": where, "error": _err(exc)})
+            errors.append({"where": where, "error": nvml_api.error_text(exc)})
         return None
 
 
@@ -278,13 +264,13 @@ def _gpu(nvml, index: int, handle, errors: list) -> dict:
     if limit_mw is None:
         limit_mw = _call(errors, f"{w}.power_limit", nvml.nvmlDeviceGetPowerManagementLimit, handle)
     name = _call(errors, f"{w}.name", nvml.nvmlDeviceGetName, handle)
-    name = _text(name) if name is not None else None
+    name = nvml_api.text(name) if name is not None else None
     uuid = _call(errors, f"{w}.uuid", nvml.nvmlDeviceGetUUID, handle)
     return {
         "index": index,
         "name": name,
-        "uuid": _text(uuid) if uuid is not None else None,
-        "pci_bus_id": _text(pci.busId) if pci is not None else None,
+        "uuid": nvml_api.text(uuid) if uuid is not None else None,
+        "pci_bus_id": nvml_api.text(pci.busId) if pci is not None else None,
         "memory_total_bytes": int(mem.total) if mem is not None else None,
         "compute_capability": f"{cc[0]}.{cc[1]}" if cc is not None else None,
         "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
@@ -309,7 +295,7 @@ def _nvlinks(nvml, index: int, handle, errors: list) -> list[dict]:
             # NotSupported on link 0: no NVLink on this GPU. InvalidArgument: past its last link. Both are answers.
             kind = type(exc).__name__
             if link == 0 and "NotSupported" not in kind and "InvalidArgument" not in kind:
-                errors.append({"where": f"gpu{index}.nvlink", "error": _err(exc)})
+                errors.append({"where": f"gpu{index}.nvlink", "error": nvml_api.error_text(exc)})
             break
         if not active:
             continue
@@ -318,7 +304,7 @@ def _nvlinks(nvml, index: int, handle, errors: list) -> list[dict]:
         if hasattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType"):
             rtype = _call([], f"gpu{index}.nvlink{link}.type", nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
         version = _call(errors, f"gpu{index}.nvlink{link}.version", nvml.nvmlDeviceGetNvLinkVersion, handle, link)
-        links.append({"link": link, "remote_bus_id": _text(remote.busId) if remote is not None else None,
+        links.append({"link": link, "remote_bus_id": nvml_api.text(remote.busId) if remote is not None else None,
                       "remote_type": rtype, "version": version})
     return links
 
@@ -363,7 +349,7 @@ def _nvml_topology(nvml, gpus: list[dict], handles: list, errors: list) -> dict:
                 level = _TOPO_LEVELS.get(int(code), (f"level{code}", ""))[0]
             except Exception as exc:
                 failed = True
-                errors.append({"where": f"topology.gpu{i}-gpu{j}", "error": _err(exc)})
+                errors.append({"where": f"topology.gpu{i}-gpu{j}", "error": nvml_api.error_text(exc)})
             version = next((_NVLINK_VERSIONS.get(v, str(v)) for v in versions if v is not None), None)
             label = f"NV{count}" if count else (level or "?")
             matrix[i][j] = matrix[j][i] = label
@@ -421,7 +407,7 @@ def _smi_topology(errors: list) -> dict | None:
     try:
         text = _run_topo_command()
     except Exception as exc:
-        errors.append({"where": "topology.nvidia-smi", "error": _err(exc)})
+        errors.append({"where": "topology.nvidia-smi", "error": nvml_api.error_text(exc)})
         return None
     if not text:
         return None
@@ -470,7 +456,7 @@ def collect(tf_info: dict | None = None) -> dict:
     handles: list = []
     nvml = None
     try:
-        nvml = _load_nvml()
+        nvml = nvml_api.load()
         nvml.nvmlInit()
     except Exception as exc:
         report["driver"]["reason"] = _nvml_unavailable_reason(exc)
@@ -479,7 +465,7 @@ def collect(tf_info: dict | None = None) -> dict:
         try:
             report["driver"]["nvml_available"] = True
             version = _call(errors, "driver.version", nvml.nvmlSystemGetDriverVersion)
-            report["driver"]["driver_version"] = _text(version) if version is not None else None
+            report["driver"]["driver_version"] = nvml_api.text(version) if version is not None else None
             cuda = _call(errors, "driver.cuda_version", nvml.nvmlSystemGetCudaDriverVersion)
             if cuda:  # encoded as 1000*major + 10*minor
                 report["driver"]["cuda_driver_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .. import gpus
 from ..errors import ConfigError, DataError, DeviceError, RunDirError
+from . import nvml as nvml_api
 
 logger = logging.getLogger("tftoolkit")
 
@@ -84,20 +85,6 @@ CHILDREN_EVERY_S = 5.0
 _NVML_TEMPERATURE_GPU, _NVML_CLOCK_SM = 0, 1
 _NVML_PCIE_UTIL_TX_BYTES, _NVML_PCIE_UTIL_RX_BYTES = 0, 1
 _NVML_FI_NVLINK_DATA_TX, _NVML_FI_NVLINK_DATA_RX = 138, 139  # cumulative KiB; scopeId = link
-
-
-def _load_nvml():
-    """The pynvml module; a function so tests can hand in a fake one."""
-    import pynvml
-    return pynvml
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _name(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class Monitor:
@@ -162,13 +149,13 @@ class Monitor:
     def _resolve_gpus(self) -> None:
         """Pick the GPUs now, so a wrong index fails before the run starts rather than in the sampler."""
         try:
-            nvml = _load_nvml()
+            nvml = nvml_api.load()
             nvml.nvmlInit()
         except Exception as exc:
             if self._requested:
                 raise DeviceError(f"GPU(s) {self._requested} requested for monitoring, but no GPU can be queried "
-                                  f"({_err(exc)}); pass gpu_indices=None to monitor the host only") from None
-            self._gpu_note = f"NVML unavailable ({_err(exc)})"
+                                  f"({nvml_api.error_text(exc)}); pass gpu_indices=None to monitor the host only") from None
+            self._gpu_note = f"NVML unavailable ({nvml_api.error_text(exc)})"
             return
         try:
             count = nvml.nvmlDeviceGetCount()
@@ -178,7 +165,7 @@ class Monitor:
                     present = []
                     for i in range(count):
                         try:
-                            present.append(f"{i} ({_name(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))})")
+                            present.append(f"{i} ({nvml_api.text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))})")
                         except Exception:
                             present.append(str(i))
                     raise DeviceError(
@@ -195,9 +182,9 @@ class Monitor:
             raise
         except Exception as exc:
             if self._requested:
-                raise DeviceError(f"cannot list GPUs ({_err(exc)}); pass gpu_indices=None to monitor the host only") \
+                raise DeviceError(f"cannot list GPUs ({nvml_api.error_text(exc)}); pass gpu_indices=None to monitor the host only") \
                     from None
-            self._gpu_note = f"cannot list GPUs ({_err(exc)})"
+            self._gpu_note = f"cannot list GPUs ({nvml_api.error_text(exc)})"
         finally:
             try:
                 nvml.nvmlShutdown()
@@ -257,7 +244,7 @@ class Monitor:
             self._file.flush()
             self._file.close()
         except Exception as exc:
-            self._log_once("file", f"monitor: could not finish {self.path} ({_err(exc)})")
+            self._log_once("file", f"monitor: could not finish {self.path} ({nvml_api.error_text(exc)})")
         self._file = None
         if self._nvml is not None:
             try:
@@ -280,17 +267,17 @@ class Monitor:
                                logging.INFO)
             return
         try:
-            nvml = _load_nvml()
+            nvml = nvml_api.load()
             nvml.nvmlInit()
         except Exception as exc:
-            self._log_once("nvml", f"monitor: NVML failed at start ({_err(exc)}); recording host metrics only")
+            self._log_once("nvml", f"monitor: NVML failed at start ({nvml_api.error_text(exc)}); recording host metrics only")
             return
         self._nvml = nvml
         for i in self._gpu_indices:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
             except Exception as exc:
-                self._log_once("handle", f"monitor: cannot open gpu{i} ({_err(exc)}); skipping it")
+                self._log_once("handle", f"monitor: cannot open gpu{i} ({nvml_api.error_text(exc)}); skipping it")
                 continue
             links = []
             for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
@@ -321,7 +308,7 @@ class Monitor:
             if "NoPermission" in kind:
                 hint = " (no permission: run as a user allowed to query the GPU, or ask the admin)"
             level = logging.INFO if "NotSupported" in kind else logging.WARNING
-            self._log_once(probe, f"monitor: reading {probe} failed on {device}: {_err(exc)}{hint}; "
+            self._log_once(probe, f"monitor: reading {probe} failed on {device}: {nvml_api.error_text(exc)}{hint}; "
                                   f"{probe} is skipped for the rest of the run", level)
 
     def _gpu_rows(self, g: dict, rows: list, t: float, pcie_due: bool) -> None:
@@ -429,7 +416,7 @@ class Monitor:
                 rows.extend(fn())
             except Exception as exc:
                 self._dead.add(("host", probe))
-                self._log_once(probe, f"monitor: reading {probe} failed ({_err(exc)}); skipped for the rest of the run")
+                self._log_once(probe, f"monitor: reading {probe} failed ({nvml_api.error_text(exc)}); skipped for the rest of the run")
 
     def _sample(self) -> None:
         try:
@@ -449,7 +436,7 @@ class Monitor:
                 self._file.flush()
                 self._last_flush = now
         except Exception as exc:  # the run matters more than its monitor
-            self._log_once("sampler", f"monitor: a sample failed ({_err(exc)}); monitoring continues")
+            self._log_once("sampler", f"monitor: a sample failed ({nvml_api.error_text(exc)}); monitoring continues")
 
 
 def _fmt(value) -> str:
