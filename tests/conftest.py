@@ -27,3 +27,16 @@ def _init_devices_first():
     from tftoolkit.engine import devices
 
     devices.init(MAX_TEST_REPLICAS)
+
+
+@pytest.fixture(autouse=True)
+def _toolkit_log_reaches_caplog():
+    # tftoolkit.logs.ensure_logging stops the logger's records at its own stderr handler (no double lines in a
+    # notebook); in tests they also go on to the root logger, where caplog listens.
+    import logging
+
+    from tftoolkit.logs import ensure_logging
+
+    ensure_logging()  # the handler exists from here on, so a later call does not turn propagation off
+    logging.getLogger("tftoolkit").propagate = True
+    yield

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from tftoolkit import fileio
+from tftoolkit.errors import RunDirError
 
 
 def test_text_bytes_and_writer_functions(tmp_path):
@@ -28,7 +29,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         f.write('{"status": "fa')
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError):
+    with pytest.raises(RunDirError, match="No space left on device"):
         fileio.atomic_write(path, half_then_fail)
     assert fileio.read_json(path) == {"status": "ok"}
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]

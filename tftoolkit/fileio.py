@@ -3,16 +3,24 @@
 A file is written to a temporary name in the same folder, flushed to disk, then renamed over the target
 (``os.replace`` is atomic on POSIX filesystems), so a reader, or a rerun after a SIGKILL, sees either the
 old file or the new one, never half of one. JSON, CSV, figures, reports and dataset shards all use it.
+
+A full disk, a quota or a read-only filesystem is the user's to fix, not a bug: it becomes a one-line
+RunDirError (exit 2 from the CLI) naming the file, and the last complete file stays where it was.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+from .errors import RunDirError
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
 
 
 def umask() -> int:
@@ -30,20 +38,35 @@ def replacing(path, *, public: bool = True):
     since ``mkstemp`` makes private 0600 files and run directories, figures and reports are for others too.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         if public:
             os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except OSError as e:
+        _remove(tmp)
+        if e.errno in DISK_ERRNOS:
+            raise RunDirError(f"cannot write {path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); the last "
+                              "complete copy is kept; free space or choose a writable folder, then run the same "
+                              "command again") from None
         raise
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(tmp) -> None:
+    if tmp is not None and os.path.exists(tmp):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def atomic_write(path, content: str | bytes | Callable, *, binary: bool | None = None, public: bool = True) -> Path:

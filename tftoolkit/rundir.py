@@ -1,19 +1,46 @@
 """The run directory: the interface between training and everything that reads results.
 
-RUN_DIR/ config.json  summary.json  steps.csv  evals.csv  env.json  monitor.csv  checkpoints/
+RUN_DIR/ config.json  summary.json  steps.csv  evals.csv  env.json  monitor.csv  checkpoints/  .lock
 
 Every file is written atomically (``fileio``: temp file in the same folder, then rename), so a killed run
 never leaves a half-written summary; readers see the old file or the new one.
+
+A process working in a run directory (or a sweep folder) holds its ``.lock``: an OS lock (flock) on that
+file, which records who holds it (pid, host, command, start time) and is refreshed every few seconds. A
+second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
+dies, however it dies; the next process then takes it over, with a warning naming the dead holder.
+
+On one host this is exact. Across hosts on a shared filesystem it is exact where the filesystem carries flock
+between clients (NFSv4; Lustre and GPFS mounted with flock). Where flock is local to each host, a process on
+another host still sees the record: it refuses while the record names a host other than its own and was
+refreshed within ``STALE_AFTER_S``, and takes over (with a warning) once it is older than that. What it
+cannot see is a holder on another host that stopped refreshing without dying (a frozen node): that lock is
+taken over after ``STALE_AFTER_S``.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
+import logging
+import os
 import shutil
+import socket
+import sys
+import threading
+import time
 from pathlib import Path
 
 from .config import NON_IDENTITY_KEYS
 from .errors import RunDirError
-from .fileio import read_json
+from .fileio import DISK_ERRNOS, read_json
+
+log = logging.getLogger("tftoolkit")
+
+LOCK_FILE = ".lock"
+HEARTBEAT_S = 5.0      # how often a holder refreshes its record
+STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
 
 
 def identity(config_dict: dict) -> dict:
@@ -52,10 +79,174 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
                 diff = sorted(k for k in set(old) | set(config_dict) if old.get(k) != config_dict.get(k))
                 why = "it differs in " + ", ".join(f"{k} ({old.get(k)!r} there, {config_dict.get(k)!r} now)" for k in diff)
             raise RunDirError(f"{out} holds a different run ({why}); choose another --out or pass --force to overwrite it")
-        shutil.rmtree(out)
-    elif out.exists() and any(out.iterdir()) and not force:
+        clear(out)
+    elif out.exists() and _contents(out) and not force:
         raise RunDirError(f"{out} exists and is not a tftoolkit run directory; choose another --out or pass --force")
     elif out.exists() and force:
-        shutil.rmtree(out)
+        clear(out)
     out.mkdir(parents=True, exist_ok=True)
     return out, False
+
+
+def _contents(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name != LOCK_FILE]
+
+
+def clear(folder: Path) -> None:
+    """Delete what ``folder`` holds, but not its lock file: the lock held on it stays held (--force)."""
+    for p in _contents(Path(folder)):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+# --- the lock ------------------------------------------------------------------------------------------------
+def _alive(pid: int, started: float | None) -> bool:
+    """Whether process ``pid`` on this host runs, and is the one that started at ``started`` (pids are reused)."""
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        return started is None or abs(proc.create_time() - started) < 1.0
+    except Exception:  # noqa: BLE001 - NoSuchProcess, AccessDenied (then it runs), no psutil
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _describe(record: dict) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("started_at", 0)))
+    return f"pid {record.get('pid')} on {record.get('host')} since {when} ({record.get('command', '?')})"
+
+
+class Lock:
+    """The lock on ``folder`` (a run directory or a sweep folder) for this process; see the module docstring."""
+
+    def __init__(self, folder, what: str = "run directory"):
+        self.folder, self.what = Path(folder), what
+        self.path = self.folder / LOCK_FILE
+        self._fd: int | None = None
+        self._flocked = False
+        self._created = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _record(self) -> dict:
+        try:
+            import psutil
+
+            started = psutil.Process().create_time()
+        except Exception:  # noqa: BLE001
+            started = None
+        command = " ".join(" ".join(sys.argv).split())  # one line, however the arguments were quoted
+        return {"pid": os.getpid(), "host": socket.gethostname(), "command": (command or "python")[:200],
+                "started_at": time.time(), "pid_started": started}
+
+    def _read(self) -> dict:
+        try:
+            text = os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
+            return json.loads(text) if text else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _write(self, record: dict) -> None:
+        data = json.dumps(record).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.fsync(self._fd)
+
+    def acquire(self) -> "Lock":
+        try:
+            self._created = not self.folder.exists()
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:
+                raise RunDirError(f"cannot write {self.path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); "
+                                  f"a {self.what} must be writable: choose another folder") from None
+            raise
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._flocked = True
+        except BlockingIOError:
+            holder = self._read()
+            self._close()
+            raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(holder)}; wait for "
+                              "it to end or stop that process (--force never breaks a live lock)") from None
+        except OSError as e:  # ENOLCK, EOPNOTSUPP: a filesystem without flock; the record still guards it
+            log.warning("%s: the filesystem does not support flock (%s); relying on the lock file's record alone",
+                        self.folder, e.strerror)
+        previous = self._read()
+        if previous:
+            self._check_previous(previous)
+        self._write(self._record())
+        self._thread = threading.Thread(target=self._heartbeat, name="tftoolkit-lock", daemon=True)
+        self._thread.start()
+        return self
+
+    def _check_previous(self, previous: dict) -> None:
+        """We hold the flock, but the file names a holder: it died, or it is on another host (see the docstring)."""
+        here = socket.gethostname()
+        if previous.get("host") == here:
+            # With the flock ours, a holder on this host cannot hold it any more: it died without releasing it.
+            # Without flock (a filesystem that lacks it) the record is all there is: a live pid holds it.
+            if not self._flocked and _alive(int(previous.get("pid", 0)), previous.get("pid_started")):
+                self._close()
+                raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(previous)}")
+            log.warning("%s: taking over the lock of %s, which is no longer running", self.folder, _describe(previous))
+            return
+        age = time.time() - os.fstat(self._fd).st_mtime
+        if age < STALE_AFTER_S:
+            self._close()
+            raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(previous)}, whose "
+                              f"record was refreshed {age:.0f} s ago (a holder on another host of a shared filesystem); "
+                              f"wait for it to end, or stop it there")
+        log.warning("%s: taking over the lock of %s: another host, silent for %.0f s (longer than %.0f s)", self.folder,
+                    _describe(previous), age, STALE_AFTER_S)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                pass
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)  # an empty record: the next holder has nothing to warn about
+                if self._created and not _contents(self.folder):
+                    # Nothing was written (the run stopped before it began): leave no empty folder behind.
+                    os.unlink(self.path)
+                    self.folder.rmdir()
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            self._close()
+
+    def __enter__(self) -> "Lock":
+        return self if self._fd is not None else self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lock(folder, what: str = "run directory") -> Lock:
+    """Hold the lock on ``folder`` for this process: ``with rundir.lock(out): ...``. RunDirError when busy."""
+    return Lock(folder, what).acquire()

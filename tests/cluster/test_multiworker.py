@@ -47,7 +47,8 @@ def test_chief_writes_the_run_directory_and_every_worker_its_monitor(two_by_two)
     assert s["steps"] == 20 and s["global_batch"] == 64
     files = {p.name for p in out.iterdir()}
     assert files == {"config.json", "summary.json", "steps.csv", "evals.csv", "env.json", "monitor.csv",
-                     "monitor-worker1.csv", "checkpoints"}
+                     "monitor-worker1.csv", "checkpoints", ".lock"}
+    assert (out / ".lock").read_text() == ""  # the chief held it, and released it when it wrote the summary
     # Non-chief checkpoints went to a temporary directory that is gone again.
     assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == []
     assert pd.read_csv(out / "steps.csv")["step"].tolist() == list(range(1, 21))
@@ -102,6 +103,18 @@ def _alive(pids) -> list[int]:
     return out
 
 
+def _workers_of(pid: int) -> list:
+    """The launcher's worker processes (a worker that just ended is a zombie until the launcher reaps it)."""
+    found = []
+    for p in psutil.Process(pid).children():
+        try:
+            if "tftoolkit" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
 @pytest.mark.slow
 def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupted(two_by_two, tmp_path):
     ref, _ = two_by_two
@@ -115,7 +128,7 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
         while len(workers) < 2 or checkpointed_step(out) < target:
             assert launcher.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
             assert time.time() < deadline, "no checkpoint at step %d in time" % target
-            workers = [p for p in psutil.Process(launcher.pid).children() if "tftoolkit" in " ".join(p.cmdline())]
+            workers = _workers_of(launcher.pid)
             time.sleep(0.05)
         time.sleep(random.uniform(0, 0.2))  # somewhere between two checkpoints
         by_index = {json.loads(p.environ()["TF_CONFIG"])["task"]["index"]: p for p in workers}

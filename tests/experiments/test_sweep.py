@@ -272,35 +272,53 @@ def _procs_in(directory: Path) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and PR_SET_PDEATHSIG")
-def test_sigkill_at_a_random_moment_then_resume_leaves_results_whole(tmp_path, nb):
-    spec = spec_dict(grid={"x": [0, 1, 2]}, fixed={"sleep_s": 0.3})
+def test_killed_at_random_moments_every_point_ends_in_results_exactly_once(tmp_path, nb):
+    spec = spec_dict(grid={"x": [0, 1, 2, 3]}, fixed={"sleep_s": 0.3})
     path = write_spec(tmp_path, spec)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tftoolkit", "sweep", str(path), "--out", str(out)]
-    # A different moment on every run (start-up, mid-point, between points, writing results); the assertion
-    # messages give the delay so a failure can be replayed.
-    delay = random.uniform(0.3, 9.0)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    # Whatever moment it died at, results.csv is either absent (killed before the start) or a whole table.
-    if (out / "results.csv").exists():
-        df = results(out)
-        assert len(df) == 3 and set(df["status"]) <= {"ok", "running", "pending"}, f"killed after {delay:.2f} s"
-    # The point in flight dies with the sweep (its kernel within a second or two): nothing keeps writing.
-    deadline = time.time() + 8
-    while _procs_in(tmp_path) and time.time() < deadline:
-        time.sleep(0.3)
-    assert _procs_in(tmp_path) == [], f"orphans after a kill at {delay:.2f} s"
+    # Different moments on every run (start-up, mid-point, between points, writing results); the assertion
+    # messages give the delays so a failure can be replayed.
+    delays = []
+    for _ in range(3):
+        delays.append(random.uniform(0.3, 7.0))
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delays[-1])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        # Whatever moment it died at, results.csv is either absent (killed before the start) or a whole table.
+        if (out / "results.csv").exists():
+            df = results(out)
+            assert len(df) == 4 and set(df["status"]) <= {"ok", "running", "pending"}, f"killed after {delays}"
+        # The point in flight dies with the sweep (its kernel within a second or two): nothing keeps writing.
+        deadline = time.time() + 8
+        while _procs_in(tmp_path) and time.time() < deadline:
+            time.sleep(0.3)
+        assert _procs_in(tmp_path) == [], f"orphans after kills at {delays}"
 
+    # A plain rerun, never --force: the dead sweep's lock is taken over and every point ends exactly once.
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     df = results(out)
-    assert df["status"].tolist() == ["ok"] * 3, f"killed after {delay:.2f} s"
-    assert df["x"].tolist() == [0, 1, 2]
-    assert df["final_loss"].tolist() == pytest.approx([1.0, 0.5, 1 / 3])
+    assert df["status"].tolist() == ["ok"] * 4, f"killed after {delays}"
+    assert df["x"].tolist() == [0, 1, 2, 3] and df["id"].is_unique
+    assert df["final_loss"].tolist() == pytest.approx([1.0, 0.5, 1 / 3, 0.25])
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(df["id"])
     assert not list(out.rglob(".*.tmp")), "a temp file survived"
+
+
+@pytest.mark.slow
+def test_a_second_sweep_on_the_same_folder_is_refused_and_another_folder_runs(tmp_path, nb, capsys):
+    from tftoolkit import rundir
+
+    path = write_spec(tmp_path, spec_dict(grid={"x": [1]}))
+    with rundir.lock(tmp_path / "busy", "sweep folder"):
+        assert cli.main(["sweep", str(path), "--out", str(tmp_path / "busy")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "sweep folder is locked by pid" in err[0] and str(os.getpid()) in err[0]
+        assert not (tmp_path / "busy" / "results.csv").exists()
+        s = sweep.run(path, tmp_path / "free", quiet=True, report=False)
+    assert s["counts"]["ok"] == 1
 
 
 # --- GPU slots --------------------------------------------------------------------------------------------

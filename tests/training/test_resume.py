@@ -66,3 +66,99 @@ def test_sigkill_at_a_random_step_then_resume_matches_uninterrupted(tmp_path):
     assert steps["step"].tolist() == list(range(1, 61))
     ref_steps = pd.read_csv(tmp_path / "ref" / "steps.csv")
     np.testing.assert_allclose(steps["loss"], ref_steps["loss"], rtol=1e-6)
+
+
+# --- killed anywhere, ten times -----------------------------------------------------------------------------
+KILL_ARGS = dict(replicas=2, per_replica_batch=16, steps=48, steps_per_loop=2, checkpoint_every=2, measure=False,
+                 dataset="synthetic", image_size=8, train_images=384, optimizer="momentum", base_lr=0.05,
+                 timing_warmup_steps=0)
+
+
+def _kill_at_a_random_moment(out, rng, during_save: bool) -> str:
+    """Start the run, SIGKILL it at a moment chosen by ``rng`` (while a checkpoint is being written, when
+    ``during_save``); returns when it happened ("finished" if the run ended first)."""
+    from tftoolkit.cluster.launch import config_args
+
+    cmd = [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet", *config_args(RunConfig(**KILL_ARGS))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ck = out / "checkpoints"
+    start = checkpointed_step(out)
+    wait_saves = rng.randint(1, 4)
+    deadline = time.time() + 120
+    moment = "finished"
+    while proc.poll() is None and time.time() < deadline:
+        if during_save:
+            saving = ck.is_dir() and any(p.name.startswith(".tmp-ckpt-") for p in ck.iterdir())
+            if saving and checkpointed_step(out) >= start + 2 * (wait_saves - 1):
+                moment = f"during the save after step {checkpointed_step(out)}"
+                break
+        elif checkpointed_step(out) >= start + 2 * wait_saves:
+            time.sleep(rng.uniform(0, 0.05))
+            moment = f"between saves after step {checkpointed_step(out)}"
+            break
+        time.sleep(0.001)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        summary = out / "summary.json"
+        assert not summary.exists() or json.loads(summary.read_text())["status"] != "ok", "a killed run claimed ok"
+    else:
+        assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+    return moment
+
+
+@pytest.mark.slow
+def test_killed_at_ten_random_moments_a_rerun_always_resumes_and_ends_as_if_never_interrupted(tmp_path):
+    ref = tftoolkit.train(RunConfig(**KILL_ARGS), tmp_path / "ref", quiet=True)
+    out = tmp_path / "killed"
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    moments = [_kill_at_a_random_moment(out, rng, during_save=i % 2 == 0) for i in range(10)]
+    print(f"seed {seed}: killed {moments}")
+    # Plain reruns, never --force: each resumes; the last one finishes.
+    final = tftoolkit.train(RunConfig(**KILL_ARGS), out, quiet=True)
+    assert final["status"] == "ok" and final["steps"] == 48, (seed, moments)
+    assert final["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-6), (seed, moments)
+    assert final["examples_per_replica"] == ref["examples_per_replica"]
+    a, b = checkpoint_variables(tmp_path / "ref"), checkpoint_variables(out)
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-6, atol=1e-7, err_msg=f"{name} (seed {seed}: {moments})")
+    import pandas as pd
+
+    assert pd.read_csv(out / "steps.csv")["step"].tolist() == list(range(1, 49))
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_falls_back_and_the_run_still_ends_as_if_never_interrupted(tmp_path, caplog):
+    args = {**KILL_ARGS, "steps": 12, "checkpoint_every": 4}
+    ref = tftoolkit.train(RunConfig(**args), tmp_path / "ref", quiet=True)
+    out = tmp_path / "run"
+    tftoolkit.train(RunConfig(**args), out, quiet=True)
+    # As a crash right after the last checkpoint leaves it, with that checkpoint's data file then truncated.
+    (out / "summary.json").unlink()
+    data = out / "checkpoints" / "ckpt-12.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: len(data.read_bytes()) // 2])
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**args), out, quiet=True)
+    assert "ckpt-12 does not restore" in caplog.text and "falling back" in caplog.text
+    assert s["status"] == "ok" and s["resumed_from_step"] == 8 and s["steps"] == 12
+    assert s["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-6)
+    import pandas as pd
+
+    assert pd.read_csv(out / "steps.csv")["step"].tolist() == list(range(1, 13))
+
+
+def test_when_no_checkpoint_restores_the_rerun_exits_2_naming_them(tmp_path, capsys):
+    from tftoolkit import cli
+    from tftoolkit.cluster.launch import config_args
+
+    argv = ["train", "--out", str(tmp_path / "run"), "--quiet",
+            *config_args(RunConfig(**{**KILL_ARGS, "steps": 4, "checkpoint_every": 2}))]
+    assert cli.main(argv) == 0
+    (tmp_path / "run" / "summary.json").unlink()
+    for index in (tmp_path / "run" / "checkpoints").glob("*.index"):
+        index.write_bytes(b"")
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no checkpoint in" in err[0] and "ckpt-4 (" in err[0] and "--force" in err[0]

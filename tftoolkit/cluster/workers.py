@@ -121,14 +121,17 @@ def agree(cluster: Cluster, config, setup, timeout_s: float) -> None:
 
 
 def join(config, cluster: Cluster, out, *, force: bool = False):
-    """Join ``cluster`` as this worker; returns (device setup, (strategy, impl), run directory).
+    """Join ``cluster`` as this worker; returns (device setup, (strategy, impl), run directory, lock or None).
 
-    The chief opens the run directory (``rundir.prepare``) before the strategy is created: creating it waits
-    for the chief, so no worker touches the run directory until the chief has cleared (--force) or reopened it.
+    The chief locks and opens the run directory (``rundir.lock``, ``rundir.prepare``) before the strategy is
+    created: creating it waits for the chief, so no worker touches the run directory until the chief has
+    cleared (--force) or reopened it. Only the chief writes there, so the lock is the chief's; the caller
+    releases it when the run ends.
     """
     from .. import rundir
     from ..engine import devices
     from ..engine.strategy import make_multiworker_strategy
+
     follow_launcher()
     host, _, port = cluster.address.rpartition(":")
     if is_local(host):
@@ -136,18 +139,25 @@ def join(config, cluster: Cluster, out, *, force: bool = False):
     timeout_s = join_timeout()
     out = Path(out)
     mark("started", cluster)
-    with JoinWatchdog(cluster, timeout_s):
-        setup = devices.init(config.replicas_per_worker, config.gpus)
-        if cluster.is_chief:
-            out, _ = rundir.prepare(out, config.to_dict(), force=force)
-        # Must come before any other TensorFlow op: it starts this worker's gRPC server and collective runtime.
-        strategy = make_multiworker_strategy(setup, config.cross_device_ops)
-        agree(cluster, config, setup, timeout_s)
+    lock = None
+    try:
+        with JoinWatchdog(cluster, timeout_s):
+            setup = devices.init(config.replicas_per_worker, config.gpus)
+            if cluster.is_chief:
+                lock = rundir.lock(out)
+                out, _ = rundir.prepare(out, config.to_dict(), force=force)
+            # Must come before any other TensorFlow op: it starts this worker's gRPC server and collective runtime.
+            strategy = make_multiworker_strategy(setup, config.cross_device_ops)
+            agree(cluster, config, setup, timeout_s)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     mark("joined", cluster)
     log.info("worker %d of %d (%s%s), %d replica(s) here, %d in all", cluster.worker_id, cluster.workers,
              cluster.address, ", chief" if cluster.is_chief else "", setup.replicas, config.replicas)
     out.mkdir(parents=True, exist_ok=True)
-    return setup, strategy, out
+    return setup, strategy, out, lock
 
 
 def follow_launcher() -> None:

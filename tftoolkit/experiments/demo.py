@@ -18,6 +18,7 @@ import logging
 import time
 from pathlib import Path
 
+from .. import rundir
 from ..errors import SweepError, ToolkitError
 
 log = logging.getLogger("tftoolkit")
@@ -64,13 +65,20 @@ def specs(gpus: int) -> dict[str, dict]:
 
 def run(out="runs/demo", *, force: bool = False, quiet: bool = False) -> dict:
     """Run the demo into ``out``; returns {"report": html path, "sweeps": {...}, "wall_s": ...}."""
-    from . import sweep
-    from .sweep_spec import load as load_spec
     from ..logs import ensure_logging
 
     ensure_logging(quiet)
-    t0 = time.time()
     out = Path(out)
+    # One demo per folder; its sweeps lock their own folders too, so a sweep started by hand there waits its turn.
+    with rundir.lock(out, "demo folder"):
+        return _run(out, force, quiet)
+
+
+def _run(out: Path, force: bool, quiet: bool) -> dict:
+    from . import sweep
+    from .sweep_spec import load as load_spec
+
+    t0 = time.time()
     gpus = sweep.visible_gpus()
     log.info("demo: %s", f"{len(gpus)} GPU(s) visible: scaling over {replica_counts(len(gpus))} replicas" if gpus
              else "no GPU: replicas are simulated as 4 logical CPU devices sharing the host's cores")

@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fileio, gpus
+from .. import fileio, gpus, rundir
 from .. import summary as summary_schema
 from ..cluster import procs
 from ..errors import SweepError
@@ -110,8 +110,8 @@ def open_dir(spec: Spec, out: Path, force: bool, create: bool = True) -> bool:
             raise SweepError(f"{out} holds a different sweep ({_identity_diff(old, ident)}); choose another --out, "
                              "or pass --force to delete it and start over")
         if create:
-            shutil.rmtree(out)
-    elif out.exists() and any(out.iterdir()):
+            rundir.clear(out)  # all but the lock this sweep holds
+    elif out.exists() and [p for p in out.iterdir() if p.name != rundir.LOCK_FILE]:
         raise SweepError(f"{out} is not empty and holds no {SWEEP_JSON}: it is not a sweep folder; choose a new or "
                          "empty --out")
     if create:
@@ -321,8 +321,15 @@ def run(spec, out, *, timeout: float | None = None, rerun_failed: bool = False, 
     if timeout is not None and not timeout > 0:
         raise SweepError(f"--timeout must be > 0 seconds, got {timeout}")
     out = Path(out)
-    gpus = visible_gpus() if gpus is None else [str(g) for g in gpus]
-    slots = gpu_slots(gpus, gpus_per_run)
+    devices = visible_gpus() if gpus is None else [str(g) for g in gpus]
+    slots = gpu_slots(devices, gpus_per_run)
+    # One sweep process per folder: a second one on the same folder stops here, naming the first.
+    with rundir.lock(out, "sweep folder"):
+        return _run_locked(spec, out, slots, devices, timeout=timeout, rerun_failed=rerun_failed, force=force,
+                           gpus_per_run=gpus_per_run, report=report, quiet=quiet)
+
+
+def _run_locked(spec, out, slots, devices, *, timeout, rerun_failed, force, gpus_per_run, report, quiet) -> dict:
     resuming = open_dir(spec, out, force)
     todo, status = plan(spec, out, rerun_failed)
     write_results(spec, out)
@@ -331,7 +338,7 @@ def run(spec, out, *, timeout: float | None = None, rerun_failed: bool = False, 
              f" ({', '.join(f'{n} {s}' for s, n in kept.items() if n)} kept)" if resuming else "",
              "GPU sets " + " | ".join(",".join(s) for s in slots) if slots[0] is not None
              else "no GPUs: points run one after another")
-    if gpus_per_run and not gpus:
+    if gpus_per_run and not devices:
         log.info("--gpus-per-run %d ignored: no GPUs visible, points run one after another on CPU", gpus_per_run)
     failed_kept = kept["failed"] + kept["timeout"]
     if failed_kept and not rerun_failed:

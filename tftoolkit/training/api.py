@@ -48,10 +48,13 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
 
             return launch.train_here(config, out, force=force, quiet=quiet)
         return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data)
-    sess = session.start(config, data)
-    out = Path(out) if out is not None else default_out(sess.config)
-    out, resuming = rundir.prepare(out, sess.config.to_dict(), force=force)
-    return _run(sess, out, quiet, resuming=resuming)
+    out = Path(out) if out is not None else default_out(config)
+    # Held from before anything is set up (a second process stops at once) until the summary is written, and
+    # before --force may clear the folder: one writer per run directory.
+    with rundir.lock(out):
+        sess = session.start(config, data)
+        out, resuming = rundir.prepare(out, sess.config.to_dict(), force=force)
+        return _run(sess, out, quiet, resuming=resuming)
 
 
 def _train_worker(config, cluster, out, *, force, quiet, data) -> dict:
@@ -59,10 +62,14 @@ def _train_worker(config, cluster, out, *, force, quiet, data) -> dict:
     from ..cluster import workers
     from ..engine import session
 
-    setup, strategy, out = workers.join(config, cluster, out, force=force)
-    sess = session.start(config, data, setup=setup, strategy=strategy)
-    # Every worker reads summary.json after all have joined, when only the chief could have changed it.
-    summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers)
+    setup, strategy, out, lock = workers.join(config, cluster, out, force=force)
+    try:
+        sess = session.start(config, data, setup=setup, strategy=strategy)
+        # Every worker reads summary.json after all have joined, when only the chief could have changed it.
+        summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers)
+    finally:
+        if lock is not None:
+            lock.release()
     workers.mark("finished", cluster)
     return summary
 

@@ -241,8 +241,10 @@ class Run:
         return ["step", "epoch", "loss", "step_time_s"] + (["noise_scale"] if self.config.noise_scale else [])
 
     def _checkpoint(self):
-        self.checkpoints.save(int(self.state["step"].numpy()))
+        # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
+        # the checkpoint is; rows past a checkpoint that a kill left unfinished are dropped and trained again.
         self._write_logs()
+        self.checkpoints.save(int(self.state["step"].numpy()))
 
     def _monitor_summary(self, thr) -> dict:
         from ..measure import monitor

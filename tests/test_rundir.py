@@ -1,0 +1,129 @@
+"""tftoolkit.rundir: a run directory holds one run, and one live process at a time (its lock)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tftoolkit
+from tftoolkit import cli, rundir
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import RunDirError
+
+TINY = dict(replicas=1, per_replica_batch=16, steps=2, steps_per_loop=2, dataset="synthetic", image_size=8,
+            train_images=64, measure=False, timing_warmup_steps=0)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _plant(folder, **record) -> None:
+    """A lock file left by a holder that no longer holds the flock (as a SIGKILL leaves it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = {"pid": _dead_pid(), "host": socket.gethostname(), "command": "tftoolkit train ...",
+            "started_at": time.time() - 60, "pid_started": None}
+    (folder / rundir.LOCK_FILE).write_text(json.dumps({**base, **record}))
+
+
+def test_a_second_holder_is_refused_with_the_first_one_named(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    with rundir.lock(tmp_path / "run"):
+        with pytest.raises(RunDirError) as e:
+            rundir.lock(tmp_path / "run")
+        assert f"locked by pid {os.getpid()} on {socket.gethostname()}" in str(e.value)
+        record = json.loads((tmp_path / "run" / rundir.LOCK_FILE).read_text())
+        assert record["pid"] == os.getpid() and record["host"] == socket.gethostname() and record["command"]
+    # Released: empty record, and the next holder gets it without a warning.
+    assert (tmp_path / "run" / rundir.LOCK_FILE).read_text() == ""
+    rundir.lock(tmp_path / "run").release()
+
+
+def test_a_live_run_refuses_a_second_train_even_with_force(tmp_path, capsys):
+    out = tmp_path / "run"
+    with rundir.lock(out):
+        (out / "keep.txt").write_text("the first run's file")
+        with pytest.raises(RunDirError, match="is in use.*--force never breaks a live lock"):
+            tftoolkit.train(RunConfig(**TINY), out, quiet=True, force=True)
+        argv = ["train", "--out", str(out), "--replicas", "1", "--steps", "2", "--dataset", "synthetic",
+                "--image-size", "8", "--train-images", "64", "--no-measure", "--quiet", "--force"]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"locked by pid {os.getpid()}" in err[0]
+        assert (out / "keep.txt").read_text() == "the first run's file"
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path, caplog):
+    out = tmp_path / "run"
+    _plant(out)
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    assert s["status"] == "ok"
+    assert "taking over the lock of pid" in caplog.text and "no longer running" in caplog.text
+
+
+def test_another_host_s_fresh_record_is_refused_and_an_old_one_taken_over(tmp_path, caplog):
+    out = tmp_path / "run"
+    _plant(out, host="node-elsewhere", pid=4242)
+    with pytest.raises(RunDirError, match="node-elsewhere.*refreshed 0 s ago"):
+        rundir.lock(out)
+    old = time.time() - 2 * rundir.STALE_AFTER_S
+    os.utime(out / rundir.LOCK_FILE, (old, old))
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        rundir.lock(out).release()
+    assert "another host, silent for" in caplog.text
+
+
+def test_a_holder_refreshes_its_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(rundir, "HEARTBEAT_S", 0.05)
+    with rundir.lock(tmp_path / "run"):
+        path = tmp_path / "run" / rundir.LOCK_FILE
+        old = time.time() - 100
+        os.utime(path, (old, old))
+        time.sleep(0.3)
+        assert time.time() - path.stat().st_mtime < 5
+
+
+@pytest.mark.slow
+def test_the_kernel_releases_the_lock_of_a_killed_process(tmp_path):
+    code = ("import sys, time; from tftoolkit import rundir; rundir.lock(sys.argv[1]); print('held', flush=True); "
+            "time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    with pytest.raises(RunDirError, match=f"pid {proc.pid}"):
+        rundir.lock(tmp_path / "run")
+    proc.kill()
+    proc.wait()
+    rundir.lock(tmp_path / "run").release()  # taken over: the holder died
+
+
+def test_force_clears_a_run_but_keeps_the_lock_file(tmp_path):
+    out = tmp_path / "run"
+    tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    s = tftoolkit.train(RunConfig(**{**TINY, "seed": 1}), out, quiet=True, force=True)
+    assert s["status"] == "ok" and (out / rundir.LOCK_FILE).exists()
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 1
+
+
+def test_an_empty_folder_with_only_a_lock_is_a_new_run_directory(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    rundir.lock(out).release()
+    assert (out / rundir.LOCK_FILE).exists()
+    assert rundir.prepare(out, RunConfig(replicas=1).to_dict()) == (out, False)
+    (out / "notes.txt").write_text("x")
+    (out / "config.json").unlink(missing_ok=True)
+    with pytest.raises(RunDirError, match="not a tftoolkit run directory"):
+        rundir.prepare(out, RunConfig(replicas=1).to_dict())
+
+
+def test_a_folder_the_lock_made_for_a_run_that_never_began_is_removed(tmp_path):
+    rundir.lock(tmp_path / "new").release()
+    assert not (tmp_path / "new").exists()
