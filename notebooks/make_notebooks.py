@@ -20,10 +20,12 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+NOTEBOOK_ONLY = "notebook-only"  # the tag tftoolkit.experiments.sweep.write_html drops
 
 
-def md(text: str):
-    return new_markdown_cell(text.strip("\n"))
+def md(text: str, notebook_only: bool = False):
+    """A Markdown cell; ``notebook_only``: left out of the HTML report pages (sweep.write_html), e.g. how to run it."""
+    return new_markdown_cell(text.strip("\n"), metadata={"tags": [NOTEBOOK_ONLY]} if notebook_only else {})
 
 
 def code(text: str):
@@ -322,29 +324,33 @@ NOTEBOOKS["04_report"] = [
     md("""
 # 04 · Report
 
-Reads sweep folders (or any folders of run directories) and renders the summary figures and tables: every
-point's status (failed, timed-out and diverged points listed with their errors), data-parallel scaling,
-communication, and batch-size / learning-rate curves. It reads files only (no TensorFlow), so it also renders
-on a laptop from results copied off a GPU server. `tftoolkit sweep` runs it on each sweep into
-`SWEEP_DIR/report.html`; `make demo` runs it on both demo sweeps.
+What the runs found, then the figures that show it: data-parallel scaling, communication, and batch-size /
+learning-rate curves, each with a caption, and every point's status (failed, timed-out and diverged points are
+listed with their errors). It reads files only (no TensorFlow), so it also renders on a laptop from results
+copied off a GPU server. With no `sweep_dirs` it reports on every run or sweep folder next to `out_dir` (so,
+run after notebooks 01-03, on theirs). `tftoolkit sweep` runs it on each sweep into `SWEEP_DIR/report.html`,
+and `make demo` on the demo's sweeps; those pages show the results, not this code.
 
-Headless: `papermill notebooks/04_report.ipynb report.ipynb -p sweep_dirs '[\"runs/demo/scaling\"]' -p out_dir runs/report`.
-"""),
+Headless: `papermill notebooks/04_report.ipynb report.ipynb -p smoke True`, or
+`-p sweep_dirs '[\"runs/demo/scaling\"]' -p out_dir runs/report` for chosen folders.
+""", notebook_only=True),
     params("""
-sweep_dirs: list = ["runs/demo/scaling", "runs/demo/batch_lr", "runs/demo/allreduce"]  # folders to report on
-out_dir: str = "runs/demo/report"  # where figures/ and the tables go
+sweep_dirs: list = []  # folders to report on (sweeps, run folders, all-reduce benches); empty: all next to out_dir
+out_dir: str = "runs/04_report"  # where figures/ and the tables go; its parent is searched when sweep_dirs is empty
 smoke: bool = False  # no effect: the report only reads files (kept so every notebook takes it)
 """),
     code("""
 %matplotlib inline
-from tftoolkit.experiments import notebook as nb, report
+from IPython.display import Markdown
+from tftoolkit.experiments import findings, notebook as nb, report
 
-sweep_dirs = nb.as_list(sweep_dirs, str, "sweep_dirs")  # papermill's -p passes lists as text
 out = nb.start(out_dir)
-res = report.load(sweep_dirs)
-res
+res = report.load(report.discover(nb.as_list(sweep_dirs, str, "sweep_dirs") if sweep_dirs else [], out))
 """),
-    md("## Overview: every point, its status and key figures"),
+    code("""
+Markdown(findings.markdown(res))
+"""),
+    md("## Every point: its status and key figures"),
     code("""
 report.status_counts(res)
 """),
@@ -354,56 +360,48 @@ report.overview(res)
     md("""
 ## Data-parallel scaling
 
-Throughput against the ideal line (N × the smallest count's rate), efficiency, where each step's time goes,
-and how many images each replica trained on. With CPU-simulated replicas all replicas share the host's cores,
-so no speed-up is expected there: run the scaling sweep on GPUs for the real curve.
+With CPU-simulated replicas all replicas share the host's cores, so no speed-up is expected there: run the
+scaling sweep on GPUs for the real curve.
 """),
     code("""
-report.figure(res, "throughput", out / "figures")
+report.show(res, "throughput", out / "figures")
 """),
     code("""
-report.figure(res, "efficiency", out / "figures")
+report.show(res, "efficiency", out / "figures")
 """),
     code("""
-report.figure(res, "step_breakdown", out / "figures")
+report.show(res, "step_breakdown", out / "figures")
 """),
     code("""
-report.figure(res, "images_per_replica", out / "figures")
+report.show(res, "images_per_replica", out / "figures")
 """),
     code("""
-report.figure(res, "monitor", out / "figures")
+report.show(res, "monitor", out / "figures")
 """),
-    md("""
-## Communication
-
-Per-step compute and all-reduce time of the scaling runs as replicas grow; then all-reduce time and bus
-bandwidth against message size, when one of the folders holds an `allreduce.csv` (`tftoolkit bench allreduce`,
-notebooks 00 and 03; `make demo` runs a short one).
+    md("## Communication"),
+    code("""
+report.show(res, "comm_vs_compute", out / "figures")
 """),
     code("""
-report.figure(res, "comm_vs_compute", out / "figures")
+report.show(res, "allreduce_time", out / "figures")
 """),
     code("""
-report.figure(res, "allreduce_time", out / "figures")
-"""),
-    code("""
-report.figure(res, "busbw", out / "figures")
+report.show(res, "busbw", out / "figures")
 """),
     md("""
 ## Batch size and learning rate
 
-One panel per LR rule, one colour per global batch; a red ✕ marks a run that diverged or failed where it
-stopped. A run whose loss sits at ln(classes) (2.30 for 10 classes) with chance accuracy learned nothing:
-its learning rate was too large for it to train without warmup, yet not so large that the loss blew up.
+A run whose loss sits at ln(classes) (2.30 for 10 classes) with chance accuracy learned nothing: its learning
+rate was too large for it to train without warmup, yet not so large that the loss blew up.
 """),
     code("""
-report.figure(res, "loss_curves", out / "figures")
+report.show(res, "loss_curves", out / "figures")
 """),
     code("""
-report.figure(res, "val_accuracy", out / "figures")
+report.show(res, "val_accuracy", out / "figures")
 """),
     code("""
-report.figure(res, "final_accuracy", out / "figures")
+report.show(res, "final_accuracy", out / "figures")
 """),
     md("## Tables (written to `out_dir`: runs.csv, points.csv, scaling.csv)"),
     code("""

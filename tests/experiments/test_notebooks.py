@@ -214,6 +214,68 @@ def test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root
     assert len(runs) == 2 + 4 + 2
     page = Path(html).read_text()
     assert page.count("data:image/png;base64") >= 10 and "Traceback" not in page
+    assert (out_root / "rep" / "report.ipynb").exists()  # the code stays in the executed notebook beside it
+    _REPORTS["rendered"] = Path(html)
+
+
+_REPORTS: dict = {}
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    from browser import Chromium, find
+
+    if find() is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium; .ci/run installs it)")
+    with Chromium(tmp_path) as browser:
+        yield browser
+
+
+@pytest.mark.slow
+def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_code(out_root, chromium):
+    if "rendered" not in _REPORTS:
+        test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root)
+    chromium.open(_REPORTS["rendered"].resolve().as_uri())
+    # Every image has decoded (naturalWidth > 0 only once the PNG has been read).
+    chromium.wait_for("Array.from(document.images).every(i => i.complete)")
+    images = chromium.evaluate("Array.from(document.images).map(i => [i.naturalWidth, i.naturalHeight])")
+    assert len(images) >= 10 and all(w > 100 and h > 100 for w, h in images), images
+    text = chromium.evaluate("document.body.innerText")
+    assert "What we found" in text and "Scaling" in text and "Best LR rule per global batch" in text
+    assert "Figure: Images per second against replicas" in text
+    code_areas = chromium.evaluate("document.querySelectorAll('.jp-CodeCell .jp-InputArea, .jp-CodeMirrorEditor, "
+                                   ".input_area').length")
+    first = chromium.evaluate("document.querySelector('h1, h2').innerText")
+    assert first.startswith("What we found"), first  # the page opens with the findings
+    stderr = chromium.evaluate("document.querySelectorAll('[data-mime-type=\"application/vnd.jupyter.stderr\"]').length")
+    assert code_areas == 0 and stderr == 0
+    assert "import tftoolkit" not in text and "from tftoolkit" not in text
+
+
+@pytest.mark.slow
+def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
+    """Run after 01-03 in the same folder, with nothing but -p smoke True: it finds their folders itself."""
+    _EXECUTED.get("02_batch_and_lr_scaling") or _execute("02_batch_and_lr_scaling", out_root, replicas=2)
+    executed = out_root / "04_default.ipynb"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "04_report.ipynb"), str(executed),
+                               parameters={"smoke": True, "out_dir": str(out_root / "04_default")}, cwd=str(ROOT),
+                               progress_bar=False)
+    nb = nbformat.read(str(executed), as_version=4)
+    text = "\n".join(o.get("data", {}).get("text/markdown", "") for c in _code_cells(nb) for o in c.get("outputs", []))
+    assert "What we found" in text and "Best LR rule per global batch" in text
+    runs = pd.read_csv(out_root / "04_default" / "runs.csv")
+    assert "02_batch_and_lr_scaling" in set(runs["source"])
+
+
+@pytest.mark.slow
+def test_04_with_nothing_to_report_says_so_and_does_not_raise(tmp_path):
+    executed = tmp_path / "04_empty.ipynb"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "04_report.ipynb"), str(executed),
+                               parameters={"smoke": True, "out_dir": str(tmp_path / "runs" / "04_report")},
+                               cwd=str(tmp_path), progress_bar=False)
+    nb = nbformat.read(str(executed), as_version=4)
+    text = "\n".join(o.get("data", {}).get("text/markdown", "") for c in _code_cells(nb) for o in c.get("outputs", []))
+    assert "Nothing to report yet" in text and "run notebooks 01-03" in text.lower()
 
 
 MINE = ("00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication", "04_report")

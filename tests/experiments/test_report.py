@@ -131,3 +131,20 @@ def test_report_never_imports_tensorflow(sweeps):
         from tftoolkit.experiments import report
         report.all_figures(report.load(sys.argv[1:]))
     """, *map(str, sweeps))
+
+
+def test_every_figure_has_a_caption():
+    assert set(report.CAPTIONS) == set(report.FIGURES)
+
+
+def test_discover_finds_result_folders_next_to_the_output(tmp_path):
+    (tmp_path / "runs" / "01_scaling" / "runs" / "r1").mkdir(parents=True)
+    (tmp_path / "runs" / "01_scaling" / "runs" / "r1" / "summary.json").write_text("{}")
+    (tmp_path / "runs" / "sweep").mkdir()
+    (tmp_path / "runs" / "sweep" / "sweep.json").write_text("{}")
+    (tmp_path / "runs" / "notes").mkdir()
+    (tmp_path / "runs" / "04_report").mkdir()
+    found = report.discover([], tmp_path / "runs" / "04_report")
+    assert [p.name for p in found] == ["01_scaling", "sweep"]
+    assert report.discover(["a", "b"], tmp_path) == [Path("a"), Path("b")]
+    assert report.discover([], tmp_path / "nowhere" / "x") == []

@@ -139,13 +139,13 @@ def test_bad_specs_are_refused_with_a_message_naming_the_problem(tmp_path, nb, s
     assert not (tmp_path / "out").exists()
 
 
-def test_notebook_without_parameters_cell_or_out_dir_is_refused(tmp_path):
+def test_notebook_without_parameters_cell_is_refused_and_out_dir_is_optional(tmp_path):
     make_notebook(tmp_path / "untagged.ipynb", tagged=False)
     with pytest.raises(SweepError, match="no cell tagged 'parameters'"):
         load_spec({"notebook": "untagged.ipynb", "grid": {"x": [1]}}, tmp_path)
     make_notebook(tmp_path / "noout.ipynb", params="x: int = 0  # a number")
-    with pytest.raises(SweepError, match="declares no 'out_dir'"):
-        load_spec({"notebook": "noout.ipynb", "grid": {"x": [1]}}, tmp_path)
+    spec = load_spec({"notebook": "noout.ipynb", "grid": {"x": [1, 2]}}, tmp_path)
+    assert not spec.takes_out_dir and len(spec.points) == 2  # its points run in their folders instead
 
 
 def test_cli_turns_a_bad_spec_into_one_line_and_exit_code_2(tmp_path, nb, capsys):
@@ -347,3 +347,41 @@ def test_gpus_per_run_runs_points_concurrently_on_disjoint_gpu_sets(tmp_path, nb
     assert sorted(r["gpus"] for r in runs) == ["0,1", "2,3"]
     a, b = runs
     assert a["t0"] < b["t1"] and b["t0"] < a["t1"], "the two points did not overlap in time"
+
+
+# --- any parameterised notebook ------------------------------------------------------------------------------
+FOREIGN_PARAMS = """\
+alpha: float = 1.0  # a researcher's own parameter
+label: str = "a"  # and another"""
+
+FOREIGN_BODY = """\
+import json, pathlib
+pathlib.Path("figure.txt").write_text(f"plot of {alpha}")     # written where it runs
+json.dump({"score": alpha * 2, "label": label, "nested": {"depth": 1}}, open("results.json", "w"))"""
+
+
+@pytest.mark.slow
+def test_a_notebook_without_out_dir_runs_in_its_point_folder_and_records_values(tmp_path):
+    make_notebook(tmp_path / "mine.ipynb", params=FOREIGN_PARAMS, body=FOREIGN_BODY)
+    path = write_spec(tmp_path, {"notebook": "mine.ipynb", "report": None, "grid": {"alpha": [1.5, 2.0]},
+                                 "fixed": {"label": "x"}})
+    out = tmp_path / "out"
+    s = sweep.run(path, out, quiet=True)
+    assert s["counts"]["ok"] == 2
+    df = results(out)
+    assert df["alpha"].tolist() == [1.5, 2.0] and df["score"].tolist() == [3.0, 4.0]
+    assert df["nested.depth"].tolist() == [1, 1] and "label" in df.columns
+    for pid in df["id"]:
+        pdir = out / "runs" / pid
+        assert (pdir / "figure.txt").exists() and (pdir / "mine.ipynb").exists() and (pdir / "results.json").exists()
+    assert not (tmp_path / "figure.txt").exists()  # nothing lands where the sweep was started
+    assert "out_dir" not in json.loads((out / "runs" / df["id"][0] / "parameters.json").read_text())
+
+
+def test_a_spec_on_a_notebook_without_parameters_or_without_a_file_is_refused(tmp_path, capsys):
+    make_notebook(tmp_path / "plain.ipynb", tagged=False)
+    for nb_name, message in (("plain.ipynb", "has no cell tagged 'parameters'"), ("absent.ipynb", "not found")):
+        path = write_spec(tmp_path, {"notebook": nb_name, "grid": {"x": [1]}}, name=f"{nb_name}.yaml")
+        assert cli.main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err

@@ -119,7 +119,7 @@ def load(paths) -> Results:
     """Everything under the given sweep folders / folders of run directories / run directories."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    sources = [Path(p) for p in paths]
+    sources = [Path(p) for p in paths]  # none: an empty Results, which every figure and table skips
     missing = [str(p) for p in sources if not p.exists()]
     if missing:
         raise DataError(f"nothing to report: {', '.join(missing)} not found (run a sweep or a notebook first)")
@@ -357,6 +357,66 @@ FIGURES = {
     "allreduce_time": _fig_allreduce_time,
     "busbw": _fig_busbw,
 }
+
+
+# One sentence under each figure in the report: what it shows and how to read it.
+CAPTIONS = {
+    "throughput": "Images per second against replicas, with the ideal line (N x the smallest count's rate); error "
+                  "bars are the standard error over timed loops, labels the scaling efficiency.",
+    "efficiency": "Scaling efficiency: speed-up over the ideal speed-up. 100% is perfect data parallelism.",
+    "step_breakdown": "Where each step's time goes: compute (the step without the all-reduce), the gradient "
+                      "all-reduce the step pays, and waiting for input.",
+    "images_per_replica": "Images each replica trained on: equal bars mean the split was even.",
+    "monitor": "The hardware monitor over the largest run: GPU utilisation and memory, or the host's CPU when the "
+               "replicas are simulated.",
+    "comm_vs_compute": "Compute and all-reduce time per step as replicas grow: where the all-reduce passes the "
+                       "compute, adding replicas stops paying.",
+    "loss_curves": "Training loss against epochs, one panel per LR rule, one colour per global batch; a red x marks "
+                   "a run that diverged or failed where it stopped.",
+    "val_accuracy": "Validation accuracy after each epoch, per LR rule and global batch (dashed: with warmup).",
+    "final_accuracy": "Final validation accuracy against global batch, one line per LR rule and warmup: the "
+                      "batch-size study's result at one glance.",
+    "allreduce_time": "All-reduce time against message size, per implementation; stars are the models' own "
+                      "gradient sets.",
+    "busbw": "Bus bandwidth (nccl-tests' busbw = algbw x 2(n-1)/n) against message size: comparable to a link's "
+             "rated bandwidth.",
+}
+
+
+def show(res: Results, name: str, save_to=None) -> None:
+    """Display figure ``name`` with its caption below it (in a notebook), or a line saying why it is not there."""
+    from IPython.display import Markdown, display
+
+    fig = figure(res, name, save_to)
+    if fig is None:
+        display(Markdown(f"*{name.replace('_', ' ')}: not in these results.*"))
+        return
+    display(fig)
+    display(Markdown(f"*Figure: {CAPTIONS[name]}*"))
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def discover(paths, out_dir) -> list[Path]:
+    """What to report on: ``paths`` when given, else every folder next to ``out_dir`` that holds results.
+
+    A folder holds results when it is a sweep folder (sweep.json), has run directories (summary.json) or an
+    all-reduce bench (allreduce.csv) in it; ``out_dir`` itself is left out. So 04_report with no arguments
+    reports on notebooks 01-03 run before it in the same ``runs/`` folder, or on every sweep there.
+    """
+    paths = [Path(p) for p in (paths or [])]
+    if paths:
+        return paths
+    out_dir = Path(out_dir).resolve()
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    found = []
+    for d in sorted(p for p in parent.iterdir() if p.is_dir() and p.resolve() != out_dir):
+        if (d / "sweep.json").exists() or next(d.rglob("summary.json"), None) or next(d.rglob("allreduce.csv"), None):
+            found.append(d)
+    return found
 
 
 def figure(res: Results, name: str, save_to=None):

@@ -181,6 +181,26 @@ def collect_runs(pdir: Path) -> dict:
     return info
 
 
+RESULTS_JSON = "results.json"
+NOTEBOOK_ONLY = "notebook-only"  # cells tagged so (notebooks/make_notebooks.py) stay out of HTML reports
+
+
+def recorded_values(pdir: Path) -> dict:
+    """The scalars a notebook recorded in ``results.json`` in its point folder (a JSON object), if it wrote one."""
+    path = pdir / RESULTS_JSON
+    if not path.exists():
+        return {}
+    try:
+        data = fileio.read_json(path)
+    except (OSError, ValueError) as e:
+        log.warning("%s is not readable JSON (%s); its values are not in results.csv", path, e)
+        return {}
+    if not isinstance(data, dict):
+        log.warning("%s holds a %s, not an object of named values; not in results.csv", path, type(data).__name__)
+        return {}
+    return {str(k): v for k, v in _flatten(data).items()}
+
+
 # --- results.csv -----------------------------------------------------------------------------------------
 def _cell(v):
     if isinstance(v, (list, dict)):
@@ -231,14 +251,14 @@ def _child_env(devices: list[str] | None) -> dict:
     return env
 
 
-def _spawn(notebook: Path, output: Path, params: dict, pdir: Path, gpus, log_file) -> subprocess.Popen:
+def _spawn(notebook: Path, output: Path, params: dict, pdir: Path, gpus, log_file, cwd: Path | None = None) -> subprocess.Popen:
     params_path = pdir / PARAMS_JSON
     fileio.write_json(params_path, params)
-    cmd = [sys.executable, "-m", "tftoolkit.experiments.sweep_point", str(notebook), str(output), str(params_path),
-           str(pdir / OUTCOME_JSON), str(os.getpid())]
+    cmd = [sys.executable, "-m", "tftoolkit.experiments.sweep_point", str(Path(notebook).resolve()),
+           str(Path(output).resolve()), str(params_path.resolve()), str((pdir / OUTCOME_JSON).resolve()), str(os.getpid())]
     # A new session: a timeout stops the point's whole process group, never the sweep itself.
     return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=_child_env(gpus), start_new_session=True)
+                            env=_child_env(gpus), start_new_session=True, cwd=cwd)
 
 
 def _start(spec: Spec, out: Path, point: Point, gpus, timeout: float | None) -> _Job:
@@ -249,9 +269,13 @@ def _start(spec: Spec, out: Path, point: Point, gpus, timeout: float | None) -> 
     now = time.time()
     fileio.write_json(pdir / POINT_JSON, {"id": point.id, "params": point.params, "status": "running",
                                           "started": now, "gpus": gpus})
-    params = {**point.inject, OUT_PARAM: str(pdir.resolve())}
+    if spec.takes_out_dir:
+        params, cwd = {**point.inject, OUT_PARAM: str(pdir.resolve())}, None
+    else:
+        # A notebook with no out_dir writes where it runs: in its point's folder.
+        params, cwd = dict(point.inject), pdir.resolve()
     log_file = open(pdir / LOG_TXT, "w")
-    proc = _spawn(spec.notebook, pdir / spec.notebook.name, params, pdir, gpus, log_file)
+    proc = _spawn(spec.notebook, pdir / spec.notebook.name, params, pdir, gpus, log_file, cwd=cwd)
     return _Job(point, proc, now, now + timeout if timeout else None, gpus, log_file)
 
 
@@ -280,6 +304,7 @@ def _finish(out: Path, job: _Job, timeout: float | None) -> dict:
     runs = collect_runs(pdir)
     if status == "ok" and runs["run_status"] != "ok":
         status, error = runs["run_status"], runs["run_error"]
+    runs["figures"].update(recorded_values(pdir))
     record = {"id": job.point.id, "params": job.point.params, "status": status, "error": error,
               "started": job.started, "finished": time.time(), "wall_s": round(time.time() - job.started, 2),
               "gpus": job.gpus, "runs": runs["runs"], "run_dir": runs["run_dir"], "figures": runs["figures"]}
@@ -446,12 +471,22 @@ def render_report(notebook: Path, sweep_dirs: list, out: Path, timeout: float | 
 
 
 def write_html(notebook: Path, html: Path) -> None:
-    """Render an executed notebook to a self-contained HTML page (figures embedded), atomically."""
+    """Render an executed notebook as a report page: its results only (no code, no stderr), figures embedded.
+
+    The code and the log stay in the executed notebook next to the page, for whoever wants them.
+    """
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(notebook), as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": f"tftoolkit: {notebook.stem}"}})
+    # A notebook's introduction (how to run it) is for the notebook, not for the page of its results.
+    nb.cells = [c for c in nb.cells if NOTEBOOK_ONLY not in c.get("metadata", {}).get("tags", [])]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            # The library's log lines reach a notebook as stderr; on a report page they read as errors.
+            cell.outputs = [o for o in cell.outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"tftoolkit: {notebook.stem}"}})
     fileio.atomic_write(html, body)  # readable by others: a report is for sharing
 
 

@@ -18,7 +18,10 @@ papermill's ``inspect_notebook``): the name must exist, and the value must have 
 default's type where there is no annotation). An int is a fine float. A single value for a parameter declared
 as ``list`` runs that point with a one-element list: ``grid: {replicas: [1, 2, 4]}`` on a notebook taking
 ``replicas: list`` gives three points, each with one replica count (``[1]``, ``[2]``, ``[4]``).
-``out_dir`` is the sweep's to set: each point writes into ``SWEEP_DIR/runs/<id>/``.
+Each point has its folder, ``SWEEP_DIR/runs/<id>/``. A notebook that declares ``out_dir`` gets that folder as
+``out_dir`` (the sweep's to set); any other parameterised notebook runs with that folder as its working
+directory, so what it writes (figures, CSVs) lands there. A ``results.json`` the notebook leaves in its folder (a
+JSON object of numbers and strings) becomes columns of results.csv.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class Spec:
     points: list[Point] = field(default_factory=list)
     source: str = "<dict>"
     description: str = ""
+
+    @property
+    def takes_out_dir(self) -> bool:
+        """Whether the notebook declares ``out_dir`` (else each point runs in its folder as working directory)."""
+        return OUT_PARAM in self.declared
 
     def identity(self) -> dict:
         """What makes two sweeps the same sweep: the notebook and the exact points."""
@@ -131,9 +139,6 @@ def load(spec, base_dir: str | Path | None = None) -> Spec:
                          "remove it from the spec")
 
     declared = declared_parameters(notebook)
-    if OUT_PARAM not in declared:
-        raise SweepError(f"{notebook} declares no '{OUT_PARAM}' parameter; a sweep needs it to give each point its "
-                         "own folder (add `out_dir: str = \"...\"` to its parameters cell)")
     undeclared = [n for n in names if n not in declared]
     if undeclared:
         raise SweepError(f"{source}: parameter(s) {', '.join(undeclared)} not declared in {notebook.name}'s parameters "

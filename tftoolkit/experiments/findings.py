@@ -1,0 +1,183 @@
+"""What a set of results shows, in sentences computed from them: the "what we found" block of a report.
+
+    from tftoolkit.experiments import findings, report
+    res = report.load(["runs/demo/scaling", "runs/demo/batch_lr"])
+    findings.markdown(res)      # a short Markdown list, for the top of report.html
+
+One finding per question the results can answer, and none for a question they cannot (no scaling runs: no
+sentence about speed-up):
+- speed-up and efficiency at the largest replica count (and that simulated replicas share the host's cores);
+- where the gradient all-reduce overtakes the compute, or that it never does in these runs;
+- the best LR rule per global batch, and how far the linear rule with warmup holds as the batch grows
+  (Goyal et al. 2017), next to the measured gradient noise scale (McCandlish et al. 2018) where there is one;
+- which points or runs failed, diverged or timed out, with their errors.
+File readers only: no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from . import report
+
+# Accuracy points (of 100) within which a large batch "holds" the small batch's accuracy (the issue's, and
+# roughly the run-to-run spread of these short CPU runs).
+HOLDS_WITHIN = 5.0
+
+
+def _label(row) -> str:
+    rule = str(row.get("lr_rule", "?"))
+    warm = row.get("warmup_epochs")
+    warmed = warm is not None and not (isinstance(warm, float) and math.isnan(warm)) and float(warm) > 0
+    return f"{rule}" + (f" + {float(warm):g}-epoch warmup" if warmed else "")
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"] if "status" in df.columns else df
+
+
+def scaling(res: report.Results) -> list[str]:
+    df = report.scaling_frame(res)
+    if df.empty or "speedup" not in df.columns:
+        return []
+    out = []
+    for mode, g in df.groupby("mode"):
+        g = _ok(g).dropna(subset=["speedup"])
+        if g.empty:
+            continue
+        top, base = g.sort_values("replicas").iloc[-1], g.sort_values("replicas").iloc[0]
+        if int(top["replicas"]) == int(base["replicas"]):
+            continue
+        kind = str(top.get("device_kind", ""))
+        note = (" The replicas are simulated on CPU and share the host's cores, so no speed-up is expected here: "
+                "these figures show the method; run the scaling sweep on GPUs for the real curve."
+                if kind == "CPU-simulated" else "")
+        out.append(f"**Scaling ({mode or 'as run'}):** {int(top['replicas'])} replicas ran at "
+                   f"{top['images_per_sec']:.0f} images/s, {top['speedup']:.2f}x the {int(base['replicas'])}-replica "
+                   f"rate: {top['efficiency']:.0%} scaling efficiency.{note}")
+    return out
+
+
+def communication(res: report.Results) -> list[str]:
+    df = report.scaling_frame(res)
+    need = {"compute_time_s", "allreduce_time_s", "replicas"}
+    if df.empty or not need <= set(df.columns):
+        return []
+    g = _ok(df).dropna(subset=list(need))
+    g = g[g["replicas"] > 1].sort_values("replicas")
+    if g.empty:
+        return []
+    over = g[g["allreduce_time_s"] > g["compute_time_s"]]
+    if not over.empty:
+        r = over.iloc[0]
+        return [f"**Communication:** the gradient all-reduce overtakes the compute at {int(r['replicas'])} replicas "
+                f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): past "
+                "that, more replicas buy little. A larger per-replica batch or a faster interconnect moves the point."]
+    frac = (g["allreduce_time_s"] / (g["allreduce_time_s"] + g["compute_time_s"]))
+    worst = g.loc[frac.idxmax()]
+    return [f"**Communication:** the all-reduce never overtakes the compute in these runs; its largest share is "
+            f"{frac.max():.0%} of the step, at {int(worst['replicas'])} replicas."]
+
+
+def batch_and_lr(res: report.Results) -> list[str]:
+    _, _, runs = report.batch_frames(res)
+    if runs.empty or not {"global_batch", "val_accuracy"} <= set(runs.columns):
+        return []
+    ok = _ok(runs).dropna(subset=["val_accuracy"])
+    if ok.empty:
+        return []
+    out = []
+    best = ok.loc[ok.groupby("global_batch")["val_accuracy"].idxmax()].sort_values("global_batch")
+    parts = [f"{int(r['global_batch'])}: {_label(r)} ({r['val_accuracy']:.0%})" for _, r in best.iterrows()]
+    out.append("**Best LR rule per global batch** (final validation accuracy): " + "; ".join(parts) + ".")
+    out += _linear_regime(ok)
+    noise = _noise_scale(res)
+    if noise:
+        out.append(noise)
+    return out
+
+
+def _linear_regime(ok: pd.DataFrame) -> list[str]:
+    """How far linear scaling with warmup keeps the smallest batch's accuracy (Goyal et al. 2017)."""
+    if "lr_rule" not in ok.columns:
+        return []
+    batches = sorted(int(b) for b in ok["global_batch"].unique())
+    if len(batches) < 2:
+        return []
+    ref_batch = batches[0]
+    ref = ok[ok["global_batch"] == ref_batch]["val_accuracy"].max()
+    warm = ok.get("warmup_epochs", pd.Series(0.0, index=ok.index)).fillna(0.0) > 0
+    lin = ok[(ok["lr_rule"] == "linear") & warm]
+    if lin.empty:
+        lin = ok[ok["lr_rule"] == "linear"]
+    if lin.empty:
+        return []
+    held, broke = [], None
+    for b in batches[1:]:
+        acc = lin[lin["global_batch"] == b]["val_accuracy"].max()
+        if isinstance(acc, float) and math.isnan(acc):
+            continue
+        if (ref - acc) * 100 <= HOLDS_WITHIN:
+            held.append((b, acc))
+        elif broke is None:
+            broke = (b, acc)
+    none = ok[ok["lr_rule"] == "none"]
+    sentences = []
+    if held:
+        b, acc = held[-1]
+        vs_none = none[none["global_batch"] == b]["val_accuracy"].max()
+        gap = f", {(acc - vs_none) * 100:.0f} points above no scaling ({vs_none:.0%})" if vs_none == vs_none else ""
+        sentences.append(f"**Linear scaling with warmup holds** up to batch {b} ({b // ref_batch}x the smallest): "
+                         f"{acc:.0%} against {ref:.0%} at batch {ref_batch}{gap}, at the same number of epochs.")
+    if broke is not None:
+        b, acc = broke
+        sentences.append(f"**The regime ends** at batch {b}: linear scaling with warmup reaches {acc:.0%}, "
+                         f"{(ref - acc) * 100:.0f} points below batch {ref_batch}, in {b // ref_batch}x fewer steps.")
+    elif held:
+        sentences.append(f"No batch in these runs goes past the regime: the largest ({batches[-1]}) still holds.")
+    return sentences
+
+
+def _noise_scale(res: report.Results) -> str | None:
+    if res.runs.empty or "noise_scale" not in res.runs.columns:
+        return None
+    ns = res.runs.dropna(subset=["noise_scale"])
+    ns = ns[ns["noise_scale"] > 0]
+    if ns.empty:
+        return None
+    value = float(ns["noise_scale"].median())
+    return (f"**Gradient noise scale:** B_simple ~ {value:.0f} examples (median of {len(ns)} run(s)): the critical "
+            "batch B_crit is about that size; batches well past it need proportionally more epochs for the same "
+            "loss, which is where linear scaling stops paying (McCandlish et al. 2018).")
+
+
+def failures(res: report.Results) -> list[str]:
+    df = res.points if not res.points.empty else res.runs
+    if df.empty or "status" not in df.columns:
+        return []
+    bad = df[df["status"].isin(["failed", "diverged", "timeout"])]
+    if bad.empty:
+        return [f"**Every point finished:** {len(df)} of {len(df)} ok."]
+    name = "id" if "id" in bad.columns else "run"
+    items = [f"{r[name]} ({r['status']}: {str(r.get('error') or '')[:120]})" for _, r in bad.iterrows()]
+    return [f"**{len(bad)} of {len(df)} did not finish normally:** " + "; ".join(items) + "."]
+
+
+def all_findings(res: report.Results) -> list[str]:
+    return scaling(res) + communication(res) + batch_and_lr(res) + failures(res)
+
+
+NOTHING = ("**Nothing to report yet:** no run, sweep or all-reduce folder was found. Run notebooks 01-03, a "
+           "sweep (`tftoolkit sweep SPEC --out runs/NAME`) or `make demo`, then this report again.")
+
+
+def markdown(res: report.Results) -> str:
+    """The findings as a Markdown list under a heading; a clear sentence when there is nothing to report."""
+    found = all_findings(res)
+    if not found and res.runs.empty and res.allreduce.empty:
+        return "## What we found\n\n" + NOTHING
+    if not found:
+        found = ["These results hold no scaling, communication or batch-size comparison to draw a finding from."]
+    return "## What we found\n\n" + "\n".join(f"- {f}" for f in found)
