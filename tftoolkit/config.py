@@ -66,7 +66,7 @@ class RunConfig:
                                    "memory: no I/O), or PATH: a folder of class sub-folders of images, or of TFRecords "
                                    "with a manifest.json (data/README.md)")
     train_images: int | None = _f(None, "use only the first N training images (default: all)")
-    image_size: int = _f(32, "image side in pixels for synthetic data")
+    image_size: int = _f(32, "image side in pixels: of synthetic data, and what class-folder images are resized to")
     num_classes: int = _f(10, "classes for synthetic data")
     augment: bool = _f(False, "random flip and pad-and-crop augmentation on training images")
     last_batch: str = _f("drop", "a final batch smaller than the global batch: drop it (count reported) or "
@@ -84,6 +84,9 @@ class RunConfig:
     divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
     measure: bool = _f(True, "time compute / all-reduce / input separately after training (a few extra steps), "
                              "and count FLOPs for MFU; adds the breakdown fields to summary.json")
+    profile_steps: str | None = _f(None, "capture a TensorFlow profiler trace of steps A-B (e.g. 20-25) into "
+                                         "RUN_DIR/tensorboard (view: TensorBoard's Profile tab, pip install "
+                                         "'tftoolkit[profile]'); those steps are left out of the throughput figures")
     noise_scale: bool = _f(False, "measure the gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al. "
                                   "2018) from the per-replica and all-reduced gradients (one replica: two half "
                                   "batches); adds noise_scale to steps.csv and summary.json")
@@ -129,6 +132,8 @@ class RunConfig:
         if self.global_batch is not None and self.replicas is not None and self.global_batch % self.replicas:
             raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}; "
                               f"use a multiple of {self.replicas}")
+        if self.profile_steps is not None:
+            self.profile_range()  # checks the form; the run checks the range against its steps
         if self.noise_scale:
             # The small batch is a replica's (on one replica: half the batch). A batch of 1 cannot be halved,
             # and on several replicas one example per replica makes |G_small|^2 a single per-example norm,
@@ -138,6 +143,20 @@ class RunConfig:
             if small is not None and small < 2:
                 raise ConfigError(f"noise_scale needs a per-replica batch of at least 2, got {small}; raise "
                                   "--per-replica-batch (or --global-batch) or drop --noise-scale")
+
+    def profile_range(self) -> tuple[int, int] | None:
+        """(A, B) of ``profile_steps`` "A-B" (1-based, inclusive), or None."""
+        if self.profile_steps is None:
+            return None
+        import re
+
+        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", str(self.profile_steps))
+        if not m:
+            raise ConfigError(f"profile_steps: expected A-B, two step numbers like 20-25, got {self.profile_steps!r}")
+        a, b = int(m.group(1)), int(m.group(2))
+        if not 1 <= a <= b:
+            raise ConfigError(f"profile_steps: need 1 <= A <= B, got {a}-{b}")
+        return a, b
 
     # --- conversion -----------------------------------------------------------------------------
     @classmethod
@@ -228,7 +247,7 @@ class RunConfig:
 
 # Keys that describe how a run is executed or reported, not what it computes: changing them does not
 # make a run directory belong to a different run.
-NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure"})
+NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure", "profile_steps"})
 # How many processes share the replicas does not change what a run computes (tests/test_multiworker.py:
 # 2 workers x 2 replicas end where 1 process x 4 replicas ends), so a run may resume on another host count.
 NON_IDENTITY_KEYS = NON_IDENTITY_KEYS | {"workers"}

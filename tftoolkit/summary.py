@@ -118,6 +118,10 @@ _ALL = (
         ("noise_scale_small_batch", "", "the small batch of the estimator (a replica's, or half the batch on one)"),
         ("noise_scale_big_batch", "", "the big batch of the estimator (the global batch)"),
     ])
+    + _fields("profiler (profile_steps)", [
+        ("profiled_steps", "", "the steps traced by TensorFlow's profiler, A-B (left out of the throughput figures)"),
+        ("profile_traces", "", "the trace files written (*.xplane.pb under tensorboard/plugins/profile)"),
+    ])
     + _fields("monitor", [
         ("monitor", "", "monitor.csv summarised over the timed phase (measure.monitor.summarize: utilisation, "
                         "memory, temperature, power, energy per GPU; flags for idle or throttled GPUs)"),

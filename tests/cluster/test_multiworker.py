@@ -47,7 +47,7 @@ def test_chief_writes_the_run_directory_and_every_worker_its_monitor(two_by_two)
     assert s["steps"] == 20 and s["global_batch"] == 64
     files = {p.name for p in out.iterdir()}
     assert files == {"config.json", "summary.json", "steps.csv", "evals.csv", "env.json", "monitor.csv",
-                     "monitor-worker1.csv", "checkpoints", ".lock"}
+                     "monitor-worker1.csv", "checkpoints", ".lock", "tensorboard"}
     assert (out / ".lock").read_text() == ""  # the chief held it, and released it when it wrote the summary
     # Non-chief checkpoints went to a temporary directory that is gone again.
     assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == []

@@ -129,10 +129,24 @@ def test_cli_data_prepare(tmp_path, capsys):
     assert json.loads((out / "manifest.json").read_text())["image_shape"] == [16, 16, 3]
 
 
-def test_default_location_follows_tftoolkit_data_dir(tmp_path, monkeypatch):
+def test_one_data_home_whatever_the_working_directory(tmp_path, monkeypatch, caplog):
     from tftoolkit.data import home
 
-    monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
-    assert home.default_dir() == tmp_path / "shapes16k"
+    monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path / "mine"))
+    assert home.default_dir() == tmp_path / "mine" / "shapes16k"
     monkeypatch.delenv("TFTOOLKIT_DATA_DIR")
-    assert home.default_dir() == Path("data") / "shapes16k"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seen = set()
+    for cwd in (tmp_path, tmp_path / "notebooks", tmp_path / "runs" / "sweep" / "runs" / "00"):
+        cwd.mkdir(parents=True, exist_ok=True)
+        monkeypatch.chdir(cwd)
+        seen.add(home.default_dir())
+    assert seen == {tmp_path / "cache" / "tftoolkit" / "datasets" / "shapes16k"}
+    # A checkout that made ./data/shapes16k before keeps it, with a note.
+    (tmp_path / "old" / "data" / "shapes16k").mkdir(parents=True)
+    (tmp_path / "old" / "data" / "shapes16k" / "manifest.json").write_text("{}")
+    monkeypatch.chdir(tmp_path / "old")
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        assert home.default_dir() == Path("data") / "shapes16k"
+    assert "found in the working directory" in caplog.text
+    assert home.describe()["shapes16k_prepared"] is True

@@ -18,8 +18,9 @@ def add(sub) -> None:
                                         "same bytes for the same seed. Writes TFRecord shards and manifest.json "
                                         "(see data/README.md). Does nothing if --out already holds the same "
                                         "dataset, verified.")
-    p.add_argument("--out", default=None, help="folder to write (default: data/shapes16k, or "
-                                               "$TFTOOLKIT_DATA_DIR/shapes16k when that is set)")
+    p.add_argument("--out", default=None, help="folder to write (default: shapes16k in the data home: "
+                                               "$TFTOOLKIT_DATA_DIR, else ~/.cache/tftoolkit/datasets; see "
+                                               "`tftoolkit env`)")
     p.add_argument("--images", type=int, default=16000, help="training images (default: 16000)")
     p.add_argument("--val-images", type=int, default=4000, help="validation images (default: 4000)")
     p.add_argument("--size", type=int, default=32, help="image side in pixels (default: 32)")

@@ -35,6 +35,16 @@ def add(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="only warnings and the final lines")
     p.set_defaults(func=demo)
 
+    p = sub.add_parser("tensorboard", help="open TensorBoard on a run or a sweep (scalars, HParams, profiler traces)",
+                       description="Start TensorBoard on RUN_DIR/tensorboard, or on a sweep folder (every point's runs "
+                                   "side by side, compared in the HParams tab). The same as `tensorboard --logdir "
+                                   "DIR --host 127.0.0.1`; stop it with Ctrl-C.")
+    p.add_argument("dir", metavar="RUN_OR_SWEEP_DIR", help="a run directory, a sweep folder, or any folder of runs")
+    p.add_argument("--port", type=int, default=6006, help="port to serve on (default: 6006)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only; "
+                                                     "0.0.0.0 shares it on the network)")
+    p.set_defaults(func=tensorboard)
+
 
 def sweep(args) -> int:
     from ..experiments import sweep as sweep_mod
@@ -82,3 +92,22 @@ def demo(args) -> int:
     if r["report_error"]:
         print(f"the report notebook failed: {r['report_error']}")
     return 0 if r["report"] and not r["report_error"] and not bad else 1
+
+
+def tensorboard(args) -> int:
+    """Run TensorBoard in the foreground on the folder's event files."""
+    import subprocess
+
+    from ..errors import RunDirError
+
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise RunDirError(f"{folder} is not a folder; give a run directory or a sweep folder")
+    logdir = folder / "tensorboard" if (folder / "tensorboard").is_dir() else folder
+    if not any(logdir.rglob("events.out.tfevents.*")):
+        raise RunDirError(f"no TensorBoard event files under {folder}: runs write them into RUN_DIR/tensorboard "
+                          "(runs made before tftoolkit wrote them have none)")
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", args.host,
+           "--port", str(args.port)]
+    print(f"TensorBoard on {logdir}: http://{args.host}:{args.port}/  (Ctrl-C stops it)", flush=True)
+    return subprocess.call(cmd)

@@ -1,7 +1,7 @@
 """What ``config.dataset`` names, as a DataSource:
 
     synthetic          class-conditional random tensors in memory (source.synthetic)
-    shapes16k          the generated set in $TFTOOLKIT_DATA_DIR/shapes16k (default: data/shapes16k)
+    shapes16k          the generated set, in the data home (data/home.py: $TFTOOLKIT_DATA_DIR, else ~/.cache)
     PATH               a folder of TFRecord shards with a manifest.json (tfrecords.py),
                        or a folder with one sub-folder of images per class (folders.py)
 
@@ -18,25 +18,40 @@ from pathlib import Path
 from ..errors import DataError
 from . import tfrecords
 from .home import DATA_DIR_ENV, SHAPES16K, default_dir
-from .source import DataSource, from_arrays, limit, synthetic
+from .source import DataSource, from_arrays, from_dataset, is_dataset, limit, synthetic
 
 log = logging.getLogger("tftoolkit")
 
 
-def load_source(config, arrays=None, cache: bool = True) -> DataSource:
+def load_source(config, data=None, cache: bool = True) -> DataSource:
     """The examples a config names, limited to ``config.train_images``.
 
-    ``arrays`` = (x, y) or (x, y, x_val, y_val) from the Python API. ``cache=False`` re-reads the files every
-    epoch (the input benchmark's cold path).
+    ``data`` replaces ``config.dataset`` (the Python API): NumPy arrays (x, y) or (x, y, x_val, y_val), a
+    tf.data.Dataset of unbatched (image, label) pairs, or a (train, validation) pair of such datasets.
+    ``cache=False`` re-reads file datasets every epoch (the input benchmark's cold path).
     """
-    if arrays is not None:
-        x, y, *rest = arrays
-        source = from_arrays(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
+    if data is not None:
+        source = _from_python(data, config)
     elif config.dataset == "synthetic":
         source = synthetic(config)
     else:
         source = load(config, cache=cache)
     return limit(source, config.train_images)
+
+
+def _from_python(data, config) -> DataSource:
+    if is_dataset(data):
+        return from_dataset(data, num_classes=config.num_classes)
+    if not isinstance(data, (tuple, list)):
+        raise DataError(f"data= takes NumPy arrays (x, y) or (x, y, x_val, y_val), or tf.data datasets, got "
+                        f"{type(data).__name__}")
+    if len(data) == 2 and all(is_dataset(d) for d in data):
+        return from_dataset(data[0], data[1], num_classes=config.num_classes)
+    if len(data) not in (2, 4):
+        raise DataError(f"data= takes (x, y) or (x, y, x_val, y_val) arrays, or (train, val) datasets; got "
+                        f"{len(data)} items")
+    x, y, *rest = data
+    return from_arrays(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
 
 
 def ensure_shapes16k(out=None, **kwargs) -> Path:
@@ -57,7 +72,7 @@ def load(config, cache: bool = True) -> DataSource:
     if name == SHAPES16K:
         path = default_dir()
         if not (path / tfrecords.MANIFEST).exists():
-            where = "" if DATA_DIR_ENV not in os.environ else f" (${DATA_DIR_ENV}={os.environ[DATA_DIR_ENV]})"
+            where = f" (${DATA_DIR_ENV})" if DATA_DIR_ENV in os.environ else f" (the data home; ${DATA_DIR_ENV} moves it)"
             raise DataError(f"shapes16k is not prepared in {path}{where}: run `tftoolkit data prepare` "
                             "(or call tftoolkit.data.catalog.ensure_shapes16k() in Python)")
     else:

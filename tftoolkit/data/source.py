@@ -74,6 +74,73 @@ def from_arrays(x, y, name="arrays", val: tuple | None = None, num_classes: int 
     return DataSource(name, ds(x, y), val_ds, len(x), n_val, tuple(x.shape[1:]), k)
 
 
+def is_dataset(obj) -> bool:
+    return type(obj).__module__.startswith("tensorflow") and hasattr(obj, "element_spec")
+
+
+def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = None) -> DataSource:
+    """A source from a tf.data.Dataset of unbatched (image, label) pairs (and an optional validation one).
+
+    The dataset is read once here, to count its examples and check its labels and image shapes, and kept in
+    memory after its first epoch (``cache``), so a user's pipeline runs once, not once per epoch, and every
+    epoch shuffles the same examples. One that is batched, holds other than (image, label) pairs, non-integer
+    labels or images of different shapes is refused with what to do about it.
+    """
+    import tensorflow as tf
+
+    ds, n, k = _checked(ds, "data", num_classes)
+    if val is not None:
+        val, n_val, k_val = _checked(val, "validation data", k)
+    else:
+        n_val = 0
+    shape = tuple(int(d) for d in ds.element_spec[0].shape)
+
+    def with_ids(d):
+        # (image, label, id): the id lets a test audit the split across replicas, as for every other source.
+        return d.enumerate().map(lambda i, xy: (xy[0], tf.cast(xy[1], tf.int32), i)).cache()
+
+    return DataSource(name, with_ids(ds), with_ids(val) if val is not None else None, n, n_val,
+                      shape if len(shape) == 3 else (*shape, 1), k)
+
+
+def _checked(ds, what: str, num_classes: int | None):
+    import tensorflow as tf
+
+    spec = ds.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, tf.TensorSpec) for s in spec)):
+        raise DataError(f"{what}: a tf.data.Dataset of (image, label) pairs is needed, got elements {spec}")
+    image, label = spec
+    if image.shape.rank == 4 or label.shape.rank not in (0, None):
+        raise DataError(f"{what} looks batched (images {image.shape}, labels {label.shape}): pass it unbatched, "
+                        "e.g. ds.unbatch(); the toolkit batches by the global batch and splits it across replicas")
+    if image.shape.rank not in (2, 3, None):
+        raise DataError(f"{what}: images must be (height, width) or (height, width, channels), got {image.shape}")
+    if not (label.dtype.is_integer):
+        raise DataError(f"{what}: labels must be integers (class indices), got {label.dtype.name}")
+    if image.shape.rank == 2:
+        ds = ds.map(lambda x, y: (x[..., None], y))
+    # One pass: how many, the label range, and the image shapes (a spec with unknown sizes can still hold
+    # images of one size, from a decoder say; a real mix of sizes cannot be batched).
+    count, lo, hi, shapes = 0, None, None, set()
+    for x, y in ds.map(lambda x, y: (tf.shape(x), y)).batch(4096).as_numpy_iterator():
+        count += len(y)
+        lo = int(y.min()) if lo is None else min(lo, int(y.min()))
+        hi = int(y.max()) if hi is None else max(hi, int(y.max()))
+        shapes |= {tuple(int(v) for v in row) for row in x}
+    if count == 0:
+        raise DataError(f"{what}: the dataset is empty")
+    if len(shapes) > 1:
+        a, b = sorted(shapes)[:2]
+        raise DataError(f"{what}: images of different shapes ({a} and {b}, {len(shapes)} in all); resize them to one "
+                        "size first, e.g. ds.map(lambda x, y: (tf.image.resize(x, [32, 32]), y))")
+    k = int(num_classes if num_classes is not None else hi + 1)
+    if lo < 0 or hi >= k:
+        raise DataError(f"{what}: label out of range: labels span [{lo}, {hi}] but there are {k} classes")
+    shape = next(iter(shapes))
+    ds = ds.map(lambda x, y: (tf.ensure_shape(x, shape), y))
+    return ds, count, k
+
+
 def synthetic(config) -> DataSource:
     """The synthetic set a config describes (image_size, num_classes, seed)."""
     x, y = synthetic_arrays(SYNTHETIC_TRAIN, config.image_size, config.num_classes, config.seed)

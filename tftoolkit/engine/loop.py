@@ -7,6 +7,7 @@ of what a resumed run must reproduce) nor a multiple of ``every`` (where checkpo
 that arithmetic; callers add what they do between calls through two small hooks, as orbit's Controller
 takes its actions:
 
+    before_call(step, n)          just before a call (the profiler starts here)
     on_loop(chunk) -> bool        after each call, on the host (timing, logs, divergence): True stops
     on_epoch_end(epoch, step, complete, stopped)   after an epoch's last call (evaluation, counts)
 
@@ -51,22 +52,28 @@ def timed_call(loop_fn, iterator, n: int) -> tuple[Any, float]:
 
 
 def chunk_steps(step: int, position: int, steps_per_epoch: int, total: int, steps_per_loop: int,
-                every: int = 0) -> int:
-    """Steps in the next call: up to steps_per_loop, to the epoch's end, the total, or the next multiple of every."""
+                every: int = 0, breaks=()) -> int:
+    """Steps in the next call: up to steps_per_loop, to the epoch's end, the total, the next multiple of every,
+    or the next step in ``breaks`` (where a call must end: a profiled range's edges)."""
     n = min(steps_per_loop, steps_per_epoch - position, total - step)
     if every:
         n = min(n, every - step % every)
+    for b in breaks:
+        if step < b:
+            n = min(n, b - step)
     return n
 
 
 def drive(loop_fn: Callable, make_iterator: Callable[[int, int], Any], *, start: int, total: int,
-          steps_per_epoch: int, steps_per_loop: int, every: int = 0,
+          steps_per_epoch: int, steps_per_loop: int, every: int = 0, breaks=(),
+          before_call: Callable[[int, int], None] | None = None,
           on_loop: Callable[[Chunk], bool] | None = None,
           on_epoch_end: Callable[..., None] | None = None) -> int:
     """Run ``loop_fn`` from step ``start`` to ``total``; returns the step reached.
 
     ``make_iterator(epoch, position)`` gives the iterator for an epoch entered at ``position`` (a resumed
     run starts mid-epoch). A hook that returns True stops the drive after its epoch's end hook has run.
+    ``before_call(step, n)`` runs just before a call of ``n`` steps from ``step`` (starting a profiler, say).
     """
     step = start
     while step < total:
@@ -74,7 +81,9 @@ def drive(loop_fn: Callable, make_iterator: Callable[[int, int], Any], *, start:
         iterator = make_iterator(epoch, pos)
         stopped = False
         while pos < steps_per_epoch and step < total:
-            n = chunk_steps(step, pos, steps_per_epoch, total, steps_per_loop, every)
+            n = chunk_steps(step, pos, steps_per_epoch, total, steps_per_loop, every, breaks)
+            if before_call is not None:
+                before_call(step, n)
             outputs, seconds = timed_call(loop_fn, iterator, n)
             chunk = Chunk(epoch, pos, step, n, seconds, outputs)
             step += n

@@ -111,11 +111,23 @@ def _application(name, input_shape, num_classes):
     return keras.Model(base.input, outputs, name=name)
 
 
-def build(name: str, input_shape, num_classes: int):
-    """Build the model ``name`` for this dataset; call inside ``strategy.scope()``."""
+def qualified_name(fn: Callable) -> str:
+    """How a model callable is recorded in a config (``module.qualname``; ``__main__.f`` for a notebook cell's)."""
+    return f"{getattr(fn, '__module__', None) or '<unknown>'}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
+def build(name, input_shape, num_classes: int):
+    """Build model ``name`` for this dataset; call inside ``strategy.scope()``.
+
+    ``name``: a registered name, a keras.applications name, ``package.module:function``, or a Python callable
+    ``fn(input_shape, num_classes) -> keras.Model`` (a model written in a notebook cell, say).
+    """
     import keras
 
-    if name in _REGISTRY:
+    label = qualified_name(name) if callable(name) else name
+    if callable(name):
+        model = _call(name, label, input_shape, num_classes)
+    elif name in _REGISTRY:
         model = _REGISTRY[name](tuple(input_shape), num_classes)
     elif name in APPLICATIONS:
         model = _application(name, input_shape, num_classes)
@@ -124,11 +136,19 @@ def build(name: str, input_shape, num_classes: int):
     else:
         raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
     if not isinstance(model, keras.Model):
-        raise ModelError(f"model {name!r} returned {type(model).__name__}, not a keras.Model")
+        raise ModelError(f"model {label!r} returned {type(model).__name__}, not a keras.Model")
     out = model.output_shape
     if not (isinstance(out, tuple) and out[-1] == num_classes):
-        raise ModelError(f"model {name!r} outputs shape {out}; expected (batch, {num_classes}) logits")
+        raise ModelError(f"model {label!r} outputs shape {out}; expected (batch, {num_classes}) logits")
     return model
+
+
+def _call(fn, label: str, input_shape, num_classes):
+    try:
+        return fn(tuple(input_shape), num_classes)
+    except Exception as e:  # noqa: BLE001 - the user's function: its error, in one line
+        raise ModelError(f"{label}(input_shape={tuple(input_shape)}, num_classes={num_classes}) failed: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 def _from_import_path(path: str, input_shape, num_classes):
@@ -140,8 +160,4 @@ def _from_import_path(path: str, input_shape, num_classes):
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise ModelError(f"{module_name} has no function {fn_name!r} (from --model {path})")
-    try:
-        return fn(tuple(input_shape), num_classes)
-    except Exception as e:  # noqa: BLE001
-        raise ModelError(f"{path}(input_shape={tuple(input_shape)}, num_classes={num_classes}) failed: "
-                         f"{type(e).__name__}: {e}") from None
+    return _call(fn, path, input_shape, num_classes)

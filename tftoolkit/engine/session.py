@@ -35,6 +35,16 @@ def resolve(config: RunConfig | dict) -> RunConfig:
     return config
 
 
+def with_model(config: RunConfig, model) -> RunConfig:
+    """``config`` with ``model`` (a callable) named in it: what the run directory records and resumes by."""
+    from .models import qualified_name
+
+    if not callable(model):
+        raise ConfigError(f"model= takes a callable fn(input_shape, num_classes) -> keras.Model, got "
+                          f"{type(model).__name__}; a model name goes in the config (model='small_cnn')")
+    return config.replace(model=qualified_name(model))
+
+
 def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup) -> None:
     """Seed, op determinism and the Keras precision policy: process-wide, so set for every run."""
     import keras
@@ -67,6 +77,7 @@ class Session:
     source: Any            # data.source.DataSource
     strategy: Any
     impl: str              # the all-reduce implementation the strategy uses
+    model: Any = None      # a Python callable building the model, when one replaces config.model
 
     @property
     def derived(self) -> dict:
@@ -74,8 +85,9 @@ class Session:
 
 
 def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
-          strategy: tuple | None = None, load_data: bool = True) -> Session:
-    """Set up a run of ``config``; ``data`` = NumPy arrays (x, y) or (x, y, x_val, y_val) instead of the dataset.
+          strategy: tuple | None = None, load_data: bool = True, model=None) -> Session:
+    """Set up a run of ``config``; ``data`` replaces the dataset (see data.catalog.load_source: NumPy arrays or
+    tf.data datasets), ``model`` (a callable) replaces ``config.model``, whose name it records.
 
     ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache=False`` makes file
     datasets re-read their files every epoch.
@@ -84,10 +96,12 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     from .strategy import make_strategy
 
     config = resolve(config)
+    if model is not None:
+        config = with_model(config, model)
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
     source = catalog.load_source(config, data, cache=cache) if load_data else None
     apply_global_settings(config, setup)
     if strategy is None:
         strategy = make_strategy(setup, config.cross_device_ops)
-    return Session(config, setup, source, *strategy)
+    return Session(config, setup, source, *strategy, model=model)

@@ -29,6 +29,7 @@ class Engine:
     train_loop: Any   # tf.function(iterator, n) -> (losses[n], examples per replica[R])
     evaluate: Any     # tf.function(dataset) -> (sum loss, correct, count)
     noise: Any = None  # noise.NoiseScale with --noise-scale: EMAs, and the latest loop's per-step values
+    model_source: Any = None  # what built the model: config.model, or the Python callable that replaced it
 
 
 def jit_effective(config, strategy) -> bool:
@@ -47,10 +48,11 @@ def jit_effective(config, strategy) -> bool:
 
 
 def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
-                 schedule=None) -> Engine:
+                 schedule=None, model=None) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
     gradients (scaled as if summed): the same compute without communication, for the step-time breakdown.
-    ``schedule`` replaces the config's learning-rate schedule (the LR finder's sweep).
+    ``schedule`` replaces the config's learning-rate schedule (the LR finder's sweep); ``model``, a callable
+    ``fn(input_shape, num_classes) -> keras.Model``, replaces ``config.model`` (which then records its name).
     """
     import keras
     import tensorflow as tf
@@ -62,7 +64,8 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     global_batch = config.global_batch_size
     partial = config.last_batch == "partial"
     with strategy.scope():
-        model = models.build(config.model, source.input_shape, source.num_classes)
+        model_source = model if model is not None else config.model
+        model = models.build(model_source, source.input_shape, source.num_classes)
         if schedule is None:
             schedule = schedules.from_config(config, train_examples)
         optimizer = make_optimizer(config, schedule)
@@ -160,4 +163,4 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             total += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, o, axis=None) for o in out])
         return total
 
-    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise)
+    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source)

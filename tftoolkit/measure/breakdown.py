@@ -154,7 +154,8 @@ def time_step_parts(engine, config, source, train_examples: int, rounds: int = M
     iterator = _Replay(strategy, pipeline.first_batch(source, config.global_batch_size))
     saved = _snapshot(engine)
     try:
-        bare = build_engine(config, strategy, source, train_examples, allreduce=False)
+        bare = build_engine(config, strategy, source, train_examples, allreduce=False, model=engine.model_source
+                            if callable(engine.model_source) else None)
         # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
         _time_loop(engine.train_loop, iterator, 1)
         _time_loop(bare.train_loop, iterator, 1)

@@ -451,6 +451,7 @@ def collect(tf_info: dict | None = None) -> dict:
         "driver": {"nvml_available": False, "driver_version": None, "cuda_driver_version": None, "reason": None},
         "gpus": [],
         "topology": {"source": None, "matrix": [], "pairs": [], "complete": False},
+        "data": _data_home(errors),
     }
     gpus: list[dict] = []
     handles: list = []
@@ -512,6 +513,16 @@ def collect(tf_info: dict | None = None) -> dict:
     return report
 
 
+def _data_home(errors: list) -> dict:
+    try:
+        from ..data import home
+
+        return home.describe()
+    except Exception as exc:  # noqa: BLE001 - a report never fails on one item
+        errors.append({"where": "data.home", "error": nvml_api.error_text(exc)})
+        return {}
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Human-readable form
 # ----------------------------------------------------------------------------------------------------------------------
@@ -520,6 +531,13 @@ def _table(headers: list[str], rows: list[list]) -> list[str]:
     widths = [max(len(h), *(len(r[k]) for r in cells)) if cells else len(h) for k, h in enumerate(headers)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return ["  " + fmt.format(*headers).rstrip()] + ["  " + fmt.format(*r).rstrip() for r in cells]
+
+
+def _data_line(data: dict) -> str | None:
+    if not data:
+        return None
+    ready = "shapes16k prepared" if data.get("shapes16k_prepared") else "shapes16k not prepared yet"
+    return f"{data['data_home']} ({data['set_by']}; {ready})"
 
 
 def _gib(n) -> str | None:
@@ -551,6 +569,7 @@ def format_report(report: dict) -> str:
         ["tensorflow", tf_line],
         ["nvidia driver", driver],
         ["nccl", ("yes: " if nccl["usable"] else "no: " if nccl["usable"] is False else "? ") + nccl["reason"]],
+        ["data home", _data_line(report.get("data") or {})],
     ])
     out += ["", "GPUs"]
     if report["gpus"]:

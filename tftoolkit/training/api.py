@@ -26,10 +26,15 @@ def default_out(config: RunConfig) -> Path:
 
 
 def train(config: RunConfig | dict, out: str | Path | None = None, *, force: bool = False, quiet: bool = False,
-          data=None) -> dict:
+          data=None, model=None) -> dict:
     """Train data-parallel as ``config`` says and write the run directory; returns the summary dict.
 
-    ``data``: optional NumPy arrays (x, y) or (x, y, x_val, y_val) instead of ``config.dataset``.
+    ``data`` instead of ``config.dataset``: NumPy arrays (x, y) or (x, y, x_val, y_val), or a tf.data.Dataset of
+    unbatched (image, label) pairs, or a (train, validation) pair of them (data.catalog.load_source).
+    ``model`` instead of ``config.model``: any callable ``fn(input_shape, num_classes) -> keras.Model``, one
+    defined in a notebook cell included; the config records its qualified name (``__main__.my_model``).
+    Both stay in this process: a sweep runs its points in fresh processes, so there they are names
+    (a registered model or ``package.module:function``, a dataset name or folder).
     """
     from ..cluster import spec
     from ..engine import session
@@ -37,34 +42,37 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     ensure_logging(quiet)
     config, cluster = spec.resolve(config)  # a cluster in TF_CONFIG or Slurm sets `workers`
     config = session.resolve(config)
+    if model is not None:
+        config = session.with_model(config, model)  # the run directory records the callable's name
     if config.workers > 1:
         if out is None:
             raise ConfigError("a multi-worker run needs a run directory (out=... / --out) that every worker names")
         if cluster is None:
-            if data is not None:
-                raise ConfigError("NumPy arrays cannot be handed to worker processes; give a dataset name, or run "
-                                  "the workers yourself (TF_CONFIG) with the arrays in each")
+            if data is not None or model is not None:
+                raise ConfigError("in-memory data and model callables cannot be handed to worker processes; give a "
+                                  "dataset name and a model name (or package.module:function), or run the workers "
+                                  "yourself (TF_CONFIG) with them in each")
             from ..cluster import launch
 
             return launch.train_here(config, out, force=force, quiet=quiet)
-        return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data)
+        return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data, model=model)
     out = Path(out) if out is not None else default_out(config)
     # Held from before anything is set up (a second process stops at once) until the summary is written, and
     # before --force may clear the folder: one writer per run directory.
     with rundir.lock(out):
-        sess = session.start(config, data)
+        sess = session.start(config, data, model=model)
         out, resuming = rundir.prepare(out, sess.config.to_dict(), force=force)
         return _run(sess, out, quiet, resuming=resuming)
 
 
-def _train_worker(config, cluster, out, *, force, quiet, data) -> dict:
+def _train_worker(config, cluster, out, *, force, quiet, data, model) -> dict:
     """This worker's part of a multi-worker run; returns the summary (a non-chief's copy is not written)."""
     from ..cluster import workers
     from ..engine import session
 
     setup, strategy, out, lock = workers.join(config, cluster, out, force=force)
     try:
-        sess = session.start(config, data, setup=setup, strategy=strategy)
+        sess = session.start(config, data, setup=setup, strategy=strategy, model=model)
         # Every worker reads summary.json after all have joined, when only the chief could have changed it.
         summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers)
     finally:

@@ -47,6 +47,7 @@ class Run:
         self.loop_times: list[tuple[float, int]] = []   # per timed loop: (seconds, steps)
         self.status, self.error = "ok", None
         self.started = time.time()
+        self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
         import tensorflow as tf
@@ -59,7 +60,7 @@ class Run:
                  derived["global_batch"], derived["per_replica_batch"], config.replicas, derived["learning_rate"],
                  config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
                  derived["total_steps"], derived["warmup_steps"])
-        eng = build_engine(config, strategy, self.source, derived["train_examples"])
+        eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model)
         self.engine = eng
         self.state = {
             "step": tf.Variable(0, dtype=tf.int64, trainable=False),
@@ -78,6 +79,7 @@ class Run:
             log.info("resuming from step %d (%s)", self.resumed_from, latest)
         if self.chief:
             self._write_env()
+        self._start_tensorboard()
         from ..measure.monitor import Monitor
 
         # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
@@ -98,6 +100,27 @@ class Run:
             self._finish()
             raise
         return self._finish()
+
+    def _start_tensorboard(self):
+        from .tensorboard import Events, Profile
+
+        config, total = self.config, self.derived["total_steps"]
+        self.events = Events(self.out / "tensorboard") if self.chief else None
+        if self.events is not None:
+            self.events.hparams(config.to_dict(), self.out.name)
+        self.profile = None
+        span = config.profile_range()
+        if span is not None:
+            a, b = span
+            if b > total or a <= self.resumed_from:
+                from ..errors import ConfigError
+
+                where = (f"this run has {total} steps" if b > total else
+                         f"this run resumes after step {self.resumed_from}")
+                raise ConfigError(f"profile_steps {a}-{b} is outside the run: {where}; give steps between "
+                                  f"{self.resumed_from + 1} and {total}")
+            # Every worker traces its own devices; the chief's trace is the one in the run directory.
+            self.profile = Profile(self.out / "tensorboard", a, b) if self.chief else None
 
     def _write_env(self):
         import tensorflow as tf
@@ -131,15 +154,22 @@ class Run:
             ds = pipeline.train_dataset(self.source, config, epoch, skip_batches=pos)
             return iter(pipeline.distribute(eng.strategy, ds))
 
+        def before_call(step, n):
+            if self.profile is not None:
+                self.profile.before(step)
+
         def on_loop(chunk: loop.Chunk) -> bool:
             losses, counts = chunk.outputs
             n, step = chunk.steps, chunk.last_step
             st["counts"].assign_add(counts)
+            profiled = self.profile is not None and self.profile.covers(chunk.first_step, step)
+            if self.profile is not None:
+                self.profile.after(step)
             if self.warm_loops_left > 0:
                 self.warm_loops_left -= 1
                 if not self.warm_loops_left:
                     self.monitor.phase("train")
-            else:
+            elif not profiled:  # a traced call runs slower: it is no measure of throughput
                 self.loop_times.append((chunk.seconds, n))
             noise_rows = eng.noise.last.numpy() if eng.noise is not None else None
             for i, loss in enumerate(losses):
@@ -147,6 +177,11 @@ class Run:
                                   "step_time_s": chunk.seconds / n})
                 if noise_rows is not None:
                     self.rows[-1]["noise_scale"] = float(noise_rows[i, 2])
+            if self.events is not None:
+                lrs = np.asarray(self.engine.schedule(np.arange(chunk.first_step, step, dtype=np.float32)))
+                self.events.steps(chunk.first_step, losses, lrs, chunk.seconds / n,
+                                  n * config.global_batch_size / chunk.seconds,
+                                  noise_rows[:, 2] if noise_rows is not None else None)
             if math.isnan(float(st["initial_loss"].numpy())):
                 st["initial_loss"].assign(float(losses[0]))
             st["step"].assign(step)
@@ -169,12 +204,16 @@ class Run:
                 self._evaluate(self.dist_val, epoch, step)
                 self.monitor.phase("train" if self.warm_loops_left == 0 else "warmup")
 
+        span = config.profile_range()
         try:
             loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
-                       steps_per_loop=config.steps_per_loop, every=config.checkpoint_every, on_loop=on_loop,
+                       steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
+                       breaks=(span[0] - 1, span[1]) if span else (), before_call=before_call, on_loop=on_loop,
                        on_epoch_end=on_epoch_end)
         finally:
             bar.close()
+            if self.profile is not None:
+                self.profile.stop()  # a run that stopped inside the range still leaves its trace
         if self.status == "ok":
             self._checkpoint()
 
@@ -202,6 +241,8 @@ class Run:
         row = {"epoch": epoch, "step": step, "val_loss": float(loss_sum / count), "val_accuracy": float(correct / count),
                "val_examples": int(count)}
         self.evals.append(row)
+        if self.events is not None:
+            self.events.evaluation(step, row["val_loss"], row["val_accuracy"])
         log.info("epoch %d (step %d): val_loss %.4f, val_accuracy %.4f", epoch, step, row["val_loss"], row["val_accuracy"])
 
     # --- files ---------------------------------------------------------------------------------
@@ -323,6 +364,11 @@ class Run:
 
             summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary))
         summary["monitor"] = self._monitor_summary(thr)
+        if self.profile is not None:
+            summary["profiled_steps"] = config.profile_steps
+            summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]
+        if self.events is not None:
+            self.events.final(summary)
         if self.chief:
             fileio.write_json(self.out / "summary.json", summary_schema.check(summary))
         if self.status == "ok":

@@ -1,0 +1,114 @@
+"""TensorBoard event files for a run: scalars per step and per epoch, HParams, and the profiler's trace.
+
+    RUN_DIR/tensorboard/train/        loss, learning_rate, images_per_sec, step_time_s (per step), noise_scale
+    RUN_DIR/tensorboard/validation/   loss, accuracy (per epoch, at the step it ended)
+    RUN_DIR/tensorboard/plugins/profile/<run>/*.xplane.pb    with --profile-steps A-B (TensorBoard's Profile tab)
+
+``tensorboard --logdir RUN_DIR/tensorboard`` (or ``tftoolkit tensorboard RUN_OR_SWEEP_DIR``) shows them; on a
+sweep folder every point's runs appear side by side, and the HParams tab compares them: each run writes its
+config as hyperparameters and its final figures as metrics (final/val_accuracy, final/loss, ...).
+
+Everything is written from the host loop after the timed call has returned, as steps.csv is, so none of it is
+in the throughput figures. Only the chief writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger("tftoolkit")
+
+METRICS = ("val_accuracy", "val_loss", "final_loss", "images_per_sec")  # the HParams tab's columns
+
+
+class Events:
+    def __init__(self, logdir: Path):
+        import tensorflow as tf
+
+        self.logdir = Path(logdir)
+        self.train = tf.summary.create_file_writer(str(self.logdir / "train"))
+        self.validation = tf.summary.create_file_writer(str(self.logdir / "validation"))
+
+    def hparams(self, config: dict, run_name: str) -> None:
+        """The run's config as HParams (scalars only; a list such as gpus as its text)."""
+        from tensorboard.plugins.hparams import api as hp
+
+        values = {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in config.items()
+                  if v is not None}
+        with self.train.as_default():
+            hp.hparams(values, trial_id=run_name)
+
+    def steps(self, first_step: int, losses, learning_rates, step_time_s: float, images_per_sec: float,
+              noise=None) -> None:
+        import tensorflow as tf
+
+        with self.train.as_default():
+            for i, loss in enumerate(losses):
+                step = first_step + i + 1
+                tf.summary.scalar("loss", float(loss), step=step)
+                tf.summary.scalar("learning_rate", float(learning_rates[i]), step=step)
+                tf.summary.scalar("step_time_s", step_time_s, step=step)
+                tf.summary.scalar("images_per_sec", images_per_sec, step=step)
+                if noise is not None:
+                    tf.summary.scalar("noise_scale", float(noise[i]), step=step)
+
+    def evaluation(self, step: int, loss: float, accuracy: float) -> None:
+        import tensorflow as tf
+
+        with self.validation.as_default():
+            tf.summary.scalar("loss", loss, step=step)
+            tf.summary.scalar("accuracy", accuracy, step=step)
+
+    def final(self, summary: dict) -> None:
+        """The run's outcome as the HParams tab's metrics (at the last step)."""
+        import math
+
+        import tensorflow as tf
+
+        with self.train.as_default():
+            for name in METRICS:
+                v = summary.get(name)
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    tf.summary.scalar(f"final/{name}", float(v), step=int(summary.get("steps") or 0))
+        self.close()
+
+    def close(self) -> None:
+        for w in (self.train, self.validation):
+            w.flush()
+            w.close()
+
+
+class Profile:
+    """TensorFlow's profiler over steps ``first``..``last`` (1-based, inclusive) into ``logdir``."""
+
+    def __init__(self, logdir: Path, first: int, last: int):
+        self.logdir, self.first, self.last = Path(logdir), first, last
+        self.active = False
+
+    def before(self, first_step: int) -> None:
+        """Called before each call of the compiled loop, with the step it starts after."""
+        if first_step == self.first - 1 and not self.active:
+            import tensorflow as tf
+
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            tf.profiler.experimental.start(str(self.logdir))
+            self.active = True
+            log.info("profiling steps %d-%d into %s", self.first, self.last, self.logdir)
+
+    def covers(self, first_step: int, last_step: int) -> bool:
+        return first_step < self.last and last_step >= self.first
+
+    def after(self, last_step: int) -> None:
+        if self.active and last_step >= self.last:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.active:
+            import tensorflow as tf
+
+            tf.profiler.experimental.stop()
+            self.active = False
+
+    def traces(self) -> list[Path]:
+        return sorted(self.logdir.glob("plugins/profile/*/*.xplane.pb"))
