@@ -10,6 +10,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The small, fast recipe behavioural tests train with (a test about counts, files or resuming does not need the
+# default model, which is several times heavier): small_cnn, no warmup, a constant LR.
+FAST = dict(model="small_cnn", warmup_epochs=0.0, schedule="constant")
+FAST_ARGS = ["--model", "small_cnn", "--warmup-epochs", "0", "--schedule", "constant"]
+
 
 def env_with_tests_on_path(**extra) -> dict:
     """os.environ for a subprocess that must import this folder's modules (``--model models_for_tests:...``)."""

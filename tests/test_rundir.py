@@ -14,8 +14,10 @@ from tftoolkit import cli, rundir
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import RunDirError
 
+from helpers import FAST
+
 TINY = dict(replicas=1, per_replica_batch=16, steps=2, steps_per_loop=2, dataset="synthetic", image_size=8,
-            train_images=64, measure=False, timing_warmup_steps=0)
+            train_images=64, measure=False, timing_warmup_steps=0, **FAST)
 
 
 def _dead_pid() -> int:

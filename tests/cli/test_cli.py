@@ -9,6 +9,8 @@ import pytest
 from tftoolkit import cli
 from tftoolkit.config import cli_fields
 
+from helpers import FAST_ARGS
+
 
 def run_cli(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "tftoolkit", *args], capture_output=True, text=True, timeout=timeout)
@@ -69,18 +71,18 @@ def test_gpus_on_a_machine_without_gpus(tmp_path):
 @pytest.mark.slow
 def test_unknown_model_and_existing_run_dir_through_the_cli(tmp_path, capsys):
     common = ["--replicas", "2", "--per-replica-batch", "16", "--steps", "2", "--dataset", "synthetic",
-              "--image-size", "16", "--train-images", "256", "--no-measure", "--quiet"]
+              "--image-size", "16", "--train-images", "256", "--no-measure", "--quiet", *FAST_ARGS]
     # In a process of its own: exit status and stderr as a shell sees them.
-    r = run_cli("train", "--out", str(tmp_path / "m"), "--model", "nope", *common)
+    r = run_cli("train", "--out", str(tmp_path / "m"), *common, "--model", "nope")  # the last --model counts
     assert r.returncode == 2 and "unknown model 'nope'" in _user_lines(r.stderr)[-1] and "Traceback" not in r.stderr
 
     assert cli.main(["train", "--out", str(tmp_path / "r"), *common]) == 0
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "ok"
     assert "status ok" in capsys.readouterr().out
-    assert cli.main(["train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.3"]) == 2
+    assert cli.main(["train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.003"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds a different run" in err[0] and "--force" in err[0]
-    assert cli.main(["train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.3", "--force"]) == 0
+    assert cli.main(["train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.003", "--force"]) == 0
 
 
 @pytest.mark.slow

@@ -22,11 +22,11 @@ from tftoolkit.cluster import spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 
-from helpers import checkpoint_variables, checkpointed_step
+from helpers import FAST, checkpoint_variables, checkpointed_step
 
 # 16 steps per epoch (1024 / 64), so evaluation runs at step 16 and at the end: a collective mid-run too.
 ARGS = dict(workers=2, replicas=4, per_replica_batch=16, steps=20, steps_per_loop=5, checkpoint_every=5,
-            dataset="synthetic", image_size=16, train_images=1024, optimizer="momentum", base_lr=0.05)
+            dataset="synthetic", image_size=16, train_images=1024, optimizer="momentum", base_lr=0.05, **FAST)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,7 @@ def test_chief_writes_the_run_directory_and_every_worker_its_monitor(two_by_two)
     files = {p.name for p in out.iterdir()}
     assert files == {"config.json", "summary.json", "steps.csv", "evals.csv", "env.json", "monitor.csv",
                      "monitor-worker1.csv", "checkpoints", ".lock", "tensorboard"}
+    assert len(list((out / "tensorboard" / "train").glob("events.out.tfevents.*"))) == 1  # the chief's only
     assert (out / ".lock").read_text() == ""  # the chief held it, and released it when it wrote the summary
     # Non-chief checkpoints went to a temporary directory that is gone again.
     assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == []

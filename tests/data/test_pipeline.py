@@ -15,10 +15,12 @@ from tftoolkit.data import catalog, pipeline, shapes
 from tftoolkit.config import RunConfig
 from tftoolkit.engine.strategy import make_strategy
 
+from helpers import FAST
+
 N = 400  # training images; 4 shards of 100
 # The post-training step-time breakdown (RunConfig.measure, where present) is not what these tests are about
 # and costs about 30 s per run on 2 cores.
-NO_MEASURE = {"measure": False}
+NO_MEASURE = {"measure": False, **FAST}
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,19 @@ def test_n_replicas_equal_one_device(replicas, optimizer, lr):
     np.testing.assert_allclose(ln, l1, rtol=1e-5)
 
 
+def test_the_default_recipe_on_four_replicas_equals_one_device():
+    # The default model and optimiser (small_vgg, Adam): per-image standardisation and no batch norm, so nothing
+    # in the forward pass depends on how the global batch is cut.
+    d = RunConfig()
+    assert (d.model, d.optimizer) == ("small_vgg", "adam")
+    w1, l1 = _train_weights(1, d.optimizer, 0.003, model=d.model)
+    w4, l4 = _train_weights(4, d.optimizer, 0.003, model=d.model)
+    w0, _ = _train_weights(1, d.optimizer, 0.003 * 1e-6, model=d.model)
+    assert max(np.abs(a - b).max() for a, b in zip(w1, w0)) > 1e-3
+    _assert_same(w1, w4, rtol=1e-4)
+    np.testing.assert_allclose(l4, l1, rtol=1e-5)
+
+
 @pytest.fixture
 def restore_float32():
     yield
@@ -78,6 +91,16 @@ def test_synchronized_batchnorm_resnet20_matches_one_device(restore_float32):
     # In float64 the rounding vanishes and what is left is the arithmetic, which must be the same.
     w1, l1 = _train_weights(1, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS, dtype="float64")
     w2, l2 = _train_weights(2, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS, dtype="float64")
+    _assert_same(w1, w2, rtol=1e-5)
+    np.testing.assert_allclose(l2, l1, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_batch_study_model_small_cnn_bn_matches_one_device(restore_float32):
+    # The batch-size study's model: synchronized batch norm, so its statistics are the global batch's on any
+    # replica count (float64 for the reason above).
+    w1, l1 = _train_weights(1, "momentum", 0.05, model="small_cnn_bn", steps_per_loop=STEPS, dtype="float64")
+    w2, l2 = _train_weights(2, "momentum", 0.05, model="small_cnn_bn", steps_per_loop=STEPS, dtype="float64")
     _assert_same(w1, w2, rtol=1e-5)
     np.testing.assert_allclose(l2, l1, rtol=1e-6)
 

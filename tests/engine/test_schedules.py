@@ -6,7 +6,8 @@ from tftoolkit.engine.schedules import WarmupSchedule, from_config, lr_at
 
 def test_linear_warmup_from_base_to_scaled_then_constant():
     # 4 replicas x 128 = 512 = 2 x base batch: linear rule doubles 0.1 to 0.2; 100 steps/epoch, 1 warmup epoch.
-    c = RunConfig(replicas=4, per_replica_batch=128, base_lr=0.1, base_batch=256, warmup_epochs=1, epochs=3)
+    c = RunConfig(replicas=4, per_replica_batch=128, base_lr=0.1, base_batch=256, lr_rule="linear", warmup_epochs=1,
+                  schedule="constant", epochs=3)
     s = from_config(c, 51200)
     assert lr_at(s, 0) == pytest.approx(0.1)
     assert lr_at(s, 50) == pytest.approx(0.15)
@@ -30,7 +31,8 @@ def test_step_decay_milestones():
 
 
 def test_sqrt_rule_peak_and_no_warmup():
-    c = RunConfig(replicas=4, per_replica_batch=256, base_lr=0.001, base_batch=256, lr_rule="sqrt", optimizer="adam")
+    c = RunConfig(replicas=4, per_replica_batch=256, base_lr=0.001, base_batch=256, lr_rule="sqrt", optimizer="adam",
+                  warmup_epochs=0, schedule="constant")
     s = from_config(c, 10240)
     assert lr_at(s, 0) == pytest.approx(0.002)
     assert lr_at(s, 9) == pytest.approx(0.002)

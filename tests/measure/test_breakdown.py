@@ -9,6 +9,8 @@ from tftoolkit.engine import devices
 from tftoolkit.measure import breakdown as measure, flops
 from tftoolkit.config import RunConfig
 
+from helpers import FAST
+
 devices.init(4)  # before anything touches TensorFlow (conftest does the same)
 
 
@@ -113,7 +115,7 @@ def test_gpu_peak_comes_from_the_rated_table(monkeypatch):
 
 # --- on a real engine and a real run --------------------------------------------------------------------------
 SMALL = dict(dataset="synthetic", image_size=16, train_images=256, per_replica_batch=16, steps_per_loop=4,
-             timing_warmup_steps=4, eval_every_epoch=False)
+             timing_warmup_steps=4, eval_every_epoch=False, **FAST)
 
 
 def test_measuring_does_not_change_the_trained_weights(cpu_devices):

@@ -15,9 +15,11 @@ import pytest
 from tftoolkit import cli, fileio
 from tftoolkit.errors import RunDirError
 
+from helpers import FAST_ARGS
+
 TRAIN = ["train", "--replicas", "1", "--per-replica-batch", "16", "--steps", "6", "--steps-per-loop", "2",
          "--checkpoint-every", "2", "--dataset", "synthetic", "--image-size", "8", "--train-images", "128",
-         "--no-measure", "--quiet"]
+         "--no-measure", "--quiet", *FAST_ARGS]
 
 
 def _mount(args: list[str], target) -> None:

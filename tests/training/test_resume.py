@@ -15,10 +15,10 @@ import pytest
 import tftoolkit
 from tftoolkit.config import RunConfig
 
-from helpers import checkpoint_variables, checkpointed_step
+from helpers import FAST, checkpoint_variables, checkpointed_step
 
 ARGS = dict(replicas=2, per_replica_batch=32, steps=60, steps_per_loop=5, checkpoint_every=5, measure=False, dataset="synthetic",
-            image_size=24, train_images=1280, optimizer="momentum", base_lr=0.05)
+            image_size=24, train_images=1280, optimizer="momentum", base_lr=0.05, **FAST)
 
 
 def _cli_args(out):
@@ -71,7 +71,7 @@ def test_sigkill_at_a_random_step_then_resume_matches_uninterrupted(tmp_path):
 # --- killed anywhere, ten times -----------------------------------------------------------------------------
 KILL_ARGS = dict(replicas=2, per_replica_batch=16, steps=48, steps_per_loop=2, checkpoint_every=2, measure=False,
                  dataset="synthetic", image_size=8, train_images=384, optimizer="momentum", base_lr=0.05,
-                 timing_warmup_steps=0)
+                 timing_warmup_steps=0, **FAST)
 
 
 def _kill_at_a_random_moment(out, rng, during_save: bool) -> str:

@@ -9,7 +9,9 @@ import tftoolkit
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ModelError, RunDirError
 
-SMALL = dict(dataset="synthetic", image_size=16, train_images=1024, steps_per_loop=8, measure=False)
+from helpers import FAST
+
+SMALL = dict(dataset="synthetic", image_size=16, train_images=1024, steps_per_loop=8, measure=False, **FAST)
 
 
 @pytest.mark.slow
@@ -62,7 +64,7 @@ def test_divergence_stops_the_run_and_is_recorded(tmp_path):
 
 
 def test_run_directory_with_a_different_config_is_refused_unless_forced(tmp_path):
-    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, **SMALL)
+    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, lr_rule="linear", **SMALL)
     tftoolkit.train(cfg, tmp_path / "r", quiet=True)
     with pytest.raises(RunDirError, match="differs in base_lr"):
         tftoolkit.train(cfg.replace(base_lr=0.5), tmp_path / "r", quiet=True)
@@ -104,7 +106,7 @@ def test_mixed_float16_on_cpu_warns_but_runs(tmp_path, caplog):
     ("math:pi", "has no function 'pi'"),
 ])
 def test_bad_models_are_clear_errors_and_write_no_ok_summary(tmp_path, model, match):
-    cfg = RunConfig(replicas=1, per_replica_batch=32, steps=2, model=model, **SMALL)
+    cfg = RunConfig(replicas=1, per_replica_batch=32, steps=2, **{**SMALL, "model": model})
     with pytest.raises(ModelError, match=match):
         tftoolkit.train(cfg, tmp_path / "bad", quiet=True)
     summary = tmp_path / "bad" / "summary.json"
@@ -120,7 +122,7 @@ def test_import_path_model(tmp_path, monkeypatch):
         "def not_a_model(input_shape, num_classes):\n"
         "    return 42\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = RunConfig(replicas=2, per_replica_batch=32, steps=2, model="mymodels:tiny", **SMALL)
+    cfg = RunConfig(replicas=2, per_replica_batch=32, steps=2, **{**SMALL, "model": "mymodels:tiny"})
     assert tftoolkit.train(cfg, tmp_path / "ok", quiet=True)["status"] == "ok"
     with pytest.raises(ModelError, match="returned int, not a keras.Model"):
         tftoolkit.train(cfg.replace(model="mymodels:not_a_model"), tmp_path / "nm", quiet=True)

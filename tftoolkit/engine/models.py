@@ -39,6 +39,86 @@ def names() -> list[str]:
     return sorted(list(_REGISTRY) + list(APPLICATIONS))
 
 
+_LAYERS: dict = {}
+
+
+def _standardize_layer():
+    """The Standardize layer class (defined on first use: importing this module must not import Keras)."""
+    if "Standardize" in _LAYERS:
+        return _LAYERS["Standardize"]
+    import keras
+    from keras import ops
+
+    @keras.saving.register_keras_serializable("tftoolkit")
+    class Standardize(keras.layers.Layer):
+        """(x - mean) / std over each image's own pixels: per example, so N replicas still equal one device.
+
+        Images arrive as [0, 1] floats with any brightness and colour; centred and scaled, a plain conv net
+        without normalisation layers trains in a fraction of the steps (shapes16k: 0.14 -> 0.55 validation
+        accuracy after 200 steps of momentum SGD, the same network without and with it).
+        """
+
+        def call(self, x):
+            mean = ops.mean(x, axis=(1, 2, 3), keepdims=True)
+            var = ops.var(x, axis=(1, 2, 3), keepdims=True)
+            return (x - mean) * ops.rsqrt(var + 1e-5)
+
+    _LAYERS["Standardize"] = Standardize
+    return Standardize
+
+
+@register("small_vgg")
+def small_vgg(input_shape, num_classes):
+    """The default: per-image standardisation, two 3x3 convs at full and half resolution, one at a quarter.
+
+    conv24-conv24-pool-conv48-conv48-pool-conv96, global average pooling, dense 96: 0.1 M parameters. The two
+    convolutions before the first pooling are what tell a corner from a curve at 32 px (with one, square and
+    circle, frame and ring stay confused). No batch norm: N replicas compute exactly what one device computes.
+    Any image size of at least 4 x 4 and any number of channels.
+    """
+    import keras
+    from keras import layers
+
+    inputs = keras.Input(shape=input_shape)
+    x = _standardize_layer()()(inputs)
+    for i, filters in enumerate(((24, 24), (48, 48), (96,))):
+        for f in filters:
+            x = layers.Conv2D(f, 3, padding="same", activation="relu")(x)
+        if i < 2:
+            x = layers.MaxPooling2D()(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Dense(96, activation="relu")(x)
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="small_vgg")
+
+
+@register("small_cnn_bn")
+def small_cnn_bn(input_shape, num_classes):
+    """small_cnn with synchronized batch norm and per-image standardisation: the batch-size study's model.
+
+    Momentum SGD trains it at 8x the learning rate small_cnn stands (shapes16k: 0.99 validation accuracy after
+    2 epochs at batch 256 and LR 0.1, where small_cnn stays at chance above LR 0.02), which is what lets linear
+    LR scaling hold over a range of batches (Goyal et al. 2017 on ResNet-50). Synchronized: every replica
+    normalises by the statistics of the whole global batch, so N replicas compute what one device computes (up
+    to float32 rounding in the variance, as resnet20). Moving-average momentum 0.9, not Keras' 0.99, so the
+    statistics used at evaluation settle within a run of a few hundred steps.
+    """
+    import keras
+    from keras import layers
+
+    inputs = keras.Input(shape=input_shape)
+    x = _standardize_layer()()(inputs)
+    for i, filters in enumerate((32, 64, 64)):
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        x = layers.ReLU()(layers.BatchNormalization(synchronized=True, momentum=0.9)(x))
+        if i < 2:
+            x = layers.MaxPooling2D()(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Dense(64, activation="relu")(x)
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="small_cnn_bn")
+
+
 @register("small_cnn")
 def small_cnn(input_shape, num_classes):
     """Three 3x3 conv layers and a dense head: fast on CPU, learns shapes16k in a few epochs.
