@@ -70,6 +70,9 @@ class Chromium:
             time.sleep(0.2)
         self.ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=self.timeout,
                                               suppress_origin=True)
+        # A headless window never has the OS focus; apps that track the focused widget (JupyterLab's "current
+        # notebook", which its commands act on) need the page to believe it has it.
+        self.send("Emulation.setFocusEmulationEnabled", enabled=True)
         return self
 
     def send(self, method: str, **params) -> dict:
