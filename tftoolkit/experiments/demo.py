@@ -128,8 +128,8 @@ def _bench_allreduce(out: Path, replicas: int, gpus: bool, quiet: bool) -> bool:
 
 
 def _prepare_data() -> None:
-    from .data.catalog import ensure_shapes16k
-    from .data.home import default_dir
+    from ..data.catalog import ensure_shapes16k
+    from ..data.home import default_dir
 
     t0 = time.time()
     ensure_shapes16k()
