@@ -106,6 +106,18 @@ def test_the_kernel_releases_the_lock_of_a_killed_process(tmp_path):
     rundir.lock(tmp_path / "run").release()  # taken over: the holder died
 
 
+def test_taking_the_lock_removes_temp_files_a_killed_writer_left(tmp_path):
+    out = tmp_path / "sweep"
+    (out / "runs" / "p1").mkdir(parents=True)
+    (out / "results.csv").write_text("the last complete table")
+    (out / ".results.csv.abc123.tmp").write_text("half a tab")   # killed between write and rename
+    (out / "runs" / "p1" / ".steps.csv.x.tmp").write_text("a point's own: its lock, not ours")
+    with rundir.lock(out, "sweep folder"):
+        assert not (out / ".results.csv.abc123.tmp").exists()
+        assert (out / "results.csv").read_text() == "the last complete table"
+        assert (out / "runs" / "p1" / ".steps.csv.x.tmp").exists()
+
+
 def test_force_clears_a_run_but_keeps_the_lock_file(tmp_path):
     out = tmp_path / "run"
     tftoolkit.train(RunConfig(**TINY), out, quiet=True)

@@ -61,6 +61,19 @@ def replacing(path, *, public: bool = True):
         raise
 
 
+def remove_stale_temps(folder) -> list[Path]:
+    """Delete the temporary files ``replacing`` leaves in ``folder`` when its writer is killed mid-write.
+
+    Only safe while no live writer can be in ``folder``: call it holding the folder's lock.
+    """
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp"):
+        if tmp.is_file():
+            _remove(tmp)
+            removed.append(tmp)
+    return removed
+
+
 def _remove(tmp) -> None:
     if tmp is not None and os.path.exists(tmp):
         try:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .config import NON_IDENTITY_KEYS
 from .errors import RunDirError
-from .fileio import DISK_ERRNOS, read_json
+from .fileio import DISK_ERRNOS, read_json, remove_stale_temps
 
 log = logging.getLogger("tftoolkit")
 
@@ -185,6 +185,10 @@ class Lock:
         if previous:
             self._check_previous(previous)
         self._write(self._record())
+        # A writer killed between its temporary file and the rename leaves the temporary file behind; with
+        # the lock ours no live process of this folder is writing one, so the leftovers go (the files they
+        # were to replace are intact). Sub-folders are not ours to clean: a sweep's points lock their own.
+        remove_stale_temps(self.folder)
         self._thread = threading.Thread(target=self._heartbeat, name="tftoolkit-lock", daemon=True)
         self._thread.start()
         return self
