@@ -40,3 +40,25 @@ def _toolkit_log_reaches_caplog():
     ensure_logging()  # the handler exists from here on, so a later call does not turn propagation off
     logging.getLogger("tftoolkit").propagate = True
     yield
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real one-node Slurm on localhost (tests/slurm.py), started once for the tests that ask for it and
+    stopped by the pids it started; skipped, with the reason, where Slurm is not installed or this is not root
+    (.ci/run installs slurm-wlm and munge)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import slurm
+
+    why = slurm.unavailable()
+    if why:
+        pytest.skip(why)
+    work = Path(tempfile.mkdtemp(prefix="tfslurm-", dir="/tmp"))  # short: munge's socket path has a length limit
+    try:
+        with slurm.Slurm(work) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..errors import SweepError
+
 
 def add(sub) -> None:
     p = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill (resumable)",
@@ -20,10 +22,32 @@ def add(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the points and what would run; run nothing")
     p.add_argument("--force", action="store_true", help="delete a different sweep found in --out and start over")
     p.add_argument("--gpus-per-run", type=int, default=None, metavar="K",
-                   help="give each point K GPUs (CUDA_VISIBLE_DEVICES) and run as many points at once as there "
-                        "are disjoint sets of K; without GPUs points run one after another")
+                   help="give each point K GPUs: locally, disjoint CUDA_VISIBLE_DEVICES sets of K, as many points at "
+                        "once as there are sets (without GPUs points run one after another); with --backend slurm, "
+                        "--gres=gpu:K per array task")
     p.add_argument("--no-report", action="store_true", help="skip the report notebook")
     p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
+    g = p.add_argument_group("Slurm (--backend slurm)")
+    g.add_argument("--backend", choices=["local", "slurm"], default="local",
+                   help="local: run the points on this machine (default); slurm: submit the points still to run as "
+                        "one Slurm job array (sbatch), one point per task, into the same OUT/runs/<id>/; OUT must be "
+                        "on a filesystem the nodes share. Rerunning collects what ran and submits only what is "
+                        "neither finished nor queued/running")
+    g.add_argument("--max-concurrent", type=int, default=None, metavar="K",
+                   help="at most K array tasks at once (sbatch --array=...%%K; default: as many as Slurm allows)")
+    g.add_argument("--time", default=None, metavar="LIMIT",
+                   help="time limit per task (sbatch --time, e.g. 30 or 1:00:00; default: --timeout + 5 min when "
+                        "--timeout is given, else the partition's)")
+    g.add_argument("--partition", default=None, help="sbatch --partition (default: the cluster's default)")
+    g.add_argument("--account", default=None, help="sbatch --account")
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="one more sbatch option, passed through as written, e.g. --sbatch-arg=--mem=16G "
+                        "(repeatable)")
+    g.add_argument("--wait", dest="wait", action="store_true", default=True,
+                   help="block until the array is done, showing each point as it ends, then write the report "
+                        "(default)")
+    g.add_argument("--no-wait", dest="wait", action="store_false",
+                   help="submit, print the job id and return; the same command later collects and resumes")
     p.set_defaults(func=sweep)
 
     p = sub.add_parser("demo", help="the main job: data, scaling and batch/LR sweeps, report (about 10 min on CPU)",
@@ -63,16 +87,37 @@ def sweep(args) -> int:
             params = ", ".join(f"{k}={v!r}" for k, v in r["params"].items() if k not in spec.fixed)
             print(f"  {r['action']:4}  {r['id']:<{width}}  {r['status']:<8}  {params}")
         return 0
-    s = sweep_mod.run(spec, out, timeout=args.timeout, rerun_failed=args.rerun_failed, force=args.force,
-            gpus_per_run=args.gpus_per_run, report=not args.no_report, quiet=args.quiet)
+    if args.backend == "slurm":
+        from ..cluster import slurm
+        from ..experiments import sweep_slurm
+
+        opts = slurm.ArrayOptions(max_concurrent=args.max_concurrent, gpus_per_task=args.gpus_per_run,
+                                  time=args.time, partition=args.partition, account=args.account,
+                                  extra=list(args.sbatch_arg))
+        s = sweep_slurm.run(spec, out, opts=opts, timeout=args.timeout, rerun_failed=args.rerun_failed,
+                            force=args.force, wait=args.wait, report=not args.no_report, quiet=args.quiet)
+        if s["jobs"]:
+            print(f"submitted Slurm job array {', '.join(s['jobs'])} ({s['ran']} point(s)); logs in {out / 'slurm'}")
+        if s["in_flight"] and not args.wait:
+            print(f"{len(s['in_flight'])} point(s) queued or running; run the same command again to collect them")
+    else:
+        for name in ("max_concurrent", "time", "partition", "account"):
+            if getattr(args, name) is not None:
+                raise SweepError(f"--{name.replace('_', '-')} is a Slurm option: add --backend slurm")
+        if args.sbatch_arg:
+            raise SweepError("--sbatch-arg is a Slurm option: add --backend slurm")
+        s = sweep_mod.run(spec, out, timeout=args.timeout, rerun_failed=args.rerun_failed, force=args.force,
+                          gpus_per_run=args.gpus_per_run, report=not args.no_report, quiet=args.quiet)
     c = s["counts"]
+    unfinished = c["pending"] + c["queued"] + c["running"]
     print(f"{s['results']}: {c['ok']} ok, {c['diverged']} diverged, {c['failed']} failed, {c['timeout']} timed out"
-          + (f", {c['pending'] + c['running']} unfinished" if c["pending"] + c["running"] else ""))
+          + (f", {c['cancelled']} cancelled" if c["cancelled"] else "")
+          + (f", {unfinished} unfinished" if unfinished else ""))
     if s["report"]:
         print(f"report: {s['report']}" + (f" (report notebook failed: {s['report_error']})" if s["report_error"] else ""))
     elif s["report_error"]:
         print(f"report failed: {s['report_error']}", file=sys.stderr)
-    return 0 if not (c["failed"] or c["timeout"] or s["report_error"]) else 1
+    return 0 if not (c["failed"] or c["timeout"] or c["cancelled"] or s["report_error"]) else 1
 
 
 def demo(args) -> int:

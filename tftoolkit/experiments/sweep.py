@@ -10,8 +10,12 @@ SWEEP_DIR/
   report.ipynb, report.html, report/   the report notebook run on this sweep
 
 Statuses: ``ok``, ``diverged`` (the run stopped itself: a result, not a crash), ``failed`` (the notebook raised
-or its kernel died, e.g. out of memory), ``timeout`` (ran past --timeout), and, for points not finished,
-``pending`` / ``running``. A failing point is recorded and the sweep goes on.
+or its kernel died, e.g. out of memory), ``timeout`` (ran past --timeout, or Slurm's time limit), ``cancelled``
+(scancel, Slurm backend), and, for points not finished, ``pending`` / ``queued`` (submitted to Slurm) /
+``running``. A failing point is recorded and the sweep goes on.
+
+Backends: this module runs points on this machine; ``sweep_slurm`` submits them as a Slurm job array whose
+tasks (``sweep_task``) run each point through the same ``start_point`` / ``finish_point`` as here.
 
 Resume: running the same command again skips points that finished (ok, diverged, failed, timeout) and runs
 those that never finished; ``--rerun-failed`` also runs the failed and timed-out ones again. Each point's
@@ -54,9 +58,11 @@ POINT_JSON = "point.json"
 PARAMS_JSON = "parameters.json"
 OUTCOME_JSON = ".outcome.json"
 LOG_TXT = "log.txt"
+SLURM_JOBS = "slurm/jobs.json"  # the Slurm backend's submissions (sweep_slurm)
 
-FINISHED = ("ok", "diverged", "failed", "timeout")
-RERUNNABLE = ("failed", "timeout")
+FINISHED = ("ok", "diverged", "failed", "timeout", "cancelled")
+RERUNNABLE = ("failed", "timeout", "cancelled")
+UNFINISHED = ("pending", "queued", "running")
 STOP_GRACE_S = 10.0   # after SIGTERM, how long a point gets to shut its kernel down before SIGKILL
 POLL_S = 0.2
 
@@ -241,6 +247,7 @@ class _Job:
     gpus: list[str] | None
     log: object
     timed_out: bool = False
+    extra: dict | None = None
 
 
 def _child_env(devices: list[str] | None) -> dict:
@@ -261,14 +268,16 @@ def _spawn(notebook: Path, output: Path, params: dict, pdir: Path, gpus, log_fil
                             env=_child_env(gpus), start_new_session=True, cwd=cwd)
 
 
-def _start(spec: Spec, out: Path, point: Point, gpus, timeout: float | None) -> _Job:
+def start_point(spec, out: Path, point: Point, gpus, timeout: float | None, extra: dict | None = None) -> _Job:
+    """Start one point in its own process (``spec`` needs ``notebook`` and ``takes_out_dir``); ``extra`` goes
+    into its record (the Slurm task's job and index)."""
     pdir = point_dir(out, point)
     if pdir.exists():
         shutil.rmtree(pdir)  # an unfinished or re-run point starts clean
     pdir.mkdir(parents=True)
     now = time.time()
     fileio.write_json(pdir / POINT_JSON, {"id": point.id, "params": point.params, "status": "running",
-                                          "started": now, "gpus": gpus})
+                                          "started": now, "gpus": gpus, **(extra or {})})
     if spec.takes_out_dir:
         params, cwd = {**point.inject, OUT_PARAM: str(pdir.resolve())}, None
     else:
@@ -276,15 +285,16 @@ def _start(spec: Spec, out: Path, point: Point, gpus, timeout: float | None) -> 
         params, cwd = dict(point.inject), pdir.resolve()
     log_file = open(pdir / LOG_TXT, "w")
     proc = _spawn(spec.notebook, pdir / spec.notebook.name, params, pdir, gpus, log_file, cwd=cwd)
-    return _Job(point, proc, now, now + timeout if timeout else None, gpus, log_file)
+    return _Job(point, proc, now, now + timeout if timeout else None, gpus, log_file, extra=extra or {})
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_point(proc: subprocess.Popen) -> None:
     """SIGTERM the point's process group (it shuts its kernel down), SIGKILL what is left after a grace period."""
     procs.stop_group(proc, STOP_GRACE_S)
 
 
-def _finish(out: Path, job: _Job, timeout: float | None) -> dict:
+def finish_point(out: Path, job: _Job, timeout: float | None) -> dict:
+    """Read how the point's process ended and write its final record (point.json)."""
     job.log.close()
     pdir = point_dir(out, job.point)
     outcome = None
@@ -307,7 +317,8 @@ def _finish(out: Path, job: _Job, timeout: float | None) -> dict:
     runs["figures"].update(recorded_values(pdir))
     record = {"id": job.point.id, "params": job.point.params, "status": status, "error": error,
               "started": job.started, "finished": time.time(), "wall_s": round(time.time() - job.started, 2),
-              "gpus": job.gpus, "runs": runs["runs"], "run_dir": runs["run_dir"], "figures": runs["figures"]}
+              "gpus": job.gpus, "runs": runs["runs"], "run_dir": runs["run_dir"], "figures": runs["figures"],
+              **(job.extra or {})}
     fileio.write_json(pdir / POINT_JSON, record)
     return record
 
@@ -355,6 +366,10 @@ def run(spec, out, *, timeout: float | None = None, rerun_failed: bool = False, 
 
 
 def _run_locked(spec, out, slots, devices, *, timeout, rerun_failed, force, gpus_per_run, report, quiet) -> dict:
+    if (out / SLURM_JOBS).exists() and not force:
+        # Points queued in Slurm would run twice: here and in their array task.
+        raise SweepError(f"{out} was submitted to Slurm ({SLURM_JOBS}); continue it with --backend slurm, which "
+                         "collects what the job arrays ran and submits only what is left")
     resuming = open_dir(spec, out, force)
     todo, status = plan(spec, out, rerun_failed)
     write_results(spec, out)
@@ -365,7 +380,7 @@ def _run_locked(spec, out, slots, devices, *, timeout, rerun_failed, force, gpus
              else "no GPUs: points run one after another")
     if gpus_per_run and not devices:
         log.info("--gpus-per-run %d ignored: no GPUs visible, points run one after another on CPU", gpus_per_run)
-    failed_kept = kept["failed"] + kept["timeout"]
+    failed_kept = kept["failed"] + kept["timeout"] + kept["cancelled"]
     if failed_kept and not rerun_failed:
         log.info("%d failed/timed-out point(s) kept as they are; pass --rerun-failed to run them again", failed_kept)
 
@@ -373,11 +388,15 @@ def _run_locked(spec, out, slots, devices, *, timeout, rerun_failed, force, gpus
     results = write_results(spec, out)
     final = {p.id: point_status(out, p) for p in spec.points}
     summary = {"out": str(out), "points": len(spec.points), "ran": len(todo),
-               "counts": {s: sum(1 for v in final.values() if v == s) for s in FINISHED + ("pending", "running")},
+               "counts": counts_of(final),
                "results": str(results), "report": None, "report_error": None, "ran_counts": counts}
     if report and spec.report is not None:
         summary["report"], summary["report_error"] = render_report(spec.report, [out], out, timeout=timeout)
     return summary
+
+
+def counts_of(status: dict[str, str]) -> dict[str, int]:
+    return {s: sum(1 for v in status.values() if v == s) for s in FINISHED + UNFINISHED}
 
 
 def _execute(spec: Spec, out: Path, todo: list[Point], slots, timeout, quiet) -> dict:
@@ -394,17 +413,17 @@ def _execute(spec: Spec, out: Path, todo: list[Point], slots, timeout, quiet) ->
             while queue and free:
                 slot = free.pop(0)
                 point = queue.popleft()
-                running[slot] = _start(spec, out, point, slots[slot], timeout)
+                running[slot] = start_point(spec, out, point, slots[slot], timeout)
                 write_results(spec, out)
             time.sleep(POLL_S)
             for slot, job in list(running.items()):
                 if job.proc.poll() is None:
                     if job.deadline is not None and time.time() > job.deadline:
                         job.timed_out = True
-                        _stop(job.proc)
+                        stop_point(job.proc)
                     else:
                         continue
-                rec = _finish(out, job, timeout)
+                rec = finish_point(out, job, timeout)
                 del running[slot]
                 free.append(slot)
                 done += 1
@@ -422,7 +441,7 @@ def _execute(spec: Spec, out: Path, todo: list[Point], slots, timeout, quiet) ->
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM): stop the points in flight; they stay unfinished and a rerun redoes them.
         for job in running.values():
-            _stop(job.proc)
+            stop_point(job.proc)
             job.log.close()
         write_results(spec, out)
         raise
@@ -449,9 +468,9 @@ def render_report(notebook: Path, sweep_dirs: list, out: Path, timeout: float | 
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_point(proc)
         except BaseException:
-            _stop(proc)
+            stop_point(proc)
             raise
     try:
         outcome = fileio.read_json(work / OUTCOME_JSON)

@@ -452,6 +452,7 @@ def collect(tf_info: dict | None = None) -> dict:
         "gpus": [],
         "topology": {"source": None, "matrix": [], "pairs": [], "complete": False},
         "data": _data_home(errors),
+        "slurm": slurm_allocation(),
     }
     gpus: list[dict] = []
     handles: list = []
@@ -513,6 +514,28 @@ def collect(tf_info: dict | None = None) -> dict:
     return report
 
 
+def slurm_allocation(environ=None) -> dict | None:
+    """The Slurm allocation this process runs in (from Slurm's environment variables); None outside a job."""
+    environ = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in environ:
+        return None
+    gpus = (environ.get("SLURM_GPUS_ON_NODE") or environ.get("SLURM_GPUS_PER_NODE") or environ.get("SLURM_GPUS")
+            or environ.get("SLURM_JOB_GPUS"))
+    return {"job_id": environ.get("SLURM_JOB_ID"), "array_task": environ.get("SLURM_ARRAY_TASK_ID"),
+            "partition": environ.get("SLURM_JOB_PARTITION"), "nodes": environ.get("SLURM_JOB_NUM_NODES"),
+            "nodelist": environ.get("SLURM_JOB_NODELIST"), "tasks": environ.get("SLURM_NTASKS"),
+            "cpus_on_node": environ.get("SLURM_CPUS_ON_NODE"), "gpus_per_node": gpus}
+
+
+def _slurm_line(alloc: dict | None) -> str:
+    if not alloc:
+        return "no allocation (not inside a Slurm job)"
+    job = alloc["job_id"] + (f" (array task {alloc['array_task']})" if alloc.get("array_task") else "")
+    return (f"job {job}, {alloc.get('nodes') or '?'} node(s) {alloc.get('nodelist') or ''}, "
+            f"{alloc.get('tasks') or '?'} task(s), GPUs per node: {alloc.get('gpus_per_node') or 'none'}, "
+            f"partition {alloc.get('partition') or '?'}")
+
+
 def _data_home(errors: list) -> dict:
     try:
         from ..data import home
@@ -570,6 +593,7 @@ def format_report(report: dict) -> str:
         ["nvidia driver", driver],
         ["nccl", ("yes: " if nccl["usable"] else "no: " if nccl["usable"] is False else "? ") + nccl["reason"]],
         ["data home", _data_line(report.get("data") or {})],
+        ["slurm", _slurm_line(report.get("slurm"))],
     ])
     out += ["", "GPUs"]
     if report["gpus"]:
