@@ -111,8 +111,7 @@ def overhead_part(replicas: int, rounds: int, loops: int = 5, steps_per_loop: in
                                    dataset="synthetic", train_images=4096))
     cfg, source, strat, impl = sess.config, sess.source, sess.strategy, sess.impl
     engine = build_engine(cfg, strat, source, source.train_examples)
-    ds = pipeline.train_dataset(source, cfg, 0).repeat()
-    it = iter(pipeline.distribute(strat, ds))
+    it = iter(pipeline.train_input(strat, source, cfg))
     n = tf.constant(steps_per_loop, tf.int32)
     for _ in range(3):  # trace, autotune
         engine.train_loop(it, n)[0].numpy()

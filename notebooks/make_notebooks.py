@@ -504,7 +504,10 @@ batch) and of the all-reduced one (B_big = global batch), and keeps EMAs of the 
 (McCandlish et al., app. A.1). It trains at the LR the sweep suggested.
 """),
     code("""
-summary = tftoolkit.train(config.replace(noise_scale=True, base_lr=lr["base_lr_to_use"]), out / "train", force=True)
+# Smoke's few steps leave the |G|^2 estimate at the mercy of the data order; 30 still take seconds.
+noise_steps = 30 if smoke else config.steps
+summary = tftoolkit.train(config.replace(noise_scale=True, base_lr=lr["base_lr_to_use"], steps=noise_steps),
+                          out / "train", force=True)
 {k: summary.get(k) for k in ("status", "noise_scale", "noise_scale_grad_sq", "noise_scale_trace", "noise_scale_steps")}
 """),
     code("""

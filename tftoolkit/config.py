@@ -76,6 +76,15 @@ class RunConfig:
     image_size: int = _f(32, "image side in pixels: of synthetic data, and what class-folder images are resized to")
     num_classes: int = _f(10, "classes for synthetic data")
     augment: bool = _f(False, "random flip and pad-and-crop augmentation on training images")
+    verify: str = _f("cached", "check TFRecord shards before use: full (framing, record counts and sha256 of every "
+                     "shard), cached (the same, skipping shards whose size and mtime match their last passed check, "
+                     "recorded in verified.json beside the manifest), off (only that the shards exist)",
+                     ("full", "cached", "off"))
+    data_placement: str = _f("auto", "where the training split lives while training: host (tf.data gathers each "
+                             "replica's batch on the CPU), device (one uint8 copy on every replica's device, "
+                             "batches gathered there: only indices cross from the host), auto (device on GPUs when "
+                             "the split takes at most a quarter of each GPU's memory, by NVML; host otherwise and on "
+                             "CPU). Same examples, same results in every placement", ("host", "device", "auto"))
     last_batch: str = _f("drop", "a final batch smaller than the global batch: drop it (count reported) or "
                                  "train on it split evenly across replicas", LAST_BATCH)
     # --- numerics and speed ---------------------------------------------------------------------
@@ -254,7 +263,7 @@ class RunConfig:
 
 # Keys that describe how a run is executed or reported, not what it computes: changing them does not
 # make a run directory belong to a different run.
-NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure", "profile_steps"})
+NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure", "profile_steps", "data_placement", "verify"})
 # How many processes share the replicas does not change what a run computes (tests/test_multiworker.py:
 # 2 workers x 2 replicas end where 1 process x 4 replicas ends), so a run may resume on another host count.
 NON_IDENTITY_KEYS = NON_IDENTITY_KEYS | {"workers"}

@@ -32,7 +32,14 @@ _ALL = (
         ("status", "", "ok, diverged (the loss blew up: the run stopped itself) or failed"),
         ("error", "", "what went wrong, one line; None when status is ok"),
         ("resumed_from_step", "", "the checkpointed step this run resumed from (0: a fresh run)"),
-        ("wall_time_s", "s", "wall time of this process's run, set-up to summary"),
+        ("wall_time_s", "s", "wall time of this process's run, from set-up (devices, data) to the summary"),
+        ("wall_breakdown", "s", "wall_time_s split into: import_s (importing TensorFlow, when the run's set-up did), setup_s "
+                                "(devices, data read, model, restore, data placement, building the input pipeline), "
+                                "tracing_s (the first loop call beyond its steps' share), train_steps_s (the compiled "
+                                "loop's calls), host_loop_s (logs, events, progress between calls), evaluation_s, "
+                                "checkpoints_s, measurement_s (measure=True, monitor and noise summaries), teardown_s "
+                                "(iterator release, profiler stop, final logs), other_s (the rest); they sum to "
+                                "wall_time_s"),
     ])
     + _fields("devices", [
         ("replicas", "", "replicas in sync (all workers' together)"),
@@ -56,6 +63,8 @@ _ALL = (
         ("train_examples", "", "training examples per epoch"),
         ("examples_per_replica", "", "examples each replica trained on, counted on the devices (a list)"),
         ("dropped_examples", "", "examples of partial last batches left out (last_batch=drop), all epochs"),
+        ("data_placement", "", "where the training split lived: host (tf.data gathers) or device (a copy per replica)"),
+        ("data_placement_reason", "", "why: asked for, or auto's rule with the sizes"),
     ])
     + _fields("batch and learning rate", [
         ("per_replica_batch", "", "examples per replica per step"),

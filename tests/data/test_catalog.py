@@ -99,6 +99,64 @@ def test_sha256_mismatch_names_the_shard(copy):
         load(copy)
 
 
+def _no_hashing(monkeypatch):
+    def refuse(path):
+        raise AssertionError(f"hashed {path}")
+
+    monkeypatch.setattr(tfrecords, "sha256", refuse)
+
+
+def test_cached_verification_hashes_a_shard_once_until_it_changes(copy, monkeypatch):
+    load(copy)  # first use: every shard hashed, the result recorded beside the manifest
+    recorded = json.loads((copy / tfrecords.VERIFIED).read_text())
+    assert sorted(recorded) == sorted(p.name for p in copy.glob("*.tfrecord"))
+    with monkeypatch.context() as m:
+        _no_hashing(m)
+        src = load(copy)  # nothing changed: nothing hashed again
+        assert src.info["verify"] == "cached" and src.train_examples == 400
+    # A shard written since (new mtime) is checked again, and a damaged one is named.
+    f = copy / "train-00002-of-00004.tfrecord"
+    data = bytearray(f.read_bytes())
+    data[5000] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"train-00002-of-00004\.tfrecord does not match the sha256"):
+        load(copy)
+
+
+def test_full_verification_catches_what_size_and_mtime_cannot(copy, monkeypatch):
+    import os
+
+    load(copy)
+    f = copy / "train-00001-of-00004.tfrecord"
+    st = f.stat()
+    data = bytearray(f.read_bytes())
+    data[5000] ^= 0xFF
+    f.write_bytes(bytes(data))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime: what cached trusts
+    manifest = tfrecords.read_manifest(copy)
+    tfrecords.verify(copy, manifest, "cached")  # passes: the change is invisible to size and mtime ...
+    with pytest.raises(DataError, match=r"cannot read .*train-00001-of-00004\.tfrecord: .*corrupted record"):
+        load(copy, verify="cached")  # ... but the record scan reads the damaged record and names its file
+    with pytest.raises(DataError, match=r"train-00001-of-00004\.tfrecord does not match the sha256"):
+        load(copy, verify="full")
+
+
+def test_verify_off_hashes_nothing_but_still_wants_every_shard(copy, monkeypatch):
+    _no_hashing(monkeypatch)
+    src = load(copy, verify="off")
+    assert src.info["verify"] == "off" and not src.info["sha256_verified"]
+    (copy / "val-00000-of-00001.tfrecord").unlink()
+    with pytest.raises(DataError, match=r"val-00000-of-00001\.tfrecord named in .* is missing"):
+        load(copy, verify="off")
+
+
+def test_an_unknown_verify_mode_names_the_choices():
+    from tftoolkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="verify: unknown value 'some'; choose one of full, cached, off"):
+        RunConfig(verify="some")
+
+
 def test_truncated_tfrecord_is_named(copy):
     f = copy / "train-00001-of-00004.tfrecord"
     f.write_bytes(f.read_bytes()[:-100])

@@ -1,6 +1,6 @@
 """Split accounting on a file-backed dataset: over one epoch every example id reaches exactly one replica.
 
-Iterates the real pipeline (TFRecords -> pipeline.train_dataset -> pipeline.distribute) under MirroredStrategy over
+Iterates the real pipeline (TFRecords -> store -> pipeline.train_input) under MirroredStrategy over
 1-4 simulated CPU replicas and looks at what each replica received; then trains end to end and checks the
 run summary's examples_per_replica and dropped_examples against the same arithmetic.
 """
@@ -38,7 +38,11 @@ def source(prepared):
 def _ids_per_replica(source, config, epoch=0):
     strategy, _ = make_strategy(devices.init(config.replicas), "auto")
     per_replica = [[] for _ in range(config.replicas)]
-    for _, labels, ids in pipeline.distribute(strategy, pipeline.train_dataset(source, config, epoch)):
+    spe = config.steps_per_epoch(source.train_examples)
+    # The input runs on across epochs (one iterator per run): take one epoch's steps of it.
+    it = iter(pipeline.train_input(strategy, source, config, start_step=epoch * spe, with_ids=True))
+    for _ in range(spe):
+        _, labels, ids = next(it)
         ids_r = strategy.experimental_local_results(ids)
         labels_r = strategy.experimental_local_results(labels)
         assert len(ids_r) == config.replicas

@@ -33,8 +33,8 @@ def _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype):
         keras.config.set_dtype_policy(dtype)
     eng = build_engine(sess.config, sess.strategy, sess.source, sess.source.train_examples)
     losses = []
-    loop.drive(eng.train_loop, lambda epoch, pos: iter(pipeline.distribute(sess.strategy, pipeline.train_dataset(
-               sess.source, sess.config, epoch, skip_batches=pos))), start=0, total=STEPS,
+    loop.drive(eng.train_loop, lambda start: iter(pipeline.train_input(sess.strategy, sess.source, sess.config,
+               start)), start=0, total=STEPS,
                steps_per_epoch=sess.derived["steps_per_epoch"], steps_per_loop=steps_per_loop,
                on_loop=lambda chunk: losses.extend(chunk.outputs[0].tolist()))
     return [w.copy() for w in eng.model.get_weights()], np.array(losses)

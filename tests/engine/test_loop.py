@@ -27,29 +27,31 @@ def _fake_loop(calls):
 
 
 def test_drive_runs_every_step_once_in_epoch_sized_calls():
-    calls, iterators, ends, chunks = [], [], [], []
+    calls, iterators, starts, ends, chunks = [], [], [], [], []
 
-    def make_iterator(epoch, pos):
-        iterators.append((epoch, pos))
-        return f"it{epoch}"
+    def make_iterator(start):
+        iterators.append(start)
+        return "it"
 
     def on_loop(chunk):
         chunks.append((chunk.epoch, chunk.position, chunk.first_step, chunk.steps, chunk.last_step))
         assert chunk.outputs[0].shape == (chunk.steps,) and chunk.seconds >= 0
 
     reached = loop.drive(_fake_loop(calls), make_iterator, start=7, total=23, steps_per_epoch=10, steps_per_loop=4,
-                         every=5, on_loop=on_loop, on_epoch_end=lambda e, s, complete, stopped: ends.append((e, s, complete, stopped)))
+                         every=5, on_loop=on_loop, on_epoch_start=lambda e, pos: starts.append((e, pos)),
+                         on_epoch_end=lambda e, s, complete, stopped: ends.append((e, s, complete, stopped)))
     assert reached == 23
-    assert iterators == [(0, 7), (1, 0), (2, 0)]  # a resumed run enters epoch 0 at position 7
+    assert iterators == [7]  # one iterator for the whole drive, from the step it resumes at
+    assert starts == [(0, 7), (1, 0), (2, 0)]  # a resumed run enters epoch 0 at position 7
     assert [c[3] for c in chunks] == [3, 4, 1, 4, 1, 3]  # 7-10 | 10-14, 14-15 (checkpoint at 15), 15-19, 19-20 | 20-23
     assert sum(c[3] for c in chunks) == 16 and all(c[2] + c[3] == c[4] for c in chunks)
     assert ends == [(0, 10, True, False), (1, 20, True, False), (2, 23, False, False)]
-    assert [it for it, _ in calls] == ["it0", "it1", "it1", "it1", "it1", "it2"]
+    assert [it for it, _ in calls] == ["it"] * 6
 
 
 def test_a_hook_stops_the_drive_after_its_epoch_end():
     ends = []
-    reached = loop.drive(_fake_loop([]), lambda e, p: None, start=0, total=100, steps_per_epoch=10, steps_per_loop=4,
+    reached = loop.drive(_fake_loop([]), lambda start: None, start=0, total=100, steps_per_epoch=10, steps_per_loop=4,
                          on_loop=lambda chunk: chunk.last_step >= 6,
                          on_epoch_end=lambda e, s, complete, stopped: ends.append((e, s, complete, stopped)))
     assert reached == 8 and ends == [(0, 8, False, True)]
@@ -57,6 +59,6 @@ def test_a_hook_stops_the_drive_after_its_epoch_end():
 
 def test_nothing_to_do():
     calls = []
-    assert loop.drive(_fake_loop(calls), lambda e, p: None, start=30, total=30, steps_per_epoch=10,
+    assert loop.drive(_fake_loop(calls), lambda start: None, start=30, total=30, steps_per_epoch=10,
                       steps_per_loop=4) == 30
     assert calls == []

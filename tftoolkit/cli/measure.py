@@ -87,17 +87,18 @@ def _add_bench(bench_sub) -> None:
     p.add_argument("--quiet", action="store_true", help="only warnings")
     p.set_defaults(func=bench_allreduce)
 
-    p = bench_sub.add_parser("input", help="input pipeline alone: images/sec, cold (from files) and warm (cached)",
-                             description="Pull the training input pipeline (data.pipeline.train_dataset + distribute) through "
-                                         "the strategy with no model: images/sec for the first epoch (read and "
-                                         "decoded from the files) and for later ones (served from the cache). "
+    p = bench_sub.add_parser("input", help="input pipeline alone: images/sec, cold (files into memory) and warm",
+                             description="Pull the training input pipeline (engine.feed + data.pipeline) through "
+                                         "the strategy with no model: images/sec of the cold read (files decoded "
+                                         "into memory) and of training epochs served from memory, in the run's "
+                                         "data placement (--data-placement). "
                                          "Compare with a run's images_per_sec to see whether input can starve "
                                          "training.")
     p.add_argument("--seconds", type=float, default=10.0, metavar="S",
                    help="measure warm epochs for about S seconds; the cold epoch is always whole (default: 10)")
     p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="cache decoded examples in memory after the first epoch; --no-cache re-reads the files "
-                        "every epoch (default: --cache)")
+                   help="keep the decoded split in memory; --no-cache reads the files again before every warm "
+                        "epoch (how fast the cold path streams; default: --cache)")
     p.add_argument("--compare", metavar="RUN_DIR", help="also print the ratio to the images/sec this training "
                                                         "run consumed (its summary.json)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

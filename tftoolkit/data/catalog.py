@@ -83,7 +83,7 @@ def load(config, cache: bool = True) -> DataSource:
         if not path.is_dir():
             raise DataError(f"dataset {name!r} is a file; give the folder that holds the images or the TFRecords")
     if (path / tfrecords.MANIFEST).exists():
-        return load_tfrecords(path, config.image_size, cache=cache)
+        return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify)
     if any(path.glob("*.tfrecord")):
         raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
                         "data/README.md) so the shards can be checked")
@@ -92,13 +92,14 @@ def load(config, cache: bool = True) -> DataSource:
     return folders.load(path, config.image_size)
 
 
-def load_tfrecords(path, image_size: int | None = None, cache: bool = True) -> DataSource:
-    """A verified TFRecord dataset; images are resized to ``image_size`` if that differs from the manifest's."""
+def load_tfrecords(path, image_size: int | None = None, cache: bool = True, verify: str = "cached") -> DataSource:
+    """A verified TFRecord dataset (``verify``: full, cached or off, see tfrecords.verify); images are resized to
+    ``image_size`` if that differs from the manifest's."""
     import tensorflow as tf
 
     path = Path(path)
     manifest = tfrecords.read_manifest(path)
-    verify_s = tfrecords.verify(path, manifest)
+    verify_s = tfrecords.verify(path, manifest, verify)
     t0 = time.perf_counter()
     h, w, c = (int(v) for v in manifest["image_shape"])
     train, n_train, shards = tfrecords.split_dataset(path, manifest, "train", cache=False)
@@ -116,14 +117,11 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True) -> D
         train = train.map(resize, num_parallel_calls=tf.data.AUTOTUNE)
         val = val.map(resize, num_parallel_calls=tf.data.AUTOTUNE) if val is not None else None
         h = w = image_size
-    if cache:
-        # Decoded once, before the per-epoch shuffle: epochs after the first are served from memory.
-        train = train.cache()
-        val = val.cache() if val is not None else None
+    # No tf.data cache: the pipeline reads the split once into a store (data/store.py) and gathers from that.
     gen = manifest.get("generator") or {}
     info = {
         "path": str(path), "format": "tfrecord", "image_encoding": manifest.get("image_encoding", "raw"),
-        "shards": shards, "val_shards": val_shards, "sha256_verified": True,
+        "shards": shards, "val_shards": val_shards, "sha256_verified": verify != "off", "verify": verify,
         "verify_s": round(verify_s, 3), "scan_s": round(scan_s, 3), "cached": cache,
         "generator": {k: gen[k] for k in ("name", "version", "seed") if k in gen},
     }

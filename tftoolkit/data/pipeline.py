@@ -1,13 +1,38 @@
-"""Input pipeline: a source of (image, label, id) examples -> tf.data -> per-replica batches.
+"""Input pipeline: a split held for random access (store.py) -> per-epoch index order -> per-replica batches.
 
-A source yields unbatched examples; ``train_dataset`` builds one epoch of global batches from it with a
-seeded shuffle, so the batch at any step is a pure function of (seed, epoch, position). That is what
-makes resuming from a checkpoint exact: the data position is the step number.
+The work is per batch, never per image. Each epoch is a seeded permutation of the indices 0..n-1
+(``epoch_order``: a pure function of (seed, epoch)); the global batch at position p of the epoch is
+indices [p*B, (p+1)*B) of it, and global replica r's share of that batch is the consecutive slice
+[r*B//R, (r+1)*B//R). A replica's input is then one ``tf.gather`` of its own slice: no shuffle buffer, no
+Dataset per batch, no unbatching. Because the batch at any step depends only on (seed, epoch, position),
+resuming from a checkpoint is exact (the data position is the step number), and every placement of the data
+(host or device, one process or several) trains on the same examples per replica per step.
+
+Even split, and why TensorFlow's own is not used: full batches give every replica exactly B/R examples; a
+short last batch (``--last-batch partial``) is split as evenly as possible (slice sizes differ by at most one).
+Replica r always gets slice r, on one host or across workers (worker w's local replica j is global replica
+w*R_local + j), which is what makes N replicas on any number of workers compute exactly what one device
+computes on the same global batch. ``experimental_distribute_dataset`` splits a short batch as ceil(n/R) per
+replica (14, 14, 12 for 40 over 3) and shards differently across workers. Each worker computes the (cheap)
+permutation and gathers only its own replicas' slices.
+
+One iterator serves a whole run, across epochs (``train_input(..., start_step)``): a new distributed iterator
+per epoch cost up to 17 s of idle wall time in its teardown (issue 13, measured in BENCHMARKS.md).
+
+Elements (what a replica receives each step):
+    host placement     (images, labels[, ids])   images uint8 (float32 for float sources), augmented already
+    device placement   (indices, epoch)          engine.feed gathers and augments on the device
+The uint8 -> float conversion happens on the device, in the step (``to_float``): a quarter of the bytes move.
 """
 
 from __future__ import annotations
 
 from .source import DataSource
+
+# Host-side parallelism of the per-batch gather. A fixed, small number instead of AUTOTUNE: the gather is one
+# op per batch, and tf.data's autotuning thread is what made deleting an iterator stall (BENCHMARKS.md, issue 13).
+PARALLEL_BATCHES = 2
+PREFETCH = 2  # batches per input pipeline prepared ahead of the step
 
 
 def to_float(image):
@@ -19,93 +44,188 @@ def to_float(image):
     return tf.cast(image, tf.float32)
 
 
-def _augment(image, seed):
-    """Random horizontal flip and 4-pixel pad-and-crop, stateless so the result depends only on the seed."""
+def epoch_order(n: int, seed: int, epoch):
+    """The permutation of 0..n-1 that epoch ``epoch`` trains in (int64): same (seed, epoch), same order."""
     import tensorflow as tf
 
-    h, w = image.shape[0], image.shape[1]
-    image = tf.image.stateless_random_flip_left_right(image, seed)
-    padded = tf.pad(image, [[4, 4], [4, 4], [0, 0]], mode="REFLECT")
-    return tf.image.stateless_random_crop(padded, [h, w, image.shape[2]], seed + 1)
+    seeds = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seeds)
 
 
-def _options():
+# --- augmentation: per example, keyed by (seed, epoch, index), the same on any device ---------------------------
+_GOLDEN = -7046029254386353131       # 0x9E3779B97F4A7C15 as int64
+_MIX1, _MIX2 = -4658895280553007687, -7723592293110705685  # splitmix64's multipliers as int64
+
+
+def _mix(x):
+    """splitmix64's finaliser on int64 (logical shifts, wrapping multiplies): a well-spread hash of x."""
+    import tensorflow as tf
+
+    def shr(v, k):  # logical right shift of a signed int64
+        return tf.bitwise.bitwise_and(tf.bitwise.right_shift(v, k), tf.constant((1 << (64 - k)) - 1, tf.int64))
+
+    x = x + _GOLDEN
+    x = tf.bitwise.bitwise_xor(x, shr(x, 30)) * _MIX1
+    x = tf.bitwise.bitwise_xor(x, shr(x, 27)) * _MIX2
+    return tf.bitwise.bitwise_xor(x, shr(x, 31))
+
+
+def augment_keys(indices, epoch, seed: int):
+    """One int64 key per example: a hash of (seed, epoch, index into the split)."""
+    import tensorflow as tf
+
+    base = _mix(tf.cast(epoch, tf.int64) + tf.constant(seed, tf.int64) * 1_000_003)
+    return _mix(base + tf.cast(indices, tf.int64))
+
+
+def augment(images, keys, pad: int = 4):
+    """Random horizontal flip and ``pad``-pixel reflect-pad-and-crop of a batch, one draw per example's key.
+
+    Pure indexing (one pad and two batched gathers), so it runs on uint8, on the host or the device, and gives
+    the same pixels wherever it runs: what makes host and device placement train identically.
+    """
+    import tensorflow as tf
+
+    h, w = images.shape[1], images.shape[2]
+    flip = tf.equal(tf.bitwise.bitwise_and(keys, 1), 1)
+    span = 2 * pad + 1
+    dy = tf.cast(tf.math.floormod(tf.bitwise.right_shift(keys, 8), span), tf.int32)
+    dx = tf.cast(tf.math.floormod(tf.bitwise.right_shift(keys, 24), span), tf.int32)
+    padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]], mode="REFLECT")
+    rows = dy[:, None] + tf.range(h)[None, :]
+    cols = tf.where(flip[:, None], tf.range(w - 1, -1, -1)[None, :], tf.range(w)[None, :]) + dx[:, None]
+    out = tf.gather(padded, rows, axis=1, batch_dims=1)
+    return tf.gather(out, cols, axis=2, batch_dims=1)
+
+
+# --- which indices each replica gets ----------------------------------------------------------------------
+def _pieces(order, global_batch: int, total: int, first: int, local: int, partial: bool, skip=0):
+    """This input pipeline's per-replica index vectors for one pass over ``order``, from batch ``skip`` on.
+
+    Full batches: one reshape and a slice (a [steps * local, B/R] matrix, one row per replica-step). A short
+    last batch (kept only when ``partial``) is cut into even pieces, the only place a piece has its own dataset.
+    """
+    import tensorflow as tf
+
+    n = int(order.shape[0])
+    per = global_batch // total
+    full = n // global_batch
+    even = tf.reshape(order[:full * global_batch], [full, total, per])[skip:, first:first + local]
+    ds = tf.data.Dataset.from_tensor_slices(tf.reshape(even, [-1, per]))
+    rest = n - full * global_batch
+    if partial and rest:
+        bounds = [(r * rest) // total for r in range(total + 1)]
+        tail = order[full * global_batch:]
+        for r in range(first, first + local):
+            ds = ds.concatenate(tf.data.Dataset.from_tensors(tail[bounds[r]:bounds[r + 1]]))
+    return ds
+
+
+def _layout(ctx):
+    total = ctx.num_replicas_in_sync
+    local = total // ctx.num_input_pipelines
+    return total, local, ctx.input_pipeline_id * local
+
+
+def _options(autoshard_off: bool = True):
     import tensorflow as tf
 
     options = tf.data.Options()
     options.deterministic = True  # the data order is part of what a seed reproduces
+    # The per-batch work is fixed and small: no autotuning thread (its shutdown stalled every iterator's deletion).
+    options.autotune.enabled = False
+    if autoshard_off:
+        # The slicing replaces auto-sharding; say so, so TensorFlow never shards (or warns) itself.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return options
 
 
-def train_dataset(source: DataSource, config, epoch: int, skip_batches: int = 0):
-    """One epoch of global batches of (image float32, label, id); starts ``skip_batches`` into the epoch."""
-    import tensorflow as tf
+def input_options(strategy):
+    """How the strategy hands a replica its elements: per replica, from the host, where the strategy allows.
 
-    ds = source.train
-    # A fresh, seeded permutation per epoch: same (seed, epoch) -> same order on every run and after resume.
-    epoch_seed = config.seed * 100003 + epoch
-    ds = ds.shuffle(max(source.train_examples, 1), seed=epoch_seed, reshuffle_each_iteration=False)
-    if config.augment:
-        def aug(image, label, ex_id):
-            seed = tf.stack([tf.cast(epoch_seed, tf.int64), ex_id])
-            return _augment(to_float(image), seed), label, ex_id
-
-        ds = ds.map(aug, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    # Batch by the *global* batch; the strategy then splits each batch into per-replica slices.
-    ds = ds.batch(config.global_batch_size, drop_remainder=(config.last_batch == "drop"))
-    if skip_batches:
-        ds = ds.skip(skip_batches)
-    if not config.augment:
-        # Converting whole batches costs one op per batch instead of one per image (same values, same order).
-        ds = ds.map(lambda i, l, e: (to_float(i), l, e), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options())
-
-
-def eval_dataset(source: DataSource, config):
-    import tensorflow as tf
-
-    if source.val is None:
-        return None
-    ds = source.val.batch(config.global_batch_size)
-    ds = ds.map(lambda i, l, e: (to_float(i), l, e), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(_options())
-
-
-def distribute(strategy, dataset):
-    """Per-replica batches from a dataset of global batches.
-
-    Every global batch of n examples is cut into ``replicas`` consecutive slices whose sizes differ by at
-    most one (slice r = examples [r*n//R, (r+1)*n//R)), so a short last batch is split as evenly as possible
-    and full batches give every replica exactly n/R examples. Replica r always gets slice r, on one host or
-    across workers (worker w's local replica j is global replica w*R_local + j), which is what makes N
-    replicas on any number of workers compute exactly what one device computes on the same global batch.
-    TensorFlow's own ``experimental_distribute_dataset`` splits a short batch as ceil(n/R) per replica
-    (e.g. 14, 14, 12 for 40 over 3) and shards differently across workers, so it is not used.
+    TensorFlow's default (one pipeline per worker feeding a MultiDeviceIterator) builds a dataset per device
+    with default options, autotuning included, and deleting such an iterator waits for the autotuner's thread
+    to wake: 0.1 to 18 s measured here (py-spy: ~RootDataset::Iterator joining its tf_data_model thread),
+    paid once per iterator. With ``PER_REPLICA`` replication each replica reads its own dataset (ours, no
+    autotuning) through a plain iterator, and the stall is gone. The elements stay in host memory until the
+    step uses them: with device placement that is a few hundred indices, with host placement on GPUs the uint8
+    batch is copied at the step's first use. MultiWorkerMirroredStrategy refuses PER_REPLICA, so multi-worker
+    runs keep TensorFlow's default (and its teardown stall).
     """
     import tensorflow as tf
 
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return tf.distribute.InputOptions(experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+                                          experimental_fetch_to_device=False)
+    return None
+
+
+def host_gather(store, config, with_ids: bool = False):
+    """The host-side map from (indices, epoch) to a replica's batch: one gather, augmentation on uint8."""
+    import tensorflow as tf
+
+    images_t, labels_t, ids_t = store.tensors()
+
+    def gather(indices, epoch):
+        images = tf.gather(images_t, indices)
+        if config.augment:
+            images = augment(images, augment_keys(indices, epoch, config.seed))
+        out = (images, tf.gather(labels_t, indices))
+        return out + (tf.gather(ids_t, indices),) if with_ids else out
+
+    return gather
+
+
+def train_elements(store, config, ctx, start_step: int = 0, placement: str = "host", with_ids: bool = False):
+    """The dataset one input pipeline feeds its replicas from ``start_step`` to the end of the run.
+
+    One dataset (and so one iterator) across every remaining epoch: epoch e's order is computed when the
+    pipeline reaches it. ``placement="device"`` yields (indices, epoch) for the device to gather itself.
+    """
+    import tensorflow as tf
+
+    total, local, first = _layout(ctx)
+    n, batch = store.n, config.global_batch_size
+    first_epoch, pos = divmod(start_step, config.steps_per_epoch(n))
+    partial = config.last_batch == "partial"
+
+    def one_epoch(epoch):
+        skip = tf.where(epoch == first_epoch, tf.constant(pos, tf.int64), tf.constant(0, tf.int64))
+        ds = _pieces(epoch_order(n, config.seed, epoch), batch, total, first, local, partial, skip)
+        return ds.map(lambda indices: (indices, epoch))
+
+    # Epochs without end: the consumer stops where its run does (an LR sweep may outlast the config's epochs).
+    ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_epoch)
+    if placement == "host":
+        ds = ds.map(host_gather(store, config, with_ids), num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
+    return ds.prefetch(PREFETCH * local).with_options(_options())
+
+
+def train_input(strategy, source: DataSource, config, start_step: int = 0, placement: str = "host",
+                with_ids: bool = False):
+    """Per-replica training input from ``start_step`` on, over every remaining epoch (a distributed dataset)."""
+    store = source.store("train")
+    return strategy.distribute_datasets_from_function(
+        lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids), input_options(strategy))
+
+
+def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
+    """The validation split in order, every example once (a short last batch split evenly), or None."""
+    import tensorflow as tf
+
+    store = source.store("val")
+    if store is None:
+        return None
+    gather = host_gather(store, config.replace(augment=False), with_ids)
+
     def dataset_fn(ctx):
-        total = ctx.num_replicas_in_sync
-        local = total // ctx.num_input_pipelines
-        first = ctx.input_pipeline_id * local
+        total, local, first = _layout(ctx)
+        ds = _pieces(tf.range(store.n, dtype=tf.int64), config.global_batch_size, total, first, local, True)
+        ds = ds.map(lambda indices: gather(indices, tf.constant(0, tf.int64)), num_parallel_calls=PARALLEL_BATCHES,
+                    deterministic=True)
+        return ds.prefetch(PREFETCH * local).with_options(_options())
 
-        def split(images, labels, ids):
-            n = tf.shape(labels)[0]
-            bounds = (tf.range(total + 1) * n) // total
-
-            def piece(r):
-                lo, hi = bounds[first + r], bounds[first + r + 1]
-                return images[lo:hi], labels[lo:hi], ids[lo:hi]
-
-            return tf.data.Dataset.range(local).map(piece)
-
-        # Slicing here replaces auto-sharding; say so explicitly so TensorFlow never shards (or warns) itself.
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return dataset.flat_map(split).with_options(options)
-
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return strategy.distribute_datasets_from_function(dataset_fn, input_options(strategy))
 
 
 def dropped_per_epoch(config, train_examples: int) -> int:
@@ -113,12 +233,7 @@ def dropped_per_epoch(config, train_examples: int) -> int:
 
 
 def first_batch(source: DataSource, global_batch: int):
-    """The first ``global_batch`` training examples as float32 images (as ``train_dataset`` converts them,
-    without shuffling or augmentation: no pass over the whole dataset to fill a shuffle buffer)."""
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    # No autotuning thread to wait for when the iterator goes (measure.breakdown's replayed batch).
-    options.autotune.enabled = False
-    ds = source.train.take(global_batch).batch(global_batch).map(lambda i, l, e: (to_float(i), l, e))
-    return next(iter(ds.with_options(options)))
+    """The first ``global_batch`` training examples as float32 images, labels and ids (no shuffle, no
+    augmentation): the batch measure.breakdown replays without the input pipeline."""
+    images, labels, ids = (t[:global_batch] for t in source.store("train").tensors())
+    return to_float(images), labels, ids

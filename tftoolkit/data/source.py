@@ -8,12 +8,14 @@ per-replica batches. Each example carries an integer ``id`` so that the split ac
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
+from . import store as store_mod
 
 
 @dataclass
@@ -27,6 +29,20 @@ class DataSource:
     num_classes: int
     class_names: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)  # provenance for the summary (path, manifest version, skipped files)
+    stores: dict = field(default_factory=dict)  # split -> store.Store: what the pipeline gathers batches from
+
+    def store(self, split: str = "train"):
+        """The split as a ``store.Store`` (None for a missing validation split); a file dataset is read into
+        memory on the first call (its one cold read, timed into ``info['read_s']``), then kept."""
+        if split not in self.stores:
+            ds = self.train if split == "train" else self.val
+            if ds is None:
+                return None
+            n = self.train_examples if split == "train" else self.val_examples
+            t0 = time.perf_counter()
+            self.stores[split] = store_mod.materialize(ds, n, self.input_shape)
+            self.info[f"{split}_read_s"] = round(time.perf_counter() - t0, 3)
+        return self.stores[split]
 
 
 # Synthetic data: in memory, no I/O, like tf_cnn_benchmarks' synthetic mode. Class-conditional so that it
@@ -68,10 +84,12 @@ def from_arrays(x, y, name="arrays", val: tuple | None = None, num_classes: int 
         return tf.data.Dataset.from_tensor_slices((xa, ya.astype(np.int32), ids))
 
     val_ds, n_val = None, 0
+    stores = {"train": store_mod.from_arrays(x, y)}  # arrays already: the pipeline gathers from them, no copy
     if val is not None:
         vx, vy = np.asarray(val[0]), np.asarray(val[1])
         val_ds, n_val = ds(vx, vy), len(vx)
-    return DataSource(name, ds(x, y), val_ds, len(x), n_val, tuple(x.shape[1:]), k)
+        stores["val"] = store_mod.from_arrays(vx, vy)
+    return DataSource(name, ds(x, y), val_ds, len(x), n_val, tuple(x.shape[1:]), k, stores=stores)
 
 
 def is_dataset(obj) -> bool:
@@ -81,9 +99,9 @@ def is_dataset(obj) -> bool:
 def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = None) -> DataSource:
     """A source from a tf.data.Dataset of unbatched (image, label) pairs (and an optional validation one).
 
-    The dataset is read once here, to count its examples and check its labels and image shapes, and kept in
-    memory after its first epoch (``cache``), so a user's pipeline runs once, not once per epoch, and every
-    epoch shuffles the same examples. One that is batched, holds other than (image, label) pairs, non-integer
+    The dataset is read here, to count its examples and check its labels and image shapes, and once more into
+    memory when training starts (``DataSource.store``), so a user's pipeline does not run once per epoch, and
+    every epoch shuffles the same examples. One that is batched, holds other than (image, label) pairs, non-integer
     labels or images of different shapes is refused with what to do about it.
     """
     import tensorflow as tf
@@ -97,7 +115,7 @@ def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = 
 
     def with_ids(d):
         # (image, label, id): the id lets a test audit the split across replicas, as for every other source.
-        return d.enumerate().map(lambda i, xy: (xy[0], tf.cast(xy[1], tf.int32), i)).cache()
+        return d.enumerate().map(lambda i, xy: (xy[0], tf.cast(xy[1], tf.int32), i))
 
     return DataSource(name, with_ids(ds), with_ids(val) if val is not None else None, n, n_val,
                       shape if len(shape) == 3 else (*shape, 1), k)
@@ -154,4 +172,6 @@ def limit(source: DataSource, n: int | None) -> DataSource:
         return source
     source.train = source.train.take(n)
     source.train_examples = n
+    if "train" in source.stores:
+        source.stores["train"] = source.stores["train"].head(n)
     return source

@@ -109,6 +109,10 @@ class DatasetWriter:
         }
         write_json(self.out / MANIFEST, manifest)  # atomic: temp file + rename
         keep = {s["file"] for shards in self.splits.values() for s in shards}
+        # The shards were hashed as they were written: record that, so the first use does not hash them again.
+        write_json(self.out / VERIFIED, {s["file"]: {**_stamp(self.out / s["file"]), "records": s["records"],
+                                                     "sha256": s["sha256"]}
+                                         for shards in self.splits.values() for s in shards})
         for name in self.old_files - keep:
             (self.out / name).unlink(missing_ok=True)
         return manifest
@@ -159,30 +163,71 @@ def check_framing(path: Path) -> int:
     return n
 
 
-def verify(path, manifest: dict) -> float:
-    """Check every shard against the manifest (present, complete, record count, sha256); returns seconds."""
+VERIFY_MODES = ("full", "cached", "off")
+VERIFIED = "verified.json"  # beside the manifest: what the last check of each shard found (size, mtime, sha256)
+
+
+def _stamp(f: Path) -> dict:
+    st = f.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def verify(path, manifest: dict, mode: str = "cached") -> float:
+    """Check every shard against the manifest; returns seconds. ``mode``:
+
+    full    every shard read: framing (not truncated), record count, sha256;
+    cached  as full, except shards whose size and modification time are those recorded the last time they
+            passed (``verified.json`` in the dataset folder, next to the manifest): a 100-GB dataset is hashed
+            once, not on every run. A shard rewritten in place with the same size and mtime would pass unseen;
+            use ``full`` after copying data with tools that preserve times;
+    off     only that every shard exists (a damaged record still fails the record scan, with its file named).
+    """
+    if mode not in VERIFY_MODES:
+        raise DataError(f"verify: unknown value {mode!r}; choose one of {', '.join(VERIFY_MODES)}")
     path = Path(path)
     t0 = time.perf_counter()
     hint = _redo_hint(path, manifest)
+    try:
+        known = json.loads((path / VERIFIED).read_text()) if mode == "cached" else {}
+    except (OSError, ValueError):
+        known = {}
+    passed, changed = {}, False
     for split, spec in manifest["splits"].items():
         for shard in spec["shards"]:
             f = path / shard["file"]
             if not f.exists():
                 raise DataError(f"shard {shard['file']} named in {path / MANIFEST} is missing; {hint}")
+            if mode == "off":
+                continue
+            stamp = _stamp(f)
+            entry = known.get(shard["file"])
+            if (entry and {k: entry.get(k) for k in stamp} == stamp and entry.get("sha256") == shard.get("sha256")
+                    and ("records" not in shard or entry.get("records") == shard["records"])):
+                shard["records"] = entry["records"]
+                passed[shard["file"]] = entry
+                continue
             records = check_framing(f)
             if "records" in shard and records != shard["records"]:
                 raise DataError(f"shard {f} has {records} records but the manifest says {shard['records']}; {hint}")
             shard["records"] = records  # a hand-written manifest may leave the counts out
             if shard.get("sha256") and sha256(f) != shard["sha256"]:
                 raise DataError(f"shard {f} does not match the sha256 in the manifest (changed or corrupt); {hint}")
+            passed[shard["file"]] = {**stamp, "records": records, "sha256": shard.get("sha256")}
+            changed = True
+    if mode != "off" and (changed or set(passed) != set(known)):
+        try:
+            write_json(path / VERIFIED, passed)
+        except OSError as e:  # a read-only dataset folder: check in full next time, say why once
+            log.info("cannot record the shard check in %s (%s); the next run checks again", path / VERIFIED,
+                     e.strerror or e)
     return time.perf_counter() - t0
 
 
-def read_manifest_if_valid(path) -> dict | None:
+def read_manifest_if_valid(path, mode: str = "cached") -> dict | None:
     """The manifest if ``path`` holds a complete, verified dataset; None otherwise (no error)."""
     try:
         manifest = read_manifest(path)
-        verify(path, manifest)
+        verify(path, manifest, mode)
         return manifest
     except DataError:
         return None
@@ -244,8 +289,9 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str) -> b
             all_ids.append(ids)
             offset += len(labels)
     except tf.errors.OpError as e:
-        raise DataError(f"cannot read the {split} shards of {files[0].parent}: {e.message.splitlines()[0]}; "
-                        "re-create or re-copy the dataset") from None
+        bad = _unreadable(files)
+        where_ = f"{bad}" if bad is not None else f"the {split} shards of {files[0].parent}"
+        raise DataError(f"cannot read {where_}: {e.message.splitlines()[0]}; re-create or re-copy the dataset") from None
     ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
     if len(ids) and (ids < 0).all():
         return False  # no ids stored: examples are numbered by their position in the (deterministic) read order
@@ -253,6 +299,19 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str) -> b
         raise DataError(f"the {split} records' ids in {files[0].parent} are not 0..{len(ids) - 1}, each once; every "
                         "record needs a unique id (or none at all, and they are numbered in file order)")
     return True
+
+
+def _unreadable(files: list[Path]) -> Path | None:
+    """The first file TensorFlow cannot read through (a corrupted record: bad CRC), found after a failed scan."""
+    import tensorflow as tf
+
+    for f in files:
+        try:
+            for _ in tf.data.TFRecordDataset([str(f)]).batch(4096):
+                pass
+        except tf.errors.OpError:
+            return f
+    return None
 
 
 def split_dataset(path, manifest: dict, split: str, cache: bool = True):

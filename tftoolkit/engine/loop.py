@@ -7,6 +7,7 @@ of what a resumed run must reproduce) nor a multiple of ``every`` (where checkpo
 that arithmetic; callers add what they do between calls through two small hooks, as orbit's Controller
 takes its actions:
 
+    on_epoch_start(epoch, position)   when the drive enters an epoch (at ``position`` when resuming)
     before_call(step, n)          just before a call (the profiler starts here)
     on_loop(chunk) -> bool        after each call, on the host (timing, logs, divergence): True stops
     on_epoch_end(epoch, step, complete, stopped)   after an epoch's last call (evaluation, counts)
@@ -64,21 +65,25 @@ def chunk_steps(step: int, position: int, steps_per_epoch: int, total: int, step
     return n
 
 
-def drive(loop_fn: Callable, make_iterator: Callable[[int, int], Any], *, start: int, total: int,
+def drive(loop_fn: Callable, make_iterator: Callable[[int], Any], *, start: int, total: int,
           steps_per_epoch: int, steps_per_loop: int, every: int = 0, breaks=(),
+          on_epoch_start: Callable[[int, int], None] | None = None,
           before_call: Callable[[int, int], None] | None = None,
           on_loop: Callable[[Chunk], bool] | None = None,
           on_epoch_end: Callable[..., None] | None = None) -> int:
     """Run ``loop_fn`` from step ``start`` to ``total``; returns the step reached.
 
-    ``make_iterator(epoch, position)`` gives the iterator for an epoch entered at ``position`` (a resumed
-    run starts mid-epoch). A hook that returns True stops the drive after its epoch's end hook has run.
+    ``make_iterator(start)`` gives one iterator from step ``start`` over every remaining epoch
+    (data.pipeline.train_input): one iterator per drive, since deleting a distributed iterator is what used to
+    stall between epochs. A hook that returns True stops the drive after its epoch's end hook has run.
     ``before_call(step, n)`` runs just before a call of ``n`` steps from ``step`` (starting a profiler, say).
     """
     step = start
+    iterator = make_iterator(start) if start < total else None
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
-        iterator = make_iterator(epoch, pos)
+        if on_epoch_start is not None:
+            on_epoch_start(epoch, pos)
         stopped = False
         while pos < steps_per_epoch and step < total:
             n = chunk_steps(step, pos, steps_per_epoch, total, steps_per_loop, every, breaks)

@@ -12,7 +12,9 @@ devices and the strategy in: ``start(config, setup=..., strategy=(strategy, impl
 
 from __future__ import annotations
 
+import importlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +80,8 @@ class Session:
     strategy: Any
     impl: str              # the all-reduce implementation the strategy uses
     model: Any = None      # a Python callable building the model, when one replaces config.model
+    started: float = 0.0   # time.time() when set-up began: the start of the run's wall clock
+    import_s: float = 0.0  # of which importing TensorFlow (when this set-up was the first to import it)
 
     @property
     def derived(self) -> dict:
@@ -95,6 +99,10 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     from ..data import catalog
     from .strategy import make_strategy
 
+    started = time.time()
+    importlib.import_module("tensorflow")  # timed apart: every TensorFlow program pays it, not this run's work
+
+    import_s = time.time() - started
     config = resolve(config)
     if model is not None:
         config = with_model(config, model)
@@ -104,4 +112,4 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     apply_global_settings(config, setup)
     if strategy is None:
         strategy = make_strategy(setup, config.cross_device_ops)
-    return Session(config, setup, source, *strategy, model=model)
+    return Session(config, setup, source, *strategy, model=model, started=started, import_s=import_s)

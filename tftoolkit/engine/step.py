@@ -30,6 +30,7 @@ class Engine:
     evaluate: Any     # tf.function(dataset) -> (sum loss, correct, count)
     noise: Any = None  # noise.NoiseScale with --noise-scale: EMAs, and the latest loop's per-step values
     model_source: Any = None  # what built the model: config.model, or the Python callable that replaced it
+    feed: Any = None   # feed.Feed: what the iterator yields (host batches, or indices into device-resident data)
 
 
 def jit_effective(config, strategy) -> bool:
@@ -48,18 +49,21 @@ def jit_effective(config, strategy) -> bool:
 
 
 def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
-                 schedule=None, model=None) -> Engine:
+                 schedule=None, model=None, feed=None) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
     gradients (scaled as if summed): the same compute without communication, for the step-time breakdown.
     ``schedule`` replaces the config's learning-rate schedule (the LR finder's sweep); ``model``, a callable
     ``fn(input_shape, num_classes) -> keras.Model``, replaces ``config.model`` (which then records its name).
+    ``feed`` (engine.feed.make) says where the data lives; by default the host pipeline's batches.
     """
     import keras
     import tensorflow as tf
 
-    from . import models, noise as noise_mod, schedules
+    from . import feed as feed_mod, models, noise as noise_mod, schedules
+    from ..data.pipeline import to_float
     from .optimizers import make_optimizer
 
+    feed = feed if feed is not None else feed_mod.host()
     replicas = strategy.num_replicas_in_sync
     global_batch = config.global_batch_size
     partial = config.last_batch == "partial"
@@ -87,7 +91,8 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             scaled = optimizer.scale_loss(loss)
         return loss, tape.gradient(scaled, model.trainable_variables)
 
-    def replica_step(images, labels):
+    def replica_step(element, resident=None):
+        images, labels = feed.batch(element, resident)
         ctx = tf.distribute.get_replica_context()
         local_n = tf.shape(labels)[0]
         if partial:
@@ -137,8 +142,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         counts = tf.zeros([local_replicas], tf.int64)
         noise_rows = tf.TensorArray(tf.float32, size=n if noise is not None else 0)
         for i in tf.range(n):
-            images, labels, _ = next(iterator)
-            out = strategy.run(step_fn, args=(images, labels))
+            out = strategy.run(step_fn, args=feed.args(next(iterator)))
             loss_pr, n_pr = out[0], out[1]
             losses = losses.write(i, tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None), tf.float32))
             counts += tf.cast(tf.stack(strategy.experimental_local_results(n_pr)), tf.int64)
@@ -149,7 +153,8 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             noise.last.assign(noise_rows.stack())
         return losses.stack(), all_counts(counts)
 
-    def replica_eval(images, labels):
+    def replica_eval(element):
+        images, labels = to_float(element[0]), element[1]
         logits = model(images, training=False)
         per_example = loss_fn(labels, logits)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
@@ -158,9 +163,9 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     @tf.function
     def evaluate(dist_dataset):
         total = tf.zeros([3], tf.float32)
-        for images, labels, _ in dist_dataset:
-            out = strategy.run(replica_eval, args=(images, labels))
+        for element in dist_dataset:
+            out = strategy.run(replica_eval, args=(element,))
             total += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, o, axis=None) for o in out])
         return total
 
-    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source)
+    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source, feed)

@@ -104,26 +104,17 @@ def _time_loop(train_loop, iterator, n: int) -> float:
 
 class _Replay:
     """Stands in for the distributed iterator ``train_loop`` takes: every ``next`` gives the same per-replica
-    batch, sliced as pipeline.distribute slices it and placed on the replicas' devices once.
+    elements, sliced as the pipeline slices a batch and placed on the replicas' devices once
+    (``engine.feed.Feed.replay``: a host batch, or indices into the device-resident split).
 
-    Not a tf.data iterator on purpose: deleting one waits for tf.data's autotuning threads (one per device
-    for a distributed iterator) to wake up, which took from 0.3 s to over a minute on a loaded 2-core
-    machine (gdb: ~RootDataset::Iterator waiting on Model::OptimizeLoop). The price is one extra trace of
-    the trained engine's loop, since a new argument type means a new trace.
+    Not a tf.data iterator on purpose: deleting one used to wait for tf.data's autotuning threads (one per
+    device for a distributed iterator), which took from 0.3 s to over a minute on a loaded 2-core machine
+    (gdb: ~RootDataset::Iterator waiting on Model::OptimizeLoop). The price is one extra trace of the trained
+    engine's loop, since a new argument type means a new trace.
     """
 
-    def __init__(self, strategy, batch):
-        import tensorflow as tf
-
-        total = strategy.num_replicas_in_sync
-        n = int(batch[1].shape[0])
-
-        def piece(ctx):
-            r = ctx.replica_id_in_sync_group
-            lo, hi = r * n // total, (r + 1) * n // total
-            return tuple(tf.identity(t[lo:hi]) for t in batch)
-
-        self.values = strategy.experimental_distribute_values_from_function(piece)
+    def __init__(self, engine, config, source):
+        self.values = engine.feed.replay(engine.strategy, source, config)
 
     def __iter__(self):
         return self
@@ -145,17 +136,16 @@ def _restore(snapshot) -> None:
 def time_step_parts(engine, config, source, train_examples: int, rounds: int = MEASURE_ROUNDS) -> dict:
     """Median per-step time of the full step and of the compute-only step, both on one batch already on the
     devices; the all-reduce is the median of the paired differences."""
-    from ..data import pipeline
     from ..engine.step import build_engine
 
     strategy = engine.strategy
     n = config.steps_per_loop
     # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
-    iterator = _Replay(strategy, pipeline.first_batch(source, config.global_batch_size))
+    iterator = _Replay(engine, config, source)
     saved = _snapshot(engine)
     try:
         bare = build_engine(config, strategy, source, train_examples, allreduce=False, model=engine.model_source
-                            if callable(engine.model_source) else None)
+                            if callable(engine.model_source) else None, feed=engine.feed)
         # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
         _time_loop(engine.train_loop, iterator, 1)
         _time_loop(bare.train_loop, iterator, 1)

@@ -1,11 +1,14 @@
-"""How fast the input pipeline alone delivers images: pipeline.train_dataset + distribute, no model.
+"""How fast the input pipeline alone delivers images: engine.feed + data.pipeline through the strategy, no model.
 
-    cold  the first epoch: records read from the files, parsed, decoded and (with caching) cached
-    warm  later epochs: served from the in-memory cache (or read again from the files with cache=False)
+    cold  the one read of the files into memory (data.store.materialize: parallel reads, batched parsing and
+          decoding); for sources that are arrays already (synthetic, NumPy, image folders) there is none
+    warm  training epochs served from memory, pulled through the strategy as the training loop pulls them:
+          host placement = the per-replica gathers on the CPU and the copies to the replicas' devices;
+          device placement = the indices from the host and the gather on each device
 
-Compare with the images/sec a training run consumes (its summary's ``images_per_sec``): the pipeline
-keeps the replicas fed when it is several times faster. Files just written are usually in the OS page
-cache, so "cold" means not decoded yet, not necessarily read from disk.
+Compare with the images/sec a training run consumes (its summary's ``images_per_sec``): the pipeline keeps the
+replicas fed when it is several times faster. Files just written are usually in the OS page cache, so "cold"
+means not decoded yet, not necessarily read from disk.
 """
 
 from __future__ import annotations
@@ -16,74 +19,72 @@ import time
 log = logging.getLogger("tftoolkit")
 
 
-def _puller(strategy):
-    """A tf.function that pulls ``n`` per-replica batches from an iterator, as the training loop does."""
+def _puller(strategy, feed):
+    """A tf.function that pulls ``n`` steps of per-replica batches from an iterator, as the training loop does,
+    and makes each replica's float batch (what the step would compute on) without a model."""
     import tensorflow as tf
 
-    def size(labels):
-        return tf.shape(labels, out_type=tf.int64)[0]
+    def replica(*args):
+        images, labels = feed.batch(*args)
+        # Depend on the last pixel so the gather and the conversion are not pruned; count the examples.
+        return tf.shape(labels, out_type=tf.int64)[0] + tf.cast(images[-1, -1, -1, -1] * 0, tf.int64)
 
     @tf.function
     def pull(iterator, n):
         images = tf.constant(0, tf.int64)
         for _ in tf.range(n):
-            _, labels, _ = next(iterator)
-            # Count what each replica received; the images are materialised on their devices by then.
-            images += strategy.reduce("SUM", strategy.run(size, args=(labels,)), axis=None)
+            images += strategy.reduce("SUM", strategy.run(replica, args=feed.args(next(iterator))), axis=None)
         return images
 
     return pull
 
 
 def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
-    """Images/sec through the pipeline for ``config`` (dataset, replicas, batch), cold and warm.
+    """Images/sec through the pipeline for ``config`` (dataset, replicas, batch, data placement), cold and warm.
 
-    Batches are pulled inside a tf.function, as the training loop pulls them, so Python adds nothing per
-    step. The cold pass is one whole epoch (a cache is only kept once an epoch is complete); warm passes
-    repeat whole epochs until they add up to ``seconds``.
+    Batches are pulled inside a tf.function, as the training loop pulls them, so Python adds nothing per step.
+    Warm passes continue one iterator over whole epochs until they add up to ``seconds`` (at least one epoch).
+    ``cache=False``: the files are read again for every warm epoch (how fast the cold path alone streams).
     """
-    from ..data import pipeline, source as source_mod
-    from ..engine import loop, session
+    from ..engine import feed as feed_mod, session
 
     t0 = time.perf_counter()
-    # The run's own set-up (seed, determinism, precision policy); the synthetic set is already in memory, so
-    # its cold and warm passes are the same thing.
+    # The run's own set-up (seed, determinism, precision policy).
     sess = session.start(config, cache=cache)
     config, setup, source, strategy, impl = sess.config, sess.setup, sess.source, sess.strategy, sess.impl
     load_s = time.perf_counter() - t0
 
-    import numpy as np
     import tensorflow as tf
 
-    pull = _puller(strategy)
+    t0, c0 = time.perf_counter(), time.process_time()
+    store = source.store("train")  # the cold read (none for sources already in memory)
+    cold_s, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
+    cold_n = store.n if "train_read_s" in source.info else 0
+    feed = feed_mod.make(config, setup, strategy, source)
+    pull = _puller(strategy, feed)
     steps = config.steps_per_epoch(source.train_examples)
-
-    def iterator(src, epoch):
-        return iter(pipeline.distribute(strategy, pipeline.train_dataset(src, config, epoch)))
-
-    # Trace the puller on a stand-in dataset with the same element spec: tracing is not input time, and
-    # an iterator over the real data would start prefetching (and filling the shuffle buffer) meanwhile.
-    g = config.global_batch_size
-    stand_in = source_mod.from_arrays(np.zeros((g, *source.input_shape), np.uint8), np.zeros(g, np.int32),
-                                      num_classes=source.num_classes)
-    pull(iterator(stand_in, 0), tf.constant(0))
-
-    def run_epoch(epoch):
-        # One call pulls the whole epoch; the time includes making the epoch's iterator.
-        t0, c0 = time.perf_counter(), time.process_time()
-        counts = []
-        loop.drive(pull, lambda e, pos: iterator(source, e), start=epoch * steps, total=(epoch + 1) * steps,
-                   steps_per_epoch=steps, steps_per_loop=steps, on_loop=lambda chunk: counts.append(int(chunk.outputs)))
-        return sum(counts), time.perf_counter() - t0, time.process_time() - c0
-
-    cold_n, cold_s, cold_cpu = run_epoch(0)
+    # Trace on the real iterator's first step (tracing is not input time), then time whole epochs.
+    iterator = iter(feed.train_input(strategy, source, config, 0))
+    pull(iterator, tf.constant(1)).numpy()
     warm_n, warm_s, warm_cpu, epochs = 0, 0.0, 0.0, 0
+    first, steps_done = 1, 1
     while warm_s < seconds or epochs == 0:
-        n, s, c = run_epoch(1 + epochs)
-        warm_n, warm_s, warm_cpu, epochs = warm_n + n, warm_s + s, warm_cpu + c, epochs + 1
+        if not cache and epochs:
+            source.stores.pop("train", None)
+            t1 = time.perf_counter()
+            source.store("train")
+            warm_s += time.perf_counter() - t1
+        t1, c1 = time.perf_counter(), time.process_time()
+        n = steps - first
+        warm_n += int(pull(iterator, tf.constant(n)).numpy())
+        warm_s += time.perf_counter() - t1
+        warm_cpu += time.process_time() - c1
+        steps_done += n
+        first, epochs = 0, epochs + 1
     traces = pull.experimental_get_tracing_count()
     if traces > 1:
         log.warning("input benchmark: the pull loop was traced %d times; tracing time is in the figures", traces)
+    del iterator
     result = {
         "dataset": source.name,
         "replicas": setup.replicas,
@@ -91,11 +92,13 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         "global_batch": config.global_batch_size,
         "per_replica_batch": config.per_replica_batch_size,
         "train_examples": source.train_examples,
+        "data_placement": feed.placement,
+        "data_placement_reason": feed.reason,
         "cached": bool(cache),
         "load_s": load_s,                    # verify shards + scan records (file sources)
         "cold_images": cold_n,
         "cold_s": cold_s,
-        "cold_images_per_sec": cold_n / cold_s if cold_s else float("nan"),
+        "cold_images_per_sec": cold_n / cold_s if cold_n and cold_s else float("nan"),
         "warm_images": warm_n,
         "warm_s": warm_s,
         "warm_images_per_sec": warm_n / warm_s if warm_s else float("nan"),
@@ -104,13 +107,13 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         # the machine is doing at the time (wall-clock figures on a shared machine are not).
         "cold_cpu_s": cold_cpu,
         "warm_cpu_s": warm_cpu,
-        "cold_images_per_cpu_s": cold_n / cold_cpu if cold_cpu else float("nan"),
+        "cold_images_per_cpu_s": cold_n / cold_cpu if cold_n and cold_cpu else float("nan"),
         "warm_images_per_cpu_s": warm_n / warm_cpu if warm_cpu else float("nan"),
         "cross_device_ops": impl,
     }
-    log.info("input pipeline %s: cold %.0f images/sec (%d in %.2f s), warm%s %.0f images/sec (%d in %.2f s)",
-             source.name, result["cold_images_per_sec"], cold_n, cold_s, "" if cache else " (no cache)",
-             result["warm_images_per_sec"], warm_n, warm_s)
+    log.info("input pipeline %s (%s placement): cold %.0f images/sec (%d in %.2f s), warm%s %.0f images/sec "
+             "(%d in %.2f s)", source.name, feed.placement, result["cold_images_per_sec"], cold_n, cold_s,
+             "" if cache else " (no cache)", result["warm_images_per_sec"], warm_n, warm_s)
     return result
 
 
@@ -120,8 +123,9 @@ def format_result(r: dict) -> str:
         f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "
         f"{r['per_replica_batch']} per replica",
         f"load               {r['load_s']:.2f} s (verify + scan)",
-        f"cold (first epoch) {r['cold_images_per_sec']:10.0f} images/sec  "
-        f"({r['cold_images']} images in {r['cold_s']:.2f} s)",
+        f"placement          {r['data_placement']} ({r['data_placement_reason']})",
+        (f"cold (read files) {r['cold_images_per_sec']:10.0f} images/sec  ({r['cold_images']} images in "
+         f"{r['cold_s']:.2f} s)" if r["cold_images"] else "cold               none: the source is in memory already"),
         f"warm ({'cached' if r['cached'] else 'no cache'})"
         f"{' ' * (6 if r['cached'] else 4)}{r['warm_images_per_sec']:10.0f} images/sec  "
         f"({r['warm_images']} images in {r['warm_s']:.2f} s, {r['warm_epochs']} epoch(s))",

@@ -178,10 +178,9 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
         stop = blowup_index(running_smooth(losses, window), blowup)
         return stop is not None
 
-    # Every epoch of the sweep starts at its first batch: the sweep's step is the LR's, not a data position.
-    loop.drive(eng.train_loop, lambda epoch, pos: iter(pipeline.distribute(strategy, pipeline.train_dataset(
-               source, config, epoch))), start=0, total=steps, steps_per_epoch=spe,
-               steps_per_loop=config.steps_per_loop, on_loop=on_loop)
+    # The sweep's data is the training order from step 0, however many epochs its steps span.
+    loop.drive(eng.train_loop, lambda start: iter(pipeline.train_input(strategy, source, config, start)),
+               start=0, total=steps, steps_per_epoch=spe, steps_per_loop=config.steps_per_loop, on_loop=on_loop)
     lrs = exponential_lrs(lr_min, lr_max, steps)[:len(losses)]
     keep = len(losses) if stop is None else stop + 1  # the first blown-up step stays in the table
     losses = np.asarray(losses[:keep], dtype=float)
@@ -277,8 +276,6 @@ class _Trials:
     def fits(self, b: int) -> bool:
         import tensorflow as tf
 
-        from ..data import pipeline
-
         est = estimate_memory(self.eng.model, b, self.config.optimizer, self.config.precision)
         row = {"trial": len(self.rows) + 1, "per_replica_batch": b, "fits": False, "memory_bytes": float(est["total"]),
                "memory_source": "estimate", "reason": "", "seconds": 0.0}
@@ -290,12 +287,11 @@ class _Trials:
             try:
                 if self.gpu:
                     tf.config.experimental.reset_memory_stats(device)
-                n = b * self.setup.replicas
                 shape = tuple(self.source.input_shape)
-                one = (tf.zeros(shape, tf.float32), tf.constant(0, tf.int32), tf.constant(0, tf.int64))
-                # One example repeated into a global batch: the step's memory depends on shapes, not values.
-                ds = tf.data.Dataset.from_tensors(one).repeat().batch(n, drop_remainder=True)
-                it = iter(pipeline.distribute(self.strategy, ds))
+                one = (tf.zeros((b, *shape), tf.float32), tf.zeros([b], tf.int32))
+                # A constant batch of b per replica: the step's memory depends on shapes, not values.
+                it = iter(self.strategy.distribute_datasets_from_function(
+                    lambda ctx: tf.data.Dataset.from_tensors(one).repeat()))
                 losses, _ = self.eng.train_loop(it, tf.constant(1, tf.int32))
                 losses.numpy()
                 row["fits"] = True

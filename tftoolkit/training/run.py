@@ -46,7 +46,11 @@ class Run:
         self.evals: list[dict] = []
         self.loop_times: list[tuple[float, int]] = []   # per timed loop: (seconds, steps)
         self.status, self.error = "ok", None
-        self.started = time.time()
+        self.started = session.started or time.time()
+        # Wall-clock accounting (summary's wall_breakdown): each phase adds its seconds here.
+        self.wall = dict.fromkeys(("import_s", "setup_s", "tracing_s", "train_steps_s", "host_loop_s", "evaluation_s",
+                                   "checkpoints_s", "measurement_s", "teardown_s"), 0.0)
+        self.first_call = None  # (seconds, steps) of the first loop call: tracing is in it
         self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
@@ -60,7 +64,10 @@ class Run:
                  derived["global_batch"], derived["per_replica_batch"], config.replicas, derived["learning_rate"],
                  config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
                  derived["total_steps"], derived["warmup_steps"])
-        eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model)
+        from ..engine import feed
+
+        eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model,
+                           feed=feed.make(config, setup, strategy, self.source))
         self.engine = eng
         self.state = {
             "step": tf.Variable(0, dtype=tf.int64, trainable=False),
@@ -137,8 +144,6 @@ class Run:
     def _loop(self):
         from tqdm.auto import tqdm
 
-        from ..data import pipeline
-
         config, eng, st = self.config, self.engine, self.state
         spe, total = self.derived["steps_per_epoch"], self.derived["total_steps"]
         start = int(st["step"].numpy())
@@ -148,11 +153,16 @@ class Run:
         self.dist_val = None
         self.epoch_start_count = {}
 
-        def make_iterator(epoch, pos):
+        def make_iterator(start_step):
+            # Held here, not only by the drive, so its release is timed (teardown) rather than hidden.
+            t0 = time.perf_counter()
+            self.iterator = iter(eng.feed.train_input(eng.strategy, self.source, config, start_step))
+            self.wall["setup_s"] += time.perf_counter() - t0  # building the input pipeline is set-up
+            return self.iterator
+
+        def on_epoch_start(epoch, pos):
             # Examples counted before this epoch began: what the epoch trains on decides what it dropped.
             self.epoch_start_count[epoch] = int(st["counts"].numpy().sum()) - pos * config.global_batch_size
-            ds = pipeline.train_dataset(self.source, config, epoch, skip_batches=pos)
-            return iter(pipeline.distribute(eng.strategy, ds))
 
         def before_call(step, n):
             if self.profile is not None:
@@ -161,6 +171,9 @@ class Run:
         def on_loop(chunk: loop.Chunk) -> bool:
             losses, counts = chunk.outputs
             n, step = chunk.steps, chunk.last_step
+            self.wall["train_steps_s"] += chunk.seconds
+            if self.first_call is None:
+                self.first_call = (chunk.seconds, n)
             st["counts"].assign_add(counts)
             profiled = self.profile is not None and self.profile.covers(chunk.first_step, step)
             if self.profile is not None:
@@ -201,19 +214,34 @@ class Run:
                 if self.dist_val is None:
                     self.dist_val = self._eval_dataset()
                 self.monitor.phase("eval")
+                t0 = time.perf_counter()
                 self._evaluate(self.dist_val, epoch, step)
+                self.wall["evaluation_s"] += time.perf_counter() - t0
                 self.monitor.phase("train" if self.warm_loops_left == 0 else "warmup")
 
         span = config.profile_range()
+        self.iterator = None
+        t_drive = time.perf_counter()
+        self.wall["import_s"] = self.session.import_s
+        self.wall["setup_s"] = time.time() - self.started - self.session.import_s
+        setup_before = self.wall["setup_s"]
         try:
             loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
                        steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
-                       breaks=(span[0] - 1, span[1]) if span else (), before_call=before_call, on_loop=on_loop,
+                       breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
+                       before_call=before_call, on_loop=on_loop,
                        on_epoch_end=on_epoch_end)
         finally:
+            drive_s = time.perf_counter() - t_drive
+            t0 = time.perf_counter()
             bar.close()
+            self.iterator = None  # the one iterator of the run goes here: its teardown is timed
             if self.profile is not None:
                 self.profile.stop()  # a run that stopped inside the range still leaves its trace
+            self.wall["teardown_s"] += time.perf_counter() - t0
+            inside = (self.wall["train_steps_s"] + self.wall["evaluation_s"] + self.wall["checkpoints_s"]
+                      + self.wall["setup_s"] - setup_before)
+            self.wall["host_loop_s"] = max(0.0, drive_s - inside)
         if self.status == "ok":
             self._checkpoint()
 
@@ -231,8 +259,7 @@ class Run:
     def _eval_dataset(self):
         from ..data import pipeline
 
-        ds = pipeline.eval_dataset(self.source, self.config)
-        return None if ds is None else pipeline.distribute(self.engine.strategy, ds)
+        return pipeline.eval_input(self.engine.strategy, self.source, self.config)
 
     def _evaluate(self, dist_val, epoch, step):
         if dist_val is None:
@@ -284,8 +311,10 @@ class Run:
     def _checkpoint(self):
         # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
         # the checkpoint is; rows past a checkpoint that a kill left unfinished are dropped and trained again.
+        t0 = time.perf_counter()
         self._write_logs()
         self.checkpoints.save(int(self.state["step"].numpy()))
+        self.wall["checkpoints_s"] += time.perf_counter() - t0
 
     def _monitor_summary(self, thr) -> dict:
         from ..measure import monitor
@@ -302,10 +331,26 @@ class Run:
             log.warning("monitor summary skipped: %s", e)
             return {}
 
+    def _wall_breakdown(self, wall: float, thr: dict) -> dict:
+        """``self.wall`` with tracing split out of the first call and the remainder as other_s: sums to ``wall``."""
+        out = dict(self.wall)
+        if self.first_call is not None:
+            seconds, n = self.first_call
+            per_step = thr.get("step_time_s")
+            if not (per_step and math.isfinite(per_step)):
+                per_step = 0.0
+            tracing = max(0.0, seconds - n * per_step)
+            out["tracing_s"] = tracing
+            out["train_steps_s"] -= tracing
+        out = {k: round(v, 3) for k, v in out.items()}
+        out["other_s"] = round(wall - sum(out.values()), 3)
+        return out
+
     def _finish(self) -> dict:
         from ..measure import stats
 
         config, setup, st = self.config, self.setup, self.state
+        t_finish = time.perf_counter()
         self._write_logs()
         step = int(st["step"].numpy())
         spe = self.derived["steps_per_epoch"]
@@ -346,14 +391,17 @@ class Run:
             "resumed_from_step": self.resumed_from,
             "examples_per_replica": [int(c) for c in st["counts"].numpy()],
             "dropped_examples": int(st["dropped"].numpy()),
+            "data_placement": self.engine.feed.placement,
+            "data_placement_reason": self.engine.feed.reason,
             **thr,
             "initial_loss": float(st["initial_loss"].numpy()),
             "final_loss": losses[-1] if losses else math.nan,
             "final_loss_mean10": float(np.mean(losses[-10:])) if losses else math.nan,
             "val_loss": last.get("val_loss", math.nan),
             "val_accuracy": last.get("val_accuracy", math.nan),
-            "wall_time_s": time.time() - self.started,
         }
+        self.wall["teardown_s"] += time.perf_counter() - t_finish
+        t_measure = time.perf_counter()
         if self.engine.noise is not None:
             # Before measure: its extra steps on this engine would move the EMAs.
             summary.update(self.engine.noise.summary(
@@ -364,6 +412,9 @@ class Run:
 
             summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary))
         summary["monitor"] = self._monitor_summary(thr)
+        self.wall["measurement_s"] += time.perf_counter() - t_measure
+        summary["wall_time_s"] = time.time() - self.started
+        summary["wall_breakdown"] = self._wall_breakdown(summary["wall_time_s"], thr)
         if self.profile is not None:
             summary["profiled_steps"] = config.profile_steps
             summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]

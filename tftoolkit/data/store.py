@@ -1,0 +1,80 @@
+"""One split held for random access: the arrays the input pipeline gathers whole batches from.
+
+A ``Store`` is a split's examples as arrays indexed 0..n-1: images (uint8, or float32 for float sources), labels
+(int32) and ids (int64, what the audit of the split across replicas reads). The pipeline never walks a dataset
+example by example: each step it gathers a replica's batch by index, one op per batch, on the host or, with
+``--data-placement device``, from a copy on the device itself.
+
+Sources that are arrays already (NumPy input, the synthetic set, decoded image folders) become a Store without a
+copy. File datasets (TFRecords, a user's tf.data pipeline) are read once into one, with parallel reads and
+batched decoding (``materialize``): that single pass is the "cold" read, every epoch after it is served from
+memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+READ_BATCH = 1024  # examples per batch when a dataset is read into a store (one op per batch, not per image)
+
+
+@dataclass
+class Store:
+    images: np.ndarray   # (n, H, W, C) uint8 or float32
+    labels: np.ndarray   # (n,) int32
+    ids: np.ndarray      # (n,) int64
+
+    @property
+    def n(self) -> int:
+        return int(len(self.labels))
+
+    @property
+    def nbytes(self) -> int:
+        """What a copy of the split takes: images, labels and ids."""
+        return int(self.images.nbytes + self.labels.nbytes + self.ids.nbytes)
+
+    def head(self, n: int) -> "Store":
+        """The first ``n`` examples (views, no copy)."""
+        return Store(self.images[:n], self.labels[:n], self.ids[:n])
+
+    def tensors(self):
+        """(images, labels, ids) as host tensors, made once per store: every pipeline built on it shares them."""
+        import tensorflow as tf
+
+        if getattr(self, "_tensors", None) is None:
+            with tf.device("/cpu:0"):
+                self._tensors = (tf.constant(self.images), tf.constant(self.labels), tf.constant(self.ids))
+        return self._tensors
+
+
+def from_arrays(images, labels, ids=None) -> Store:
+    images = np.ascontiguousarray(images)
+    labels = np.ascontiguousarray(labels, dtype=np.int32)
+    ids = np.arange(len(labels), dtype=np.int64) if ids is None else np.ascontiguousarray(ids, dtype=np.int64)
+    return Store(images, labels, ids)
+
+
+def materialize(ds, n: int, shape: tuple[int, int, int]) -> Store:
+    """Read an unbatched dataset of (image, label, id) into a Store of ``n`` examples, in its (deterministic) order.
+
+    The arrays are allocated once and filled batch by batch, so the peak memory is the split plus one batch.
+    """
+    import tensorflow as tf
+
+    spec = ds.element_spec[0]
+    dtype = np.uint8 if spec.dtype == tf.uint8 else np.float32
+    images = np.empty((n, *shape), dtype)
+    labels = np.empty(n, np.int32)
+    ids = np.empty(n, np.int64)
+    at = 0
+    for x, y, i in ds.batch(READ_BATCH).prefetch(2).as_numpy_iterator():
+        k = min(len(y), n - at)
+        images[at:at + k], labels[at:at + k], ids[at:at + k] = x[:k], y[:k], i[:k]
+        at += k
+        if at >= n:
+            break
+    if at < n:
+        return Store(images[:at], labels[:at], ids[:at])
+    return Store(images, labels, ids)
