@@ -34,7 +34,11 @@ def test_the_batch_study_s_result_in_words():
     text = " ".join(findings.batch_and_lr(_res(runs)))
     assert "128: none (86%); 1024: linear + 1-epoch warmup (83%); 4096: linear + 1-epoch warmup (62%)" in text
     assert "holds** up to batch 1024 (8x the smallest): 83% against 86% at batch 128, 28 points above no scaling" in text
-    assert "ends** at batch 4096" in text and "24 points below" in text
+    assert "**The regime ends** at batch 4096" in text and "24 points below" in text
+    # When every batch run holds, the regime's end is stated from the measured noise scale.
+    held = [r for r in runs if r["global_batch"] != 4096]
+    text = " ".join(findings.batch_and_lr(_res(held)))
+    assert "**The regime reaches the largest batch run** (1024)" in text and "B_simple ~ 900" in text
     assert "B_simple ~ 900" in text
 
 

@@ -179,8 +179,8 @@ def test_02_batch_and_lr_smoke(out_root):
     out, nb = _execute("02_batch_and_lr_scaling", out_root, replicas=2, warmup_epochs=[0.0])
     table = pd.read_csv(out / "results.csv")
     # Smoke keeps the first two batches and rules: four runs, each recorded with its status.
-    assert sorted(zip(table["global_batch"], table["lr_rule"])) == [(32, "linear"), (32, "none"), (256, "linear"),
-                                                                     (256, "none")]
+    assert sorted(zip(table["global_batch"], table["lr_rule"])) == [(32, "linear"), (32, "none"), (128, "linear"),
+                                                                     (128, "none")]
     # Every run measured the gradient noise scale (6 smoke steps can leave the |G|^2 estimate below zero, which
     # the summary reports as NaN rather than as a made-up number; the full runs give values).
     assert "noise_scale" in table.columns and (table["noise_scale_steps"] == 6).all()

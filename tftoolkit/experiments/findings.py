@@ -92,15 +92,17 @@ def batch_and_lr(res: report.Results) -> list[str]:
     best = ok.loc[ok.groupby("global_batch")["val_accuracy"].idxmax()].sort_values("global_batch")
     parts = [f"{int(r['global_batch'])}: {_label(r)} ({r['val_accuracy']:.0%})" for _, r in best.iterrows()]
     out.append("**Best LR rule per global batch** (final validation accuracy): " + "; ".join(parts) + ".")
-    out += _linear_regime(ok)
     noise = _noise_scale(res)
+    out += _linear_regime(ok, noise[1] if noise else None)
     if noise:
-        out.append(noise)
+        out.append(noise[0])
     return out
 
 
-def _linear_regime(ok: pd.DataFrame) -> list[str]:
-    """How far linear scaling with warmup keeps the smallest batch's accuracy (Goyal et al. 2017)."""
+def _linear_regime(ok: pd.DataFrame, noise_scale: float | None = None) -> list[str]:
+    """How far linear scaling with warmup keeps the smallest batch's accuracy (Goyal et al. 2017), and where the
+    regime ends: the first batch where it no longer holds, or, when every batch measured holds, the measured
+    noise scale, which is where it is expected to end (McCandlish et al. 2018)."""
     if "lr_rule" not in ok.columns:
         return []
     batches = sorted(int(b) for b in ok["global_batch"].unique())
@@ -136,11 +138,14 @@ def _linear_regime(ok: pd.DataFrame) -> list[str]:
         sentences.append(f"**The regime ends** at batch {b}: linear scaling with warmup reaches {acc:.0%}, "
                          f"{(ref - acc) * 100:.0f} points below batch {ref_batch}, in {b // ref_batch}x fewer steps.")
     elif held:
-        sentences.append(f"No batch in these runs goes past the regime: the largest ({batches[-1]}) still holds.")
+        where = (f"; the measured noise scale (B_simple ~ {noise_scale:.0f}) says where it should end: past it a "
+                 "bigger batch needs proportionally more epochs for the same loss" if noise_scale else "")
+        sentences.append(f"**The regime reaches the largest batch run** ({batches[-1]}): no batch here goes past "
+                         f"it{where}.")
     return sentences
 
 
-def _noise_scale(res: report.Results) -> str | None:
+def _noise_scale(res: report.Results) -> tuple[str, float] | None:
     if res.runs.empty or "noise_scale" not in res.runs.columns:
         return None
     ns = res.runs.dropna(subset=["noise_scale"])
@@ -150,7 +155,7 @@ def _noise_scale(res: report.Results) -> str | None:
     value = float(ns["noise_scale"].median())
     return (f"**Gradient noise scale:** B_simple ~ {value:.0f} examples (median of {len(ns)} run(s)): the critical "
             "batch B_crit is about that size; batches well past it need proportionally more epochs for the same "
-            "loss, which is where linear scaling stops paying (McCandlish et al. 2018).")
+            "loss, which is where linear scaling stops paying (McCandlish et al. 2018).", value)
 
 
 def failures(res: report.Results) -> list[str]:
