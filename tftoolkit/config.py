@@ -80,6 +80,14 @@ class RunConfig:
                      "shard), cached (the same, skipping shards whose size and mtime match their last passed check, "
                      "recorded in verified.json beside the manifest), off (only that the shards exist)",
                      ("full", "cached", "off"))
+    input_sharding: str = _f("exact", "what each worker of a multi-worker run reads: exact (every worker computes every "
+                             "global batch's order and gathers its replicas' slices: bit-equal to one process), "
+                             "file (each worker reads only its own TFRecord shards, as TensorFlow's "
+                             "AutoShardPolicy.FILE: input cost no longer grows with the workers, but the batches "
+                             "differ from one process's; needs at least one shard per worker)", ("exact", "file"))
+    data_memory_gb: float | None = _f(None, "decode an image folder into memory only when its pixels take at most "
+                                      "this many GB (default: a quarter of the RAM available); a larger folder "
+                                      "streams from disk, decoded batch by batch as it trains (same pixels)")
     data_placement: str = _f("auto", "where the training split lives while training: host (tf.data gathers each "
                              "replica's batch on the CPU), device (one uint8 copy on every replica's device, "
                              "batches gathered there: only indices cross from the host), auto (device on GPUs when "
@@ -132,6 +140,8 @@ class RunConfig:
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ConfigError(f"{name} must be a finite number > 0, got {v}")
+        if self.data_memory_gb is not None and not (self.data_memory_gb > 0 and math.isfinite(self.data_memory_gb)):
+            raise ConfigError(f"data_memory_gb must be a finite number > 0, got {self.data_memory_gb}")
         for name in ("warmup_epochs", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -263,7 +273,8 @@ class RunConfig:
 
 # Keys that describe how a run is executed or reported, not what it computes: changing them does not
 # make a run directory belong to a different run.
-NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure", "profile_steps", "data_placement", "verify"})
+NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure", "profile_steps", "data_placement", "verify",
+                               "data_memory_gb"})
 # How many processes share the replicas does not change what a run computes (tests/test_multiworker.py:
 # 2 workers x 2 replicas end where 1 process x 4 replicas ends), so a run may resume on another host count.
 NON_IDENTITY_KEYS = NON_IDENTITY_KEYS | {"workers"}

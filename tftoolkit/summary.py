@@ -63,6 +63,8 @@ _ALL = (
         ("train_examples", "", "training examples per epoch"),
         ("examples_per_replica", "", "examples each replica trained on, counted on the devices (a list)"),
         ("dropped_examples", "", "examples of partial last batches left out (last_batch=drop), all epochs"),
+        ("input_sharding", "", "what each worker read: exact (every global batch, its replicas' slices kept) or file "
+                               "(only its own TFRecord shards)"),
         ("data_placement", "", "where the training split lived: host (tf.data gathers) or device (a copy per replica)"),
         ("data_placement_reason", "", "why: asked for, or auto's rule with the sizes"),
     ])

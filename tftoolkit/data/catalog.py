@@ -23,19 +23,27 @@ from .source import DataSource, from_arrays, from_dataset, is_dataset, limit, sy
 log = logging.getLogger("tftoolkit")
 
 
-def load_source(config, data=None, cache: bool = True) -> DataSource:
+def load_source(config, data=None, cache: bool = True, worker: tuple[int, int] | None = None) -> DataSource:
     """The examples a config names, limited to ``config.train_images``.
 
     ``data`` replaces ``config.dataset`` (the Python API): NumPy arrays (x, y) or (x, y, x_val, y_val), a
     tf.data.Dataset of unbatched (image, label) pairs, or a (train, validation) pair of such datasets.
     ``cache=False`` re-reads file datasets every epoch (the input benchmark's cold path).
+    ``worker``: (this worker, workers) of a multi-worker run, for ``--input-sharding file``.
     """
+    sharded = config.input_sharding == "file" and worker is not None and worker[1] > 1
+    if sharded and (data is not None or config.dataset == "synthetic"):
+        raise DataError("--input-sharding file divides a dataset's TFRecord shards among the workers; in-memory "
+                        "and synthetic data have none: use --input-sharding exact")
+    if sharded and config.train_images:
+        raise DataError("--input-sharding file with --train-images: each worker reads whole shards, so a prefix of "
+                        "the set cannot be taken; use --input-sharding exact, or a smaller dataset")
     if data is not None:
         source = _from_python(data, config)
     elif config.dataset == "synthetic":
         source = synthetic(config)
     else:
-        source = load(config, cache=cache)
+        source = load(config, cache=cache, worker=worker if sharded else None)
     return limit(source, config.train_images)
 
 
@@ -54,6 +62,27 @@ def _from_python(data, config) -> DataSource:
     return from_arrays(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
 
 
+def _too_few_shards(path, n: int, workers: int) -> DataError:
+    return DataError(f"--input-sharding file: {path} has {n} training shard(s) for {workers} workers; every worker "
+                     f"needs at least one: use --input-sharding exact, or re-write the dataset in at least {workers} "
+                     "shards")
+
+
+def check_sharding(config) -> None:
+    """Refuse ``--input-sharding file`` that cannot work before any worker starts (each would fail alike)."""
+    if config.input_sharding != "file" or config.workers <= 1:
+        return
+    if config.dataset == "synthetic":
+        raise DataError("--input-sharding file divides a dataset's TFRecord shards among the workers; synthetic data "
+                        "has none: use --input-sharding exact")
+    path = default_dir() if config.dataset == SHAPES16K else Path(config.dataset).expanduser()
+    if not (path / tfrecords.MANIFEST).exists():
+        return  # the workers say what is wrong (not prepared, an image folder, no such path)
+    n = len(tfrecords.read_manifest(path)["splits"]["train"]["shards"])
+    if n < config.workers:
+        raise _too_few_shards(path, n, config.workers)
+
+
 def ensure_shapes16k(out=None, **kwargs) -> Path:
     """Prepare shapes16k unless ``out`` (default: ``default_dir()``) already holds it; returns the folder.
 
@@ -66,7 +95,7 @@ def ensure_shapes16k(out=None, **kwargs) -> Path:
     return out
 
 
-def load(config, cache: bool = True) -> DataSource:
+def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> DataSource:
     """The source ``config.dataset`` names. ``cache=False`` re-reads the files every epoch (benchmarks)."""
     name = config.dataset
     if name == SHAPES16K:
@@ -83,16 +112,20 @@ def load(config, cache: bool = True) -> DataSource:
         if not path.is_dir():
             raise DataError(f"dataset {name!r} is a file; give the folder that holds the images or the TFRecords")
     if (path / tfrecords.MANIFEST).exists():
-        return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify)
+        return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify, worker=worker)
+    if worker is not None:
+        raise DataError(f"--input-sharding file divides TFRecord shards among the workers, and {path} is an image "
+                        "folder; use --input-sharding exact (or write the folder as TFRecords first)")
     if any(path.glob("*.tfrecord")):
         raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
                         "data/README.md) so the shards can be checked")
     from . import folders
 
-    return folders.load(path, config.image_size)
+    return folders.load(path, config.image_size, config.data_memory_gb)
 
 
-def load_tfrecords(path, image_size: int | None = None, cache: bool = True, verify: str = "cached") -> DataSource:
+def load_tfrecords(path, image_size: int | None = None, cache: bool = True, verify: str = "cached",
+                   worker: tuple[int, int] | None = None) -> DataSource:
     """A verified TFRecord dataset (``verify``: full, cached or off, see tfrecords.verify); images are resized to
     ``image_size`` if that differs from the manifest's."""
     import tensorflow as tf
@@ -102,7 +135,18 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True, veri
     verify_s = tfrecords.verify(path, manifest, verify)
     t0 = time.perf_counter()
     h, w, c = (int(v) for v in manifest["image_shape"])
-    train, n_train, shards = tfrecords.split_dataset(path, manifest, "train", cache=False)
+    sharding = None
+    if worker is not None:
+        me, workers = worker
+        per_worker = tfrecords.worker_shards(manifest, "train", workers)
+        if any(not shards for shards in per_worker):
+            raise _too_few_shards(path, len(manifest["splits"]["train"]["shards"]), workers)
+        counts = [sum(int(s["records"]) for s in shards) for shards in per_worker]
+        # Every worker trains the same number of steps: each keeps the smallest worker's count per epoch.
+        sharding = {"policy": "file", "worker": me, "workers": workers, "shards": [s["file"] for s in per_worker[me]],
+                    "examples_per_worker": min(counts), "left_out_per_epoch": sum(counts) - workers * min(counts)}
+    train, n_train, shards = tfrecords.split_dataset(path, manifest, "train", cache=False,
+                                                     shards=per_worker[me] if worker is not None else None)
     val, n_val, val_shards = None, 0, 0
     if "val" in manifest["splits"]:
         val, n_val, val_shards = tfrecords.split_dataset(path, manifest, "val", cache=False)
@@ -127,4 +171,11 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True, veri
     }
     k = int(manifest["num_classes"])
     names = list(manifest.get("class_names") or [str(i) for i in range(k)])
-    return DataSource(manifest.get("name") or path.name, train, val, n_train, n_val, (h, w, c), k, names, info)
+    source = DataSource(manifest.get("name") or path.name, train, val, n_train, n_val, (h, w, c), k, names, info)
+    if sharding is not None:
+        info["input_sharding"] = sharding
+        source.worker_shard = (sharding["worker"], sharding["workers"])
+        source.local_examples = n_train
+        # What one epoch trains on, all workers together (the steps per epoch follow from it).
+        source.train_examples = sharding["workers"] * sharding["examples_per_worker"]
+    return source

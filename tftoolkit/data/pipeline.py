@@ -164,10 +164,10 @@ def host_gather(store, config, with_ids: bool = False):
     """The host-side map from (indices, epoch) to a replica's batch: one gather, augmentation on uint8."""
     import tensorflow as tf
 
-    images_t, labels_t, ids_t = store.tensors()
+    _, labels_t, ids_t = store.tensors()
 
     def gather(indices, epoch):
-        images = tf.gather(images_t, indices)
+        images = store.gather_images(indices)
         if config.augment:
             images = augment(images, augment_keys(indices, epoch, config.seed))
         out = (images, tf.gather(labels_t, indices))
@@ -176,22 +176,33 @@ def host_gather(store, config, with_ids: bool = False):
     return gather
 
 
-def train_elements(store, config, ctx, start_step: int = 0, placement: str = "host", with_ids: bool = False):
+def train_elements(store, config, ctx, start_step: int = 0, placement: str = "host", with_ids: bool = False,
+                   worker_shard: tuple | None = None, examples: int | None = None):
     """The dataset one input pipeline feeds its replicas from ``start_step`` to the end of the run.
 
     One dataset (and so one iterator) across every remaining epoch: epoch e's order is computed when the
     pipeline reaches it. ``placement="device"`` yields (indices, epoch) for the device to gather itself.
+    ``worker_shard`` (worker, workers): the store holds only this worker's shards (``--input-sharding file``);
+    each epoch is then a permutation of them, cut to ``examples`` (what every worker keeps, so all train the same
+    steps), and this worker's global batch share (global batch / workers) is split over its own replicas.
     """
     import tensorflow as tf
 
     total, local, first = _layout(ctx)
-    n, batch = store.n, config.global_batch_size
-    first_epoch, pos = divmod(start_step, config.steps_per_epoch(n))
+    n, batch, seed = store.n, config.global_batch_size, config.seed
+    if worker_shard is not None:
+        w, workers = worker_shard
+        n_use, batch, total, first = examples, batch // workers, local, 0
+        seed = seed * 1009 + w  # each worker its own order of its own examples
+    else:
+        n_use = n
+    first_epoch, pos = divmod(start_step, config.steps_per_epoch(n_use if worker_shard is None else n_use * workers))
     partial = config.last_batch == "partial"
 
     def one_epoch(epoch):
         skip = tf.where(epoch == first_epoch, tf.constant(pos, tf.int64), tf.constant(0, tf.int64))
-        ds = _pieces(epoch_order(n, config.seed, epoch), batch, total, first, local, partial, skip)
+        order = epoch_order(n, seed, epoch)[:n_use]
+        ds = _pieces(order, batch, total, first, local, partial, skip)
         return ds.map(lambda indices: (indices, epoch))
 
     # Epochs without end: the consumer stops where its run does (an LR sweep may outlast the config's epochs).
@@ -205,8 +216,11 @@ def train_input(strategy, source: DataSource, config, start_step: int = 0, place
                 with_ids: bool = False):
     """Per-replica training input from ``start_step`` on, over every remaining epoch (a distributed dataset)."""
     store = source.store("train")
+    shard = source.worker_shard
+    examples = source.train_examples // shard[1] if shard else None
     return strategy.distribute_datasets_from_function(
-        lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids), input_options(strategy))
+        lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples),
+        input_options(strategy))
 
 
 def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
@@ -235,5 +249,9 @@ def dropped_per_epoch(config, train_examples: int) -> int:
 def first_batch(source: DataSource, global_batch: int):
     """The first ``global_batch`` training examples as float32 images, labels and ids (no shuffle, no
     augmentation): the batch measure.breakdown replays without the input pipeline."""
-    images, labels, ids = (t[:global_batch] for t in source.store("train").tensors())
-    return to_float(images), labels, ids
+    import tensorflow as tf
+
+    store = source.store("train")
+    _, labels, ids = store.tensors()
+    images = store.gather_images(tf.range(global_batch, dtype=tf.int64))
+    return to_float(images), labels[:global_batch], ids[:global_batch]

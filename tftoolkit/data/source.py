@@ -30,6 +30,8 @@ class DataSource:
     class_names: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)  # provenance for the summary (path, manifest version, skipped files)
     stores: dict = field(default_factory=dict)  # split -> store.Store: what the pipeline gathers batches from
+    worker_shard: tuple | None = None  # (worker, workers) when each worker holds only its own shards (file sharding)
+    local_examples: int | None = None  # then: the examples this worker holds (train_examples counts all workers')
 
     def store(self, split: str = "train"):
         """The split as a ``store.Store`` (None for a missing validation split); a file dataset is read into
@@ -38,7 +40,7 @@ class DataSource:
             ds = self.train if split == "train" else self.val
             if ds is None:
                 return None
-            n = self.train_examples if split == "train" else self.val_examples
+            n = (self.local_examples or self.train_examples) if split == "train" else self.val_examples
             t0 = time.perf_counter()
             self.stores[split] = store_mod.materialize(ds, n, self.input_shape)
             self.info[f"{split}_read_s"] = round(time.perf_counter() - t0, 3)

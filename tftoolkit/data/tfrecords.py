@@ -245,8 +245,9 @@ def _meta_features(tf):
     }
 
 
-def _scan(files: list[Path], counts: list[int], manifest: dict, split: str) -> bool:
+def _scan(files: list[Path], counts: list[int], manifest: dict, split: str, subset: bool = False) -> bool:
     """One pass over the records of a split checking labels, sizes and ids; returns whether ids are stored.
+    ``subset``: the files are some of the split's shards (a worker's), so their ids need only be unique.
 
     Done before training so bad records are one clear error now, not a failed step halfway through.
     ``counts`` (records per file, already verified) map a record's position back to its file.
@@ -295,6 +296,10 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str) -> b
     ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
     if len(ids) and (ids < 0).all():
         return False  # no ids stored: examples are numbered by their position in the (deterministic) read order
+    if subset:
+        if len(np.unique(ids)) != len(ids):
+            raise DataError(f"the {split} records' ids in {files[0].parent} repeat; every record needs a unique id")
+        return True
     if not np.array_equal(np.sort(ids), np.arange(len(ids))):
         raise DataError(f"the {split} records' ids in {files[0].parent} are not 0..{len(ids) - 1}, each once; every "
                         "record needs a unique id (or none at all, and they are numbered in file order)")
@@ -314,14 +319,24 @@ def _unreadable(files: list[Path]) -> Path | None:
     return None
 
 
-def split_dataset(path, manifest: dict, split: str, cache: bool = True):
-    """(tf.data.Dataset of (image uint8 HWC, label int32, id int64), number of examples, number of files)."""
+def worker_shards(manifest: dict, split: str, workers: int) -> list[list[dict]]:
+    """The shards each of ``workers`` reads under file sharding: worker w gets shards w, w + W, w + 2W, ..."""
+    shards = manifest["splits"][split]["shards"]
+    return [shards[w::workers] for w in range(workers)]
+
+
+def split_dataset(path, manifest: dict, split: str, cache: bool = True, shards: list[dict] | None = None):
+    """(tf.data.Dataset of (image uint8 HWC, label int32, id int64), number of examples, number of files).
+
+    ``shards``: read only these (a worker's under ``--input-sharding file``), in this order."""
     import tensorflow as tf
 
     path = Path(path)
-    spec = manifest["splits"][split]
+    spec = dict(manifest["splits"][split])
+    if shards is not None:
+        spec["shards"] = shards
     files = [path / s["file"] for s in spec["shards"]]
-    has_ids = _scan(files, [int(s["records"]) for s in spec["shards"]], manifest, split)
+    has_ids = _scan(files, [int(s["records"]) for s in spec["shards"]], manifest, split, subset=shards is not None)
     h, w, c = (int(x) for x in manifest["image_shape"])
     raw = manifest.get("image_encoding", "raw") == "raw"
     feats = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),

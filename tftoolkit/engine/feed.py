@@ -63,13 +63,20 @@ def host_available_bytes() -> int | None:
 
 
 def choose(placement: str, setup, nbytes: int, gpu_memory: int | None = None,
-           host_available: int | None = None) -> tuple[str, str]:
-    """(placement, why) for a split of ``nbytes``; raises ConfigError for ``device`` when it does not fit."""
+           host_available: int | None = None, in_memory: bool = True) -> tuple[str, str]:
+    """(placement, why) for a split of ``nbytes``; raises ConfigError for ``device`` when it does not fit.
+    ``in_memory=False``: the split streams from disk (an image folder over the memory budget)."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"data_placement: unknown value {placement!r}; choose one of {', '.join(PLACEMENTS)}")
     replicas = setup.replicas
     if placement == "host":
         return "host", "asked for (--data-placement host)"
+    if not in_memory:
+        if placement == "device":
+            raise ConfigError(f"--data-placement device: the training split streams from disk (its {_gb(nbytes)} of "
+                              "pixels exceed the memory budget, --data-memory-gb); use --data-placement host, or "
+                              "raise the budget")
+        return "host", "auto: the split streams from disk (larger than the memory budget)"
     if placement == "device":
         if setup.kind == "GPU":
             if gpu_memory is not None and nbytes > DEVICE_MAX_SHARE * gpu_memory:
@@ -167,7 +174,8 @@ def make(config, setup, strategy, source) -> Feed:
     need_gpu = setup.kind == "GPU" and config.data_placement != "host"
     placement, reason = choose(config.data_placement, setup, store.nbytes,
                                gpu_memory=gpu_memory_bytes(setup) if need_gpu else None,
-                               host_available=host_available_bytes() if config.data_placement == "device" else None)
+                               host_available=host_available_bytes() if config.data_placement == "device" else None,
+                               in_memory=store.in_memory)
     log.info("data placement: %s (%s)", placement, reason)
     if placement == "host":
         return Feed("host", reason, augment=config.augment, seed=config.seed)

@@ -89,7 +89,8 @@ class Session:
 
 
 def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
-          strategy: tuple | None = None, load_data: bool = True, model=None) -> Session:
+          strategy: tuple | None = None, load_data: bool = True, model=None,
+          worker: tuple[int, int] | None = None) -> Session:
     """Set up a run of ``config``; ``data`` replaces the dataset (see data.catalog.load_source: NumPy arrays or
     tf.data datasets), ``model`` (a callable) replaces ``config.model``, whose name it records.
 
@@ -108,7 +109,7 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
         config = with_model(config, model)
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
-    source = catalog.load_source(config, data, cache=cache) if load_data else None
+    source = catalog.load_source(config, data, cache=cache, worker=worker) if load_data else None
     apply_global_settings(config, setup)
     if strategy is None:
         strategy = make_strategy(setup, config.cross_device_ops)

@@ -45,6 +45,9 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     if model is not None:
         config = session.with_model(config, model)  # the run directory records the callable's name
     if config.workers > 1:
+        from ..data import catalog
+
+        catalog.check_sharding(config)
         if out is None:
             raise ConfigError("a multi-worker run needs a run directory (out=... / --out) that every worker names")
         if cluster is None:
@@ -72,7 +75,8 @@ def _train_worker(config, cluster, out, *, force, quiet, data, model) -> dict:
 
     setup, strategy, out, lock = workers.join(config, cluster, out, force=force)
     try:
-        sess = session.start(config, data, setup=setup, strategy=strategy, model=model)
+        sess = session.start(config, data, setup=setup, strategy=strategy, model=model,
+                             worker=(cluster.worker_id, cluster.workers))
         # Every worker reads summary.json after all have joined, when only the chief could have changed it.
         summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers)
     finally:

@@ -30,6 +30,22 @@ from ..engine.step import build_engine
 log = logging.getLogger("tftoolkit")
 
 
+def error_line(e: BaseException) -> str:
+    """One line that says what went wrong. A TensorFlow op error's first line is often only "Graph execution
+    error:"; the Python exception raised inside the graph (a file the input pipeline could not decode, say) is in
+    the lines below, so the last "SomeError: ..." line among them is the one that says why."""
+    import re
+
+    text = str(e)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if len(lines) > 1:
+        causes = [line for line in lines[1:] if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+        if causes:
+            return f"{type(e).__name__}: {first} {causes[-1]}"[:500]
+    return f"{type(e).__name__}: {first}"
+
+
 class Run:
     """One training run of ``session`` into ``out``; ``execute()`` trains and returns the summary dict.
 
@@ -103,7 +119,7 @@ class Run:
         except ToolkitError:
             raise
         except Exception as e:  # noqa: BLE001 - recorded in the summary (a sweep goes on), then re-raised
-            self.status, self.error = "failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            self.status, self.error = "failed", error_line(e)
             self._finish()
             raise
         return self._finish()
@@ -391,6 +407,7 @@ class Run:
             "resumed_from_step": self.resumed_from,
             "examples_per_replica": [int(c) for c in st["counts"].numpy()],
             "dropped_examples": int(st["dropped"].numpy()),
+            "input_sharding": config.input_sharding if self.source.worker_shard else "exact",
             "data_placement": self.engine.feed.placement,
             "data_placement_reason": self.engine.feed.reason,
             **thr,
