@@ -63,16 +63,15 @@ def test_an_unknown_sharding_names_the_choices():
 
 @pytest.mark.slow
 def test_two_localhost_workers_with_file_sharding_train_their_own_shards(sharded, tmp_path):
-    base = dict(dataset=str(sharded), workers=2, replicas=2, per_replica_batch=25, epochs=2.0, steps_per_loop=4,
+    base = dict(dataset=str(sharded), workers=2, replicas=2, per_replica_batch=25, epochs=1.0, steps_per_loop=4,
                 optimizer="momentum", base_lr=0.05, lr_rule="none", measure=False, **FAST)
     s = tftoolkit.train(RunConfig(**base, input_sharding="file"), tmp_path / "file", quiet=True)
     assert s["status"] == "ok" and s["input_sharding"] == "file" and s["workers"] == 2
-    assert s["steps"] == 16 and s["examples_per_replica"] == [400, 400] and s["dropped_examples"] == 0
+    # An epoch: 8 steps of 50, each worker 25 a step from its own 200 examples, all of them once.
+    assert s["steps"] == 8 and s["examples_per_replica"] == [200, 200] and s["dropped_examples"] == 0
     info = json.loads((tmp_path / "file" / "config.json").read_text())["dataset"]["input_sharding"]
     assert info["worker"] == 0 and info["shards"] == ["train-00000-of-00004.tfrecord", "train-00002-of-00004.tfrecord"]
-    exact = tftoolkit.train(RunConfig(**base), tmp_path / "exact", quiet=True)
-    assert exact["input_sharding"] == "exact" and exact["examples_per_replica"] == [400, 400]
-    assert exact["final_loss"] != s["final_loss"]  # other batches: file sharding is not bit-equal to one process
+    assert info["examples_per_worker"] == 200 and info["left_out_per_epoch"] == 0
 
 
 def _png(rng, size):

@@ -28,7 +28,8 @@ def load_source(config, data=None, cache: bool = True, worker: tuple[int, int] |
 
     ``data`` replaces ``config.dataset`` (the Python API): NumPy arrays (x, y) or (x, y, x_val, y_val), a
     tf.data.Dataset of unbatched (image, label) pairs, or a (train, validation) pair of such datasets.
-    ``cache=False`` re-reads file datasets every epoch (the input benchmark's cold path).
+    ``cache`` is recorded in the source's info only: the pipeline reads a split into memory once either way
+    (data/store.py); the input benchmark re-reads it itself to time the cold path.
     ``worker``: (this worker, workers) of a multi-worker run, for ``--input-sharding file``.
     """
     sharded = config.input_sharding == "file" and worker is not None and worker[1] > 1
@@ -96,7 +97,7 @@ def ensure_shapes16k(out=None, **kwargs) -> Path:
 
 
 def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> DataSource:
-    """The source ``config.dataset`` names. ``cache=False`` re-reads the files every epoch (benchmarks)."""
+    """The source ``config.dataset`` names (``cache``: see load_source)."""
     name = config.dataset
     if name == SHAPES16K:
         path = default_dir()

@@ -6,9 +6,10 @@ features ``image`` (bytes: raw uint8 HWC, or PNG/JPEG when the manifest says so)
 record count and sha256 (data/README.md documents the format, so other tools can write it too).
 
 Before a dataset is used its shards are checked against the manifest: present, not truncated, the right
-number of records, the right sha256; then one pass over the records checks labels, ids and image sizes.
-Anything wrong is a DataError naming the file. Only then is the tf.data pipeline built; it decodes each
-record once and caches the decoded examples in memory, so epochs after the first never touch the files.
+number of records, the right sha256 (``verify``: every run, once per shard until it changes, or not at all);
+then one pass over the records checks labels, ids and image sizes. Anything wrong is a DataError naming the
+file. Only then is the tf.data reader built; the training split is read through it once, into memory
+(data/store.py), so the epochs never touch the files.
 """
 
 from __future__ import annotations

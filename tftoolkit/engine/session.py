@@ -94,8 +94,8 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     """Set up a run of ``config``; ``data`` replaces the dataset (see data.catalog.load_source: NumPy arrays or
     tf.data datasets), ``model`` (a callable) replaces ``config.model``, whose name it records.
 
-    ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache=False`` makes file
-    datasets re-read their files every epoch.
+    ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache`` is passed to
+    data.catalog.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
     """
     from ..data import catalog
     from .strategy import make_strategy
