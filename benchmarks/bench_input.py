@@ -46,6 +46,7 @@ def pipelines(rounds: int, seconds: float) -> None:
     from tftoolkit.config import RunConfig
     from tftoolkit.data import home, tfrecords
     from tftoolkit.engine import feed as feed_mod, session
+    from tftoolkit.measure.inputbench import puller
 
     import tensorflow as tf
 
@@ -57,20 +58,6 @@ def pipelines(rounds: int, seconds: float) -> None:
     cold_s = source.info["train_read_s"]
     print(f"set-up {time.perf_counter() - t0:.1f} s; cold read {store.n} images in {cold_s:.2f} s = "
           f"{store.n / cold_s:.0f} images/sec (TFRecords -> memory)")
-
-    def puller(feed):
-        def replica(*args):
-            images, labels = feed.batch(*args)
-            return tf.shape(labels, out_type=tf.int64)[0] + tf.cast(images[-1, -1, -1, -1] * 0, tf.int64)
-
-        @tf.function
-        def pull(it, n):
-            total = tf.constant(0, tf.int64)
-            for _ in tf.range(n):
-                total += strategy.reduce("SUM", strategy.run(replica, args=feed.args(next(it))), axis=None)
-            return total
-
-        return pull
 
     # plain TensorFlow over the same records
     path = home.default_dir()
@@ -90,7 +77,7 @@ def pipelines(rounds: int, seconds: float) -> None:
     steps_per_epoch = n // config.global_batch_size
     for name, (feed, make) in pulls.items():
         it = make(feed)
-        pull = puller(feed)
+        pull = puller(strategy, feed)  # what `tftoolkit bench input` pulls with
         pull(it, tf.constant(steps_per_epoch)).numpy()  # trace, and fill plain-tf's cache (one epoch)
         state[name] = (it, pull)
     rates = {name: [] for name in pulls}

@@ -26,17 +26,6 @@ import numpy as np  # noqa: E402
 DEFAULT_CASES = "2x32,4x32,1x64,1x256"  # replicas x per-replica batch, small_cnn on 32x32 images
 
 
-class _Replay:
-    def __init__(self, values):
-        self.values = values
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self.values
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30)
@@ -53,6 +42,7 @@ def main():
     from tftoolkit.data import source as source_mod
     from tftoolkit.engine import devices, feed as feed_mod, session
     from tftoolkit.engine.step import build_engine
+    from tftoolkit.measure.breakdown import Replay
 
     setup_all = devices.init(max(c[0] for c in cases))
     print(f"# {platform.processor() or platform.machine()}, {devices.host_cores()} cores, TF {tf.__version__}, "
@@ -67,7 +57,7 @@ def main():
         sess = session.start(cfg, data=(x, y))
         strat, source = sess.strategy, sess.source
         # One batch already on the devices, replayed (as measure.breakdown does): the noise scale's cost alone.
-        it = _Replay(feed_mod.host().replay(strat, source, cfg))
+        it = Replay(feed_mod.host().replay(strat, source, cfg))
         off = build_engine(cfg, strat, source, source.train_examples)
         on = build_engine(cfg.replace(noise_scale=True), strat, source, source.train_examples)
 

@@ -50,10 +50,17 @@ def test_too_few_shards_for_the_workers_is_refused_before_any_worker_starts(tmp_
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
-@pytest.mark.parametrize("dataset, match", [("synthetic", "synthetic data have none"), ])
-def test_file_sharding_needs_tfrecords(dataset, match):
-    with pytest.raises(DataError, match=match):
-        catalog.load_source(RunConfig(dataset=dataset, input_sharding="file"), worker=(0, 2))
+def test_file_sharding_needs_tfrecords_and_whole_shards(tmp_path, sharded):
+    def refused(match, **kw):
+        with pytest.raises(DataError, match=match):
+            catalog.load_source(RunConfig(input_sharding="file", **kw), worker=(0, 2))
+
+    refused("synthetic data have none", dataset="synthetic")
+    (tmp_path / "imgs" / "a").mkdir(parents=True)
+    refused("is an image folder; use --input-sharding exact", dataset=str(tmp_path / "imgs"))
+    refused("a prefix of the set cannot be taken", dataset=str(sharded), train_images=100)
+    with pytest.raises(DataError, match="in-memory and synthetic data have none"):
+        catalog.check_sharding(RunConfig(input_sharding="file", workers=2), data=(np.zeros((4, 8, 8, 3)), np.zeros(4)))
 
 
 def test_an_unknown_sharding_names_the_choices():

@@ -85,22 +85,14 @@ def restore_float32():
 
 
 @pytest.mark.slow
-def test_synchronized_batchnorm_resnet20_matches_one_device(restore_float32):
-    # Synchronized BN computes var = E[x^2] - E[x]^2 from all-reduced sums; in float32 the rounding of that
-    # difference, amplified by a few high-LR steps, moves weights by ~1e-3 relative between replica counts.
-    # In float64 the rounding vanishes and what is left is the arithmetic, which must be the same.
-    w1, l1 = _train_weights(1, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS, dtype="float64")
-    w2, l2 = _train_weights(2, "momentum", 0.05, model="resnet20", steps_per_loop=STEPS, dtype="float64")
-    _assert_same(w1, w2, rtol=1e-5)
-    np.testing.assert_allclose(l2, l1, rtol=1e-6)
-
-
-@pytest.mark.slow
-def test_the_batch_study_model_small_cnn_bn_matches_one_device(restore_float32):
-    # The batch-size study's model: synchronized batch norm, so its statistics are the global batch's on any
-    # replica count (float64 for the reason above).
-    w1, l1 = _train_weights(1, "momentum", 0.05, model="small_cnn_bn", steps_per_loop=STEPS, dtype="float64")
-    w2, l2 = _train_weights(2, "momentum", 0.05, model="small_cnn_bn", steps_per_loop=STEPS, dtype="float64")
+@pytest.mark.parametrize("model", ["resnet20", "small_cnn_bn"])  # small_cnn_bn: the batch-size study's model
+def test_synchronized_batchnorm_matches_one_device(restore_float32, model):
+    # Synchronized BN computes var = E[x^2] - E[x]^2 from all-reduced sums, so its statistics are the global
+    # batch's on any replica count; in float32 the rounding of that difference, amplified by a few high-LR steps,
+    # moves weights by ~1e-3 relative between replica counts. In float64 the rounding vanishes and what is left is
+    # the arithmetic, which must be the same.
+    w1, l1 = _train_weights(1, "momentum", 0.05, model=model, steps_per_loop=STEPS, dtype="float64")
+    w2, l2 = _train_weights(2, "momentum", 0.05, model=model, steps_per_loop=STEPS, dtype="float64")
     _assert_same(w1, w2, rtol=1e-5)
     np.testing.assert_allclose(l2, l1, rtol=1e-6)
 

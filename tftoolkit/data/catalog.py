@@ -33,12 +33,8 @@ def load_source(config, data=None, cache: bool = True, worker: tuple[int, int] |
     ``worker``: (this worker, workers) of a multi-worker run, for ``--input-sharding file``.
     """
     sharded = config.input_sharding == "file" and worker is not None and worker[1] > 1
-    if sharded and (data is not None or config.dataset == "synthetic"):
-        raise DataError("--input-sharding file divides a dataset's TFRecord shards among the workers; in-memory "
-                        "and synthetic data have none: use --input-sharding exact")
-    if sharded and config.train_images:
-        raise DataError("--input-sharding file with --train-images: each worker reads whole shards, so a prefix of "
-                        "the set cannot be taken; use --input-sharding exact, or a smaller dataset")
+    if sharded:
+        check_sharding(config, data, workers=worker[1])
     if data is not None:
         source = _from_python(data, config)
     elif config.dataset == "synthetic":
@@ -63,25 +59,29 @@ def _from_python(data, config) -> DataSource:
     return from_arrays(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
 
 
-def _too_few_shards(path, n: int, workers: int) -> DataError:
-    return DataError(f"--input-sharding file: {path} has {n} training shard(s) for {workers} workers; every worker "
-                     f"needs at least one: use --input-sharding exact, or re-write the dataset in at least {workers} "
-                     "shards")
-
-
-def check_sharding(config) -> None:
-    """Refuse ``--input-sharding file`` that cannot work before any worker starts (each would fail alike)."""
-    if config.input_sharding != "file" or config.workers <= 1:
+def check_sharding(config, data=None, workers: int | None = None) -> None:
+    """Every refusal of ``--input-sharding file``, in one place: the launcher calls it before any worker starts
+    (each would fail alike), and every worker before it loads its shards."""
+    workers = config.workers if workers is None else workers
+    if config.input_sharding != "file" or workers <= 1:
         return
-    if config.dataset == "synthetic":
-        raise DataError("--input-sharding file divides a dataset's TFRecord shards among the workers; synthetic data "
-                        "has none: use --input-sharding exact")
+    if data is not None or config.dataset == "synthetic":
+        raise DataError("--input-sharding file divides a dataset's TFRecord shards among the workers; in-memory "
+                        "and synthetic data have none: use --input-sharding exact")
+    if config.train_images:
+        raise DataError("--input-sharding file with --train-images: each worker reads whole shards, so a prefix of "
+                        "the set cannot be taken; use --input-sharding exact, or a smaller dataset")
     path = default_dir() if config.dataset == SHAPES16K else Path(config.dataset).expanduser()
+    if not path.is_dir():
+        return  # not prepared, or no such folder: load says so, as for any run
     if not (path / tfrecords.MANIFEST).exists():
-        return  # the workers say what is wrong (not prepared, an image folder, no such path)
+        raise DataError(f"--input-sharding file divides TFRecord shards among the workers, and {path} is an image "
+                        "folder; use --input-sharding exact (or write the folder as TFRecords first)")
     n = len(tfrecords.read_manifest(path)["splits"]["train"]["shards"])
-    if n < config.workers:
-        raise _too_few_shards(path, n, config.workers)
+    if n < workers:
+        raise DataError(f"--input-sharding file: {path} has {n} training shard(s) for {workers} workers; every "
+                        f"worker needs at least one: use --input-sharding exact, or re-write the dataset in at least "
+                        f"{workers} shards")
 
 
 def ensure_shapes16k(out=None, **kwargs) -> Path:
@@ -114,9 +114,6 @@ def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> D
             raise DataError(f"dataset {name!r} is a file; give the folder that holds the images or the TFRecords")
     if (path / tfrecords.MANIFEST).exists():
         return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify, worker=worker)
-    if worker is not None:
-        raise DataError(f"--input-sharding file divides TFRecord shards among the workers, and {path} is an image "
-                        "folder; use --input-sharding exact (or write the folder as TFRecords first)")
     if any(path.glob("*.tfrecord")):
         raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
                         "data/README.md) so the shards can be checked")
@@ -139,9 +136,7 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True, veri
     sharding = None
     if worker is not None:
         me, workers = worker
-        per_worker = tfrecords.worker_shards(manifest, "train", workers)
-        if any(not shards for shards in per_worker):
-            raise _too_few_shards(path, len(manifest["splits"]["train"]["shards"]), workers)
+        per_worker = tfrecords.worker_shards(manifest, "train", workers)  # each non-empty: check_sharding
         counts = [sum(int(s["records"]) for s in shards) for shards in per_worker]
         # Every worker trains the same number of steps: each keeps the smallest worker's count per epoch.
         sharding = {"policy": "file", "worker": me, "workers": workers, "shards": [s["file"] for s in per_worker[me]],

@@ -82,9 +82,10 @@ def _workers() -> int:
     return min(32, 2 * (os.cpu_count() or 1))
 
 
-def _read_split(root: Path, classes: list[str], size: int, stream: bool = False):
-    """(images or paths, labels, not images, unreadable): decoded arrays, or with ``stream`` the readable paths."""
-    files, labels, not_images = _list(root, classes)
+def _read_split(listing, size: int, stream: bool = False):
+    """(images or paths, labels, not images, unreadable) of a split's ``_list``: decoded arrays, or with ``stream``
+    the paths whose headers read."""
+    files, labels, not_images = listing
     with ThreadPoolExecutor(_workers()) as pool:  # Pillow releases the GIL while decoding
         if stream:
             decoded = [p if ok else None for p, ok in zip(files, pool.map(_header_ok, files))]
@@ -143,14 +144,16 @@ def load(path, image_size: int, memory_gb: float | None = None):
         raise DataError(f"{train_root} has no class sub-folders; put the images in {train_root}/<class name>/ "
                         "(one sub-folder per class)")
     # Decide from the file count before decoding anything: pixels = files x size x size x 3 bytes.
-    count = len(_list(train_root, classes)[0]) + (len(_list(val_root, classes)[0]) if val_root is not None else 0)
+    listing = _list(train_root, classes)
+    val_listing = _list(val_root, classes) if val_root is not None else ([], [], [])
+    count = len(listing[0]) + len(val_listing[0])
     pixels, budget = count * image_size * image_size * 3, memory_budget(memory_gb)
     stream = pixels > budget
     if stream:
         log.info("%s: %d images = %.2f GB of pixels at %dx%d, over the memory budget of %.2f GB: streaming them "
                  "from disk (headers are checked now, images decoded as batches are read)", path, count, pixels / 1e9,
                  image_size, image_size, budget / 1e9)
-    x, y, not_images, unreadable = _read_split(train_root, classes, image_size, stream)
+    x, y, not_images, unreadable = _read_split(listing, image_size, stream)
     if len(x) == 0:
         raise DataError(f"found no readable images ({', '.join(IMAGE_EXTENSIONS)}) in the class sub-folders of "
                         f"{train_root}; expected {train_root}/<class>/<image>")
@@ -168,7 +171,7 @@ def load(path, image_size: int, memory_gb: float | None = None):
         if extra:
             raise DataError(f"{val_root} has class sub-folder(s) {', '.join(extra)} that {train_root} lacks; "
                             "train and val need the same classes")
-        vx, vy, v_not, v_bad = _read_split(val_root, classes, image_size, stream)
+        vx, vy, v_not, v_bad = _read_split(val_listing, image_size, stream)
         not_images += v_not
         unreadable += v_bad
         val = (vx, vy) if len(vx) else None

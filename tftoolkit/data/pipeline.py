@@ -127,16 +127,15 @@ def _layout(ctx):
     return total, local, ctx.input_pipeline_id * local
 
 
-def _options(autoshard_off: bool = True):
+def _options():
     import tensorflow as tf
 
     options = tf.data.Options()
     options.deterministic = True  # the data order is part of what a seed reproduces
     # The per-batch work is fixed and small: no autotuning thread (its shutdown stalled every iterator's deletion).
     options.autotune.enabled = False
-    if autoshard_off:
-        # The slicing replaces auto-sharding; say so, so TensorFlow never shards (or warns) itself.
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    # The slicing replaces auto-sharding; say so, so TensorFlow never shards (or warns) itself.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return options
 
 
@@ -247,11 +246,10 @@ def dropped_per_epoch(config, train_examples: int) -> int:
 
 
 def first_batch(source: DataSource, global_batch: int):
-    """The first ``global_batch`` training examples as float32 images, labels and ids (no shuffle, no
-    augmentation): the batch measure.breakdown replays without the input pipeline."""
+    """The first ``global_batch`` training examples as (float32 images, labels), unshuffled and unaugmented:
+    the batch measure.breakdown replays without the input pipeline."""
     import tensorflow as tf
 
     store = source.store("train")
-    _, labels, ids = store.tensors()
     images = store.gather_images(tf.range(global_batch, dtype=tf.int64))
-    return to_float(images), labels[:global_batch], ids[:global_batch]
+    return to_float(images), store.tensors()[1][:global_batch]

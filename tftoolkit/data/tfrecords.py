@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import replacing, write_json
+from ..fileio import remove_stale_temps, replacing, write_json
 
 log = logging.getLogger("tftoolkit")
 
@@ -66,8 +66,7 @@ class DatasetWriter:
                 pass
             # The old manifest goes before any shard is replaced: from here until finish() there is none.
             old.unlink()
-        for stale in self.out.glob(".*.tmp"):
-            stale.unlink()
+        remove_stale_temps(self.out)
 
     def write_shard(self, split: str, index: int, count: int, images: np.ndarray, labels: np.ndarray,
                     first_id: int) -> dict:
@@ -111,8 +110,7 @@ class DatasetWriter:
         write_json(self.out / MANIFEST, manifest)  # atomic: temp file + rename
         keep = {s["file"] for shards in self.splits.values() for s in shards}
         # The shards were hashed as they were written: record that, so the first use does not hash them again.
-        write_json(self.out / VERIFIED, {s["file"]: {**_stamp(self.out / s["file"]), "records": s["records"],
-                                                     "sha256": s["sha256"]}
+        write_json(self.out / VERIFIED, {s["file"]: _passed(self.out / s["file"], s["records"], s["sha256"])
                                          for shards in self.splits.values() for s in shards})
         for name in self.old_files - keep:
             (self.out / name).unlink(missing_ok=True)
@@ -173,6 +171,11 @@ def _stamp(f: Path) -> dict:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _passed(f: Path, records: int, sha: str | None) -> dict:
+    """What verified.json records of a shard that passed: its size and mtime then, its records and sha256."""
+    return {**_stamp(f), "records": records, "sha256": sha}
+
+
 def verify(path, manifest: dict, mode: str = "cached") -> float:
     """Check every shard against the manifest; returns seconds. ``mode``:
 
@@ -213,7 +216,7 @@ def verify(path, manifest: dict, mode: str = "cached") -> float:
             shard["records"] = records  # a hand-written manifest may leave the counts out
             if shard.get("sha256") and sha256(f) != shard["sha256"]:
                 raise DataError(f"shard {f} does not match the sha256 in the manifest (changed or corrupt); {hint}")
-            passed[shard["file"]] = {**stamp, "records": records, "sha256": shard.get("sha256")}
+            passed[shard["file"]] = _passed(f, records, shard.get("sha256"))
             changed = True
     if mode != "off" and (changed or set(passed) != set(known)):
         try:

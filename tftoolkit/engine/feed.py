@@ -147,7 +147,7 @@ class Feed:
 
         total, n = strategy.num_replicas_in_sync, config.global_batch_size
         if self.resident is None:
-            batch = pipeline.first_batch(source, n)[:2]
+            batch = pipeline.first_batch(source, n)
         else:
             batch = (tf.range(n, dtype=tf.int64), None)
 
@@ -178,7 +178,7 @@ def make(config, setup, strategy, source) -> Feed:
                                in_memory=store.in_memory)
     log.info("data placement: %s (%s)", placement, reason)
     if placement == "host":
-        return Feed("host", reason, augment=config.augment, seed=config.seed)
+        return Feed("host", reason)  # the host pipeline augments itself (data.pipeline.host_gather)
     images = store.images
     words = images.dtype == np.uint8 and (int(np.prod(images.shape[1:])) % 4 == 0)
     if words:

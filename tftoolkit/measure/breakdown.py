@@ -102,10 +102,10 @@ def _time_loop(train_loop, iterator, n: int) -> float:
     return timed_call(train_loop, iterator, n)[1] / n
 
 
-class _Replay:
+class Replay:
     """Stands in for the distributed iterator ``train_loop`` takes: every ``next`` gives the same per-replica
-    elements, sliced as the pipeline slices a batch and placed on the replicas' devices once
-    (``engine.feed.Feed.replay``: a host batch, or indices into the device-resident split).
+    ``values``, already on the replicas' devices (``engine.feed.Feed.replay``: one batch sliced as the pipeline
+    slices it, or indices into the device-resident split).
 
     Not a tf.data iterator on purpose: deleting one used to wait for tf.data's autotuning threads (one per
     device for a distributed iterator), which took from 0.3 s to over a minute on a loaded 2-core machine
@@ -113,8 +113,8 @@ class _Replay:
     engine's loop, since a new argument type means a new trace.
     """
 
-    def __init__(self, engine, config, source):
-        self.values = engine.feed.replay(engine.strategy, source, config)
+    def __init__(self, values):
+        self.values = values
 
     def __iter__(self):
         return self
@@ -141,7 +141,7 @@ def time_step_parts(engine, config, source, train_examples: int, rounds: int = M
     strategy = engine.strategy
     n = config.steps_per_loop
     # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
-    iterator = _Replay(engine, config, source)
+    iterator = Replay(engine.feed.replay(strategy, source, config))
     saved = _snapshot(engine)
     try:
         bare = build_engine(config, strategy, source, train_examples, allreduce=False, model=engine.model_source

@@ -19,7 +19,7 @@ import time
 log = logging.getLogger("tftoolkit")
 
 
-def _puller(strategy, feed):
+def puller(strategy, feed):
     """A tf.function that pulls ``n`` steps of per-replica batches from an iterator, as the training loop does,
     and makes each replica's float batch (what the step would compute on) without a model."""
     import tensorflow as tf
@@ -61,13 +61,12 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     cold_s, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
     cold_n = store.n if "train_read_s" in source.info else 0
     feed = feed_mod.make(config, setup, strategy, source)
-    pull = _puller(strategy, feed)
+    pull = puller(strategy, feed)
     steps = config.steps_per_epoch(source.train_examples)
     # Trace on the real iterator's first step (tracing is not input time), then time whole epochs.
     iterator = iter(feed.train_input(strategy, source, config, 0))
     pull(iterator, tf.constant(1)).numpy()
     warm_n, warm_s, warm_cpu, epochs = 0, 0.0, 0.0, 0
-    first, steps_done = 1, 1
     while warm_s < seconds or epochs == 0:
         if not cache and epochs:
             source.stores.pop("train", None)
@@ -75,12 +74,11 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
             source.store("train")
             warm_s += time.perf_counter() - t1
         t1, c1 = time.perf_counter(), time.process_time()
-        n = steps - first
+        n = steps - 1 if epochs == 0 else steps  # the first epoch's first step was the trace
         warm_n += int(pull(iterator, tf.constant(n)).numpy())
         warm_s += time.perf_counter() - t1
         warm_cpu += time.process_time() - c1
-        steps_done += n
-        first, epochs = 0, epochs + 1
+        epochs += 1
     traces = pull.experimental_get_tracing_count()
     if traces > 1:
         log.warning("input benchmark: the pull loop was traced %d times; tracing time is in the figures", traces)

@@ -47,7 +47,7 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     if config.workers > 1:
         from ..data import catalog
 
-        catalog.check_sharding(config)
+        catalog.check_sharding(config, data)
         if out is None:
             raise ConfigError("a multi-worker run needs a run directory (out=... / --out) that every worker names")
         if cluster is None:
