@@ -29,7 +29,7 @@ def test_environment_yml_matches_pyproject_dependencies():
 def test_gpu_extra_pulls_tensorflow_cuda_build():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert any(r.startswith("tensorflow[and-cuda]") for r in project["optional-dependencies"]["gpu"])
-    assert project["scripts"]["tftoolkit"] == "tftoolkit.cli:main"
+    assert project["scripts"]["tftoolkit"] == "tftoolkit.cli:run"
 
 
 def test_ci_runs_make_test_and_readme_shows_both_commands():

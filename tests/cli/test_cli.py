@@ -85,6 +85,35 @@ def test_unknown_model_and_existing_run_dir_through_the_cli(tmp_path, capsys):
     assert cli.main(["train", "--out", str(tmp_path / "r"), *common, "--base-lr", "0.003", "--force"]) == 0
 
 
+_RUN = """
+import atexit, sys, threading, time
+from pathlib import Path
+from tftoolkit import cli
+out = Path(sys.argv[1])
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+def late():
+    time.sleep(0.3)
+    (out / "thread").write_text("finished")
+threading.Thread(target=late).start()  # not a daemon: a normal exit waits for it, so this one must too
+sys.argv = ["tftoolkit", *sys.argv[2:]]
+cli.run()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, code", [(["env", "--json"], 0), (["train", "--out", "X", "--replicas", "0"], 2)])
+def test_the_command_exits_with_mains_code_after_threads_atexit_and_flushing(tmp_path, argv, code):
+    # cli.run() skips the interpreter's teardown (os._exit); everything a normal exit guarantees must still hold.
+    done = subprocess.run([sys.executable, "-c", _RUN, str(tmp_path), *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "finished"
+    if code == 0:
+        assert json.loads(done.stdout)["gpus"] == []  # all of a piped stdout arrived
+    else:
+        assert "replicas must be > 0" in done.stderr
+
+
 @pytest.mark.slow
 def test_env_command_runs_without_gpu():
     r = run_cli("env", "--json")

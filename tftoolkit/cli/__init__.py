@@ -14,8 +14,10 @@ see tracebacks.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
+import threading
 
 from ..errors import ToolkitError
 from . import cluster, data, experiments, measure, science, train
@@ -51,4 +53,28 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-__all__ = ["main", "build_parser", "add_config_options", "config_from_args"]
+def run() -> None:
+    """The ``tftoolkit`` command (the console script and ``python -m tftoolkit``): main(), then exit at once.
+
+    By the time main() returns, every file a command writes is closed. What a normal exit still does after that
+    is take the interpreter apart, and with TensorFlow loaded that means freeing ~400,000 objects and its
+    thread pools one by one: 1.2 s of wall time after every ``tftoolkit train`` here (0.06 s without), paid again
+    by each worker of a launch and each point of a Slurm array. So this exit does what matters of a normal one
+    (joins the threads still working, runs the atexit handlers, which flush logging, flushes stdout and stderr)
+    and skips the teardown. An exception out of main() (TFTOOLKIT_DEBUG=1) still exits the normal way, with its
+    traceback.
+    """
+    code = main()
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can reach it
+            pass
+    os._exit(code if isinstance(code, int) else 1)
+
+
+__all__ = ["main", "run", "build_parser", "add_config_options", "config_from_args"]
