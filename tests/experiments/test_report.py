@@ -111,6 +111,25 @@ def test_figures_come_from_the_right_sources_and_are_saved(sweeps, tmp_path):
     assert list(measured.get_xdata()) == [1, 2, 4]
 
 
+def test_show_displays_the_saved_png_at_inline_size_then_the_caption(sweeps, tmp_path, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    report.show(report.load(list(sweeps)), "throughput", tmp_path)
+    image, caption = shown
+    png = (tmp_path / "throughput.png").read_bytes()
+    assert image.data == png and (tmp_path / "throughput.svg").exists()
+    from PIL import Image
+
+    with Image.open(tmp_path / "throughput.png") as saved:
+        assert image.width == round(saved.width * 100 / 150)  # savefig.dpi 150, shown at figure.dpi 100
+    assert report.CAPTIONS["throughput"] in caption.data
+    shown.clear()
+    report.show(report.load(list(sweeps)), "allreduce_time", tmp_path)  # no allreduce.csv here
+    assert len(shown) == 1 and "not in these results" in shown[0].data
+
+
 def test_save_tables(sweeps, tmp_path):
     written = report.save_tables(report.load(list(sweeps)), tmp_path / "tables")
     assert set(written) == {"runs", "points", "scaling"}

@@ -92,6 +92,51 @@ def small_vgg(input_shape, num_classes):
     return keras.Model(inputs, outputs, name="small_vgg")
 
 
+def _sync_bn_layer():
+    """The SyncBatchNorm layer class (defined on first use, as Standardize)."""
+    if "SyncBatchNorm" in _LAYERS:
+        return _LAYERS["SyncBatchNorm"]
+    import keras
+    import tensorflow as tf
+
+    from .collectives import all_sum
+
+    @keras.saving.register_keras_serializable("tftoolkit")
+    class SyncBatchNorm(keras.layers.BatchNormalization):
+        """Keras' ``BatchNormalization(synchronized=True)`` with one all-reduce per layer instead of three.
+
+        Keras all-reduces the sum, the sum of squares and the count one by one, each through
+        ``ReplicaContext.all_reduce``, whose tracing cost grows with the depth of the network (collectives.py).
+        Here the three go in one tensor through one ``collectives.all_sum`` (a single tensor, so no batching of
+        collectives whose launch order could differ between replicas). The arithmetic is Keras': var = E[x^2] -
+        E[x]^2 of the all-reduced sums.
+        """
+
+        def __init__(self, **kwargs):
+            kwargs["synchronized"] = True
+            super().__init__(**kwargs)
+
+        def _moments(self, inputs, mask):
+            ctx = tf.distribute.get_replica_context()
+            if mask is not None or ctx is None:
+                return super()._moments(inputs, mask)
+            axes = list(self._reduction_axes)
+            x = inputs  # BatchNormalization.call has cast float16 inputs up to float32 already
+            count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), x.dtype)
+            local = tf.concat([tf.reshape(tf.reduce_sum(x, axes), [-1]),
+                               tf.reshape(tf.reduce_sum(tf.square(x), axes), [-1]), tf.reshape(count, [1])], 0)
+            total = all_sum(local)
+            channels = (tf.size(total) - 1) // 2
+            count_sum = total[-1]
+            mean = tf.math.divide_no_nan(tf.reshape(total[:channels], tf.shape(self.moving_mean)), count_sum)
+            squared_mean = tf.math.divide_no_nan(tf.reshape(total[channels:2 * channels], tf.shape(self.moving_mean)),
+                                                 count_sum)
+            return mean, tf.maximum(squared_mean - tf.square(mean), 0.0)
+
+    _LAYERS["SyncBatchNorm"] = SyncBatchNorm
+    return SyncBatchNorm
+
+
 @register("small_cnn_bn")
 def small_cnn_bn(input_shape, num_classes):
     """small_cnn with synchronized batch norm and per-image standardisation: the batch-size study's model.
@@ -110,7 +155,7 @@ def small_cnn_bn(input_shape, num_classes):
     x = _standardize_layer()()(inputs)
     for i, filters in enumerate((32, 64, 64)):
         x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-        x = layers.ReLU()(layers.BatchNormalization(synchronized=True, momentum=0.9)(x))
+        x = layers.ReLU()(_sync_bn_layer()(momentum=0.9)(x))
         if i < 2:
             x = layers.MaxPooling2D()(x)
     x = layers.GlobalAveragePooling2D()(x)
@@ -153,7 +198,7 @@ def resnet20(input_shape, num_classes):
     from keras import layers
 
     def bn():
-        return layers.BatchNormalization(synchronized=True)
+        return _sync_bn_layer()()
 
     def block(x, filters, stride):
         shortcut = x

@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from .collectives import all_sum_no_gradient
+
 log = logging.getLogger("tftoolkit")
 
 
@@ -93,11 +95,10 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
 
     def replica_step(element, resident=None):
         images, labels = feed.batch(element, resident)
-        ctx = tf.distribute.get_replica_context()
         local_n = tf.shape(labels)[0]
         if partial:
             # A short last batch is split unevenly; divide by the true global count, not the nominal one.
-            denom = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_n)
+            denom = all_sum_no_gradient(local_n)
         else:
             denom = global_batch
         if noise is not None and replicas == 1:
@@ -109,12 +110,11 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         if allreduce and noise is not None:
             # The replica's squared norm rides along in the gradient all-reduce: no extra collective.
             scale = noise_mod.loss_scale(optimizer)
-            *grads, sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                          list(grads) + [noise.replica_sums(parts, denom, scale)])
+            *grads, sums = all_sum_no_gradient(list(grads) + [noise.replica_sums(parts, denom, scale)])
             estimate = noise.estimate(sums, grads, denom, scale)
         elif allreduce:
             # SUM, not MEAN: each replica's gradient is already divided by the global batch.
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            grads = all_sum_no_gradient(grads)
         else:
             grads = [g * replicas for g in grads]
         optimizer.apply(grads, model.trainable_variables)
@@ -160,12 +160,17 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
         return tf.reduce_sum(per_example), correct, tf.cast(tf.shape(labels)[0], tf.float32)
 
+    def replica_add(total, element):
+        return total + tf.stack(replica_eval(element))
+
     @tf.function
     def evaluate(dist_dataset):
-        total = tf.zeros([3], tf.float32)
+        # Each replica sums its own (loss, correct, count) over the whole split, and the sums are all-reduced
+        # once at the end: one cross-replica reduction per evaluation instead of three per batch (between
+        # workers each is a collective over the network; 125 batches of 32 cost 2.8 s on two localhost workers).
+        total = strategy.run(lambda: tf.zeros([3], tf.float32))
         for element in dist_dataset:
-            out = strategy.run(replica_eval, args=(element,))
-            total += tf.stack([strategy.reduce(tf.distribute.ReduceOp.SUM, o, axis=None) for o in out])
-        return total
+            total = strategy.run(replica_add, args=(total, element))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
 
     return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source, feed)
