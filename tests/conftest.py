@@ -68,12 +68,13 @@ def slurm_cluster():
 # two workers in collection order, so a long file collected last would leave one worker alone at the end.
 # Measured with --durations (the order, not the figures, matters); files not listed keep their order after these.
 LONGEST_FIRST = (
-    "tests/training/test_resume.py",
     "tests/cluster/test_slurm.py",
-    "tests/cluster/test_multiworker.py",
     "tests/experiments/test_notebooks.py",
+    "tests/training/test_resume.py",
     "tests/experiments/test_sweep.py",
+    "tests/cluster/test_multiworker.py",
     "tests/engine/test_equivalence.py",
+    "tests/training/test_train.py",
     "tests/experiments/test_batch_science_notebook.py",
     "tests/cluster/test_input_sharding.py",
     "tests/experiments/test_jupyterlab.py",

@@ -257,17 +257,24 @@ def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_cod
 
 @pytest.mark.slow
 def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
-    """Run after 01-03 in the same folder, with nothing but -p smoke True: it finds their folders itself."""
-    _EXECUTED.get("02_batch_and_lr_scaling") or _execute("02_batch_and_lr_scaling", out_root, replicas=2,
-                                                           warmup_epochs=[0.0])
-    executed = out_root / "04_default.ipynb"
-    papermill.execute_notebook(str(ROOT / "notebooks" / "04_report.ipynb"), str(executed),
-                               parameters={"smoke": True, "out_dir": str(out_root / "04_default")}, cwd=str(ROOT),
-                               progress_bar=False)
-    nb = nbformat.read(str(executed), as_version=4)
-    text = "\n".join(o.get("data", {}).get("text/markdown", "") for c in _code_cells(nb) for o in c.get("outputs", []))
+    """Run after 01-03 in the same folder with nothing but -p smoke True, 04 reports on their folders: its first
+    call, report.discover, finds them (rendering those folders is the test above; 04 executing with no
+    arguments through papermill, the test below)."""
+    from tftoolkit.experiments import report
+
+    for name, parameters in (("02_batch_and_lr_scaling", {"replicas": 2, "warmup_epochs": [0.0]}),
+                             ("03_communication", {"replicas": [1, 2]})):
+        _EXECUTED.get(name) or _execute(name, out_root, **parameters)
+    from tftoolkit.experiments import findings
+
+    found = report.discover([], out_root / "04_default")
+    assert {"02_batch_and_lr_scaling", "03_communication"} <= {p.name for p in found}
+    assert "04_default" not in {p.name for p in found}
+    # What the notebook's next cells do with them: load, findings, tables.
+    res = report.load(found)
+    text = findings.markdown(res)
     assert "What we found" in text and "Best LR rule per global batch" in text
-    runs = pd.read_csv(out_root / "04_default" / "runs.csv")
+    runs = pd.read_csv(report.save_tables(res, out_root / "04_default")["runs"])
     assert "02_batch_and_lr_scaling" in set(runs["source"])
 
 
