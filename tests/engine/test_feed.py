@@ -78,6 +78,7 @@ def test_device_placement_on_two_replicas_equals_one_device(tmp_path):
     np.testing.assert_allclose(one, two, rtol=1e-5)
 
 
+@pytest.mark.slow  # a process of its own
 def test_the_cli_refuses_device_placement_that_does_not_fit_in_one_line(tmp_path):
     code = ("import sys; from tftoolkit.engine import feed; feed.host_available_bytes = lambda: 1000; "
             "from tftoolkit.cli import main; sys.exit(main(sys.argv[1:]))")
