@@ -84,7 +84,7 @@ def test_numpy_arrays_through_the_api(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (200, 8, 8, 1)).astype("float32")
     y = (x.mean(axis=(1, 2, 3)) > 0.5).astype("int32")
-    cfg = RunConfig(replicas=2, per_replica_batch=25, num_classes=2, steps=4, steps_per_loop=2)
+    cfg = RunConfig(replicas=2, per_replica_batch=25, num_classes=2, steps=4, steps_per_loop=2, measure=False, **FAST)
     s = tftoolkit.train(cfg, tmp_path / "np", quiet=True, data=(x, y))
     assert s["status"] == "ok" and s["dataset"] == "arrays" and math.isnan(s["val_loss"])
 
