@@ -74,7 +74,8 @@ def run() -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: nothing more can reach it
             pass
-    os._exit(code if isinstance(code, int) else 1)
+    # What SystemExit(code) would exit with: None is 0, an int itself, anything else 1.
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)
 
 
 __all__ = ["main", "run", "build_parser", "add_config_options", "config_from_args"]

@@ -124,13 +124,12 @@ def _sync_bn_layer():
             x = inputs  # BatchNormalization.call has cast float16 inputs up to float32 already
             count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), x.dtype)
             local = tf.concat([tf.reshape(tf.reduce_sum(x, axes), [-1]),
-                               tf.reshape(tf.reduce_sum(tf.square(x), axes), [-1]), tf.reshape(count, [1])], 0)
-            total = all_sum(local)
-            channels = (tf.size(total) - 1) // 2
-            count_sum = total[-1]
-            mean = tf.math.divide_no_nan(tf.reshape(total[:channels], tf.shape(self.moving_mean)), count_sum)
-            squared_mean = tf.math.divide_no_nan(tf.reshape(total[channels:2 * channels], tf.shape(self.moving_mean)),
-                                                 count_sum)
+                               tf.reshape(tf.reduce_sum(tf.square(x), axes), [-1]), [count]], 0)
+            channels = self.moving_mean.shape.num_elements()
+            total_sum, total_squares, total_count = tf.split(all_sum(local), [channels, channels, 1])
+            shape = self.moving_mean.shape
+            mean = tf.math.divide_no_nan(tf.reshape(total_sum, shape), total_count[0])
+            squared_mean = tf.math.divide_no_nan(tf.reshape(total_squares, shape), total_count[0])
             return mean, tf.maximum(squared_mean - tf.square(mean), 0.0)
 
     _LAYERS["SyncBatchNorm"] = SyncBatchNorm
