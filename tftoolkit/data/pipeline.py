@@ -35,6 +35,15 @@ PARALLEL_BATCHES = 2
 PREFETCH = 2  # batches per input pipeline prepared ahead of the step
 
 
+def plain(fn):
+    """``fn`` for tf.data as written. tf.data converts its functions with autograph (tens of ms each, at every
+    process's start), and none of the pipeline's functions branches on a tensor in Python. The functions they
+    call, and the datasets they build, inherit it."""
+    import tensorflow as tf
+
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 def to_float(image):
     """uint8 pixels to [0, 1] floats; float images are kept as they are."""
     import tensorflow as tf
@@ -205,9 +214,10 @@ def train_elements(store, config, ctx, start_step: int = 0, placement: str = "ho
         return ds.map(lambda indices: (indices, epoch))
 
     # Epochs without end: the consumer stops where its run does (an LR sweep may outlast the config's epochs).
-    ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_epoch)
+    ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(plain(one_epoch))
     if placement == "host":
-        ds = ds.map(host_gather(store, config, with_ids), num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
+        ds = ds.map(plain(host_gather(store, config, with_ids)), num_parallel_calls=PARALLEL_BATCHES,
+                    deterministic=True)
     return ds.prefetch(PREFETCH * local).with_options(_options())
 
 
@@ -234,8 +244,8 @@ def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
     def dataset_fn(ctx):
         total, local, first = _layout(ctx)
         ds = _pieces(tf.range(store.n, dtype=tf.int64), config.global_batch_size, total, first, local, True)
-        ds = ds.map(lambda indices: gather(indices, tf.constant(0, tf.int64)), num_parallel_calls=PARALLEL_BATCHES,
-                    deterministic=True)
+        ds = ds.map(plain(lambda indices: gather(indices, tf.constant(0, tf.int64))),
+                    num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
         return ds.prefetch(PREFETCH * local).with_options(_options())
 
     return strategy.distribute_datasets_from_function(dataset_fn, input_options(strategy))

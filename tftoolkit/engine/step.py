@@ -122,7 +122,10 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             return loss, local_n, estimate
         return loss, local_n
 
-    step_fn = tf.function(replica_step, jit_compile=True) if jit_effective(config, strategy) else replica_step
+    if jit_effective(config, strategy):
+        step_fn = tf.function(replica_step, jit_compile=True, autograph=False)
+    else:
+        step_fn = replica_step
 
     local_replicas = len(strategy.extended.worker_devices)
 
@@ -136,19 +139,26 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
 
         return strategy.gather(strategy.run(own, args=(counts,)), axis=0)
 
-    @tf.function
+    # autograph=False here and in evaluate: the loops are written as tf.while_loop and DistributedDataset.reduce
+    # (what autograph would generate), and no function a step calls branches on a tensor in Python. Converting
+    # the ~20 functions a step reaches cost about 1 s at the start of every process (BENCHMARKS.md); Keras' own
+    # trainer skips autograph the same way (do_not_convert on its step, a while_loop over steps_per_execution).
+    @tf.function(autograph=False)
     def train_loop(iterator, n):
-        losses = tf.TensorArray(tf.float32, size=n)
-        counts = tf.zeros([local_replicas], tf.int64)
-        noise_rows = tf.TensorArray(tf.float32, size=n if noise is not None else 0)
-        for i in tf.range(n):
+        def body(i, losses, counts, noise_rows):
             out = strategy.run(step_fn, args=feed.args(next(iterator)))
             loss_pr, n_pr = out[0], out[1]
-            losses = losses.write(i, tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None), tf.float32))
+            loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None)
+            losses = losses.write(i, tf.cast(loss, tf.float32))
             counts += tf.cast(tf.stack(strategy.experimental_local_results(n_pr)), tf.int64)
             if noise is not None:
                 # Every replica computed the same estimate from all-reduced values; take the first.
                 noise_rows = noise_rows.write(i, noise.update(strategy.experimental_local_results(out[2])[0]))
+            return i + 1, losses, counts, noise_rows
+
+        start = (tf.constant(0, n.dtype), tf.TensorArray(tf.float32, size=n), tf.zeros([local_replicas], tf.int64),
+                 tf.TensorArray(tf.float32, size=n if noise is not None else 0))
+        _, losses, counts, noise_rows = tf.while_loop(lambda i, *_: i < n, body, start)
         if noise is not None:
             noise.last.assign(noise_rows.stack())
         return losses.stack(), all_counts(counts)
@@ -163,14 +173,13 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     def replica_add(total, element):
         return total + tf.stack(replica_eval(element))
 
-    @tf.function
+    @tf.function(autograph=False)
     def evaluate(dist_dataset):
         # Each replica sums its own (loss, correct, count) over the whole split, and the sums are all-reduced
         # once at the end: one cross-replica reduction per evaluation instead of three per batch (between
         # workers each is a collective over the network; 125 batches of 32 cost 2.8 s on two localhost workers).
-        total = strategy.run(lambda: tf.zeros([3], tf.float32))
-        for element in dist_dataset:
-            total = strategy.run(replica_add, args=(total, element))
+        zeros = strategy.run(lambda: tf.zeros([3], tf.float32))
+        total = dist_dataset.reduce(zeros, lambda total, element: strategy.run(replica_add, args=(total, element)))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
 
     return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source, feed)

@@ -39,7 +39,7 @@ def profiler_forward_flops(model, input_shape) -> int:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    fn = tf.function(lambda x: model(x, training=False))
+    fn = tf.function(lambda x: model(x, training=False), autograph=False)
     concrete = fn.get_concrete_function(tf.TensorSpec([1, *input_shape], tf.float32))
     # Variables become constants so the profiler sees a plain graph with fully known shapes.
     frozen = convert_variables_to_constants_v2(concrete)
@@ -154,7 +154,7 @@ def cpu_matmul_peak(dtype: str = "float32", n: int = CPU_MATMUL_N, repeats: int 
         a = tf.random.stateless_uniform([n, n], seed=[1, 2], dtype=tf.float32)
         b = tf.random.stateless_uniform([n, n], seed=[3, 4], dtype=tf.float32)
         a, b = tf.cast(a, dtype), tf.cast(b, dtype)
-        matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)))
+        matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)), autograph=False)
         matmul(a, b).numpy()  # trace and warm up the GEMM kernel
         best_wall = best_cpu = 0.0
         for _ in range(repeats):

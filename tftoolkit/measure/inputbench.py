@@ -29,12 +29,13 @@ def puller(strategy, feed):
         # Depend on the last pixel so the gather and the conversion are not pruned; count the examples.
         return tf.shape(labels, out_type=tf.int64)[0] + tf.cast(images[-1, -1, -1, -1] * 0, tf.int64)
 
-    @tf.function
+    @tf.function(autograph=False)  # the training loop's while_loop, written out (engine/step.py says why)
     def pull(iterator, n):
-        images = tf.constant(0, tf.int64)
-        for _ in tf.range(n):
-            images += strategy.reduce("SUM", strategy.run(replica, args=feed.args(next(iterator))), axis=None)
-        return images
+        def body(i, images):
+            return i + 1, images + strategy.reduce("SUM", strategy.run(replica, args=feed.args(next(iterator))),
+                                                   axis=None)
+
+        return tf.while_loop(lambda i, _: i < n, body, (tf.constant(0, n.dtype), tf.constant(0, tf.int64)))[1]
 
     return pull
 
