@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import DataError
 from . import tfrecords
 from .home import DATA_DIR_ENV, SHAPES16K, default_dir
+from .functions import plain
 from .source import DataSource, from_arrays, from_dataset, is_dataset, limit, synthetic
 
 log = logging.getLogger("tftoolkit")
@@ -154,8 +155,8 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True, veri
             out = tf.image.resize(image, [image_size, image_size], antialias=True)
             return tf.cast(tf.clip_by_value(tf.round(out), 0, 255), tf.uint8), label, ex_id
 
-        train = train.map(resize, num_parallel_calls=tf.data.AUTOTUNE)
-        val = val.map(resize, num_parallel_calls=tf.data.AUTOTUNE) if val is not None else None
+        train = train.map(plain(resize), num_parallel_calls=tf.data.AUTOTUNE)
+        val = val.map(plain(resize), num_parallel_calls=tf.data.AUTOTUNE) if val is not None else None
         h = w = image_size
     # No tf.data cache: the pipeline reads the split once into a store (data/store.py) and gathers from that.
     gen = manifest.get("generator") or {}

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .functions import plain
 
 log = logging.getLogger("tftoolkit")
 
@@ -208,5 +209,5 @@ def _stream_dataset(store):
 
     labels, ids = tf.constant(store.labels), tf.constant(store.ids)
     ds = tf.data.Dataset.range(store.n).batch(256)
-    ds = ds.map(lambda i: (store.gather_images(i), tf.gather(labels, i), tf.gather(ids, i)))
+    ds = ds.map(plain(lambda i: (store.gather_images(i), tf.gather(labels, i), tf.gather(ids, i))))
     return ds.unbatch()

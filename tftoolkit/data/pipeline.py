@@ -27,21 +27,13 @@ The uint8 -> float conversion happens on the device, in the step (``to_float``):
 
 from __future__ import annotations
 
+from .functions import plain
 from .source import DataSource
 
 # Host-side parallelism of the per-batch gather. A fixed, small number instead of AUTOTUNE: the gather is one
 # op per batch, and tf.data's autotuning thread is what made deleting an iterator stall (BENCHMARKS.md, issue 13).
 PARALLEL_BATCHES = 2
 PREFETCH = 2  # batches per input pipeline prepared ahead of the step
-
-
-def plain(fn):
-    """``fn`` for tf.data as written. tf.data converts its functions with autograph (tens of ms each, at every
-    process's start), and none of the pipeline's functions branches on a tensor in Python. The functions they
-    call, and the datasets they build, inherit it."""
-    import tensorflow as tf
-
-    return tf.autograph.experimental.do_not_convert(fn)
 
 
 def to_float(image):

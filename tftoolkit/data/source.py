@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DataError
 from . import store as store_mod
+from .functions import plain
 
 
 @dataclass
@@ -130,7 +131,7 @@ def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = 
 
     def with_ids(d):
         # (image, label, id): the id lets a test audit the split across replicas, as for every other source.
-        return d.enumerate().map(lambda i, xy: (xy[0], tf.cast(xy[1], tf.int32), i))
+        return d.enumerate().map(plain(lambda i, xy: (xy[0], tf.cast(xy[1], tf.int32), i)))
 
     return DataSource(name, with_ids(ds), with_ids(val) if val is not None else None, n, n_val,
                       shape if len(shape) == 3 else (*shape, 1), k)
@@ -151,11 +152,11 @@ def _checked(ds, what: str, num_classes: int | None):
     if not (label.dtype.is_integer):
         raise DataError(f"{what}: labels must be integers (class indices), got {label.dtype.name}")
     if image.shape.rank == 2:
-        ds = ds.map(lambda x, y: (x[..., None], y))
+        ds = ds.map(plain(lambda x, y: (x[..., None], y)))
     # One pass: how many, the label range, and the image shapes (a spec with unknown sizes can still hold
     # images of one size, from a decoder say; a real mix of sizes cannot be batched).
     count, lo, hi, shapes = 0, None, None, set()
-    for x, y in ds.map(lambda x, y: (tf.shape(x), y)).batch(4096).as_numpy_iterator():
+    for x, y in ds.map(plain(lambda x, y: (tf.shape(x), y))).batch(4096).as_numpy_iterator():
         count += len(y)
         lo = int(y.min()) if lo is None else min(lo, int(y.min()))
         hi = int(y.max()) if hi is None else max(hi, int(y.max()))
@@ -170,7 +171,7 @@ def _checked(ds, what: str, num_classes: int | None):
     if lo < 0 or hi >= k:
         raise DataError(f"{what}: label out of range: labels span [{lo}, {hi}] but there are {k} classes")
     shape = next(iter(shapes))
-    ds = ds.map(lambda x, y: (tf.ensure_shape(x, shape), y))
+    ds = ds.map(plain(lambda x, y: (tf.ensure_shape(x, shape), y)))
     return ds, count, k
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..fileio import remove_stale_temps, replacing, write_json
+from .functions import plain
 
 log = logging.getLogger("tftoolkit")
 
@@ -273,7 +274,8 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str, subs
         return p["label"], p["id"], tf.stack([p["height"], p["width"], p["channels"]], 1), tf.strings.length(p["image"])
 
     # One dataset over all files, read in order: a dataset per file would trace ``meta`` once per file.
-    ds = tf.data.TFRecordDataset([str(f) for f in files]).batch(4096).map(meta, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = tf.data.TFRecordDataset([str(f) for f in files]).batch(4096)
+    ds = ds.map(plain(meta), num_parallel_calls=tf.data.AUTOTUNE)
     all_ids, offset = [], 0
     try:
         for labels, ids, hwc, nbytes in ds.as_numpy_iterator():
@@ -358,11 +360,11 @@ def split_dataset(path, manifest: dict, split: str, cache: bool = True, shards: 
     # Several files read at once (deterministic round-robin), records parsed in batches, then one example
     # at a time again: the per-epoch shuffle and batching happen later, in data.train_dataset.
     ds = tf.data.TFRecordDataset([str(f) for f in files], num_parallel_reads=min(len(files), 4))
-    ds = ds.batch(PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    ds = ds.batch(PARSE_BATCH).map(plain(parse), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     if not raw:
-        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.map(plain(decode), num_parallel_calls=tf.data.AUTOTUNE)
     if not has_ids:
-        ds = ds.enumerate().map(lambda i, ex: (ex[0], ex[1], tf.cast(i, tf.int64)))
+        ds = ds.enumerate().map(plain(lambda i, ex: (ex[0], ex[1], tf.cast(i, tf.int64))))
     if cache:
         ds = ds.cache()  # decoded once; later epochs are served from memory
     n = sum(int(s["records"]) for s in spec["shards"])
