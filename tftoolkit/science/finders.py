@@ -289,9 +289,11 @@ class _Trials:
                     tf.config.experimental.reset_memory_stats(device)
                 shape = tuple(self.source.input_shape)
                 one = (tf.zeros((b, *shape), tf.float32), tf.zeros([b], tf.int32))
-                # A constant batch of b per replica: the step's memory depends on shapes, not values.
+                # A constant batch of b per replica: the step's memory depends on shapes, not values. Re-batched
+                # so its batch dimension is unknown to the graph: one trace of the step serves every trial
+                # (a static b would retrace it per trial, ~1 s each on CPU); the runtime shapes stay b.
                 it = iter(self.strategy.distribute_datasets_from_function(
-                    lambda ctx: tf.data.Dataset.from_tensors(one).repeat()))
+                    lambda ctx: tf.data.Dataset.from_tensors(one).repeat().unbatch().batch(b)))
                 losses, _ = self.eng.train_loop(it, tf.constant(1, tf.int32))
                 losses.numpy()
                 row["fits"] = True
