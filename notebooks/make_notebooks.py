@@ -85,7 +85,7 @@ Implementations that cannot run here (NCCL without GPUs) are listed as skipped w
 """),
     code("""
 table = allreduce.bench(replicas, "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
-                        models=() if smoke else ("small_cnn",), out=out)
+                        models=() if smoke else ("small_cnn",), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
 table
 """),
     code("""
@@ -293,7 +293,7 @@ out = nb.start(out_dir)
     md("## All-reduce time and bus bandwidth against size"),
     code("""
 table = allreduce.bench(max(replicas), "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
-                        models=(model,), out=out)
+                        models=(model,), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
 res = report.load([out])
 report.figure(res, "allreduce_time", out / "figures")
 """),

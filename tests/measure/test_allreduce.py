@@ -1,5 +1,6 @@
 """All-reduce bandwidth: nccl-tests' formulas, size parsing, and the benchmark end to end on CPU replicas."""
 
+import json
 import math
 
 import pandas as pd
@@ -84,9 +85,13 @@ def test_collective_strategies_in_one_process_do_not_share_keys(cpu_devices):
 
 def test_bench_cli_on_four_replicas_with_a_models_gradients(tmp_path, capsys):
     rc = cli.main(["bench", "allreduce", "--replicas", "4", "--sizes", "64KiB", "--impl", "reduce_to_one,nccl",
-                   "--repeats", "2", "--warmup", "1", "--models", "small_cnn", "--out", str(tmp_path), "--quiet"])
+                   "--repeats", "2", "--warmup", "1", "--models", "small_cnn", "--max-chain", "3", "--out", str(tmp_path),
+                   "--quiet"])
     assert rc == 0
     csv = pd.read_csv(tmp_path / "allreduce.csv")
+    # Both payloads are small enough to chain (64 KiB: 64 would move 4 MiB; the gradients: 17): the cap holds.
+    assert (csv.loc[csv["status"] == "ok", "iters"] == 3).all()
+    assert json.loads((tmp_path / "bench.json").read_text())["max_chain"] == 3
     row = csv[(csv["impl"] == "reduce_to_one") & (csv["payload"] == "buffer")].iloc[0]
     assert row["status"] == "ok" and row["replicas"] == 4 and row["size_bytes"] == 65536
     assert row["busbw_GBps"] == pytest.approx(1.5 * row["algbw_GBps"])
@@ -101,6 +106,7 @@ def test_bench_cli_on_four_replicas_with_a_models_gradients(tmp_path, capsys):
     (["--sizes", "lots"], "cannot read size"),
     (["--impl", "mpi"], "unknown all-reduce"),
     (["--replicas", "0"], "replicas"),
+    (["--max-chain", "0"], "--max-chain must be an integer >= 1"),
 ])
 def test_bench_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     base = {"--replicas": "2", "--sizes": "4KiB", "--impl": "reduce_to_one"}

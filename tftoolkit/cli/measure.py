@@ -63,7 +63,7 @@ def scale(args) -> int:
 
 
 def _add_bench(bench_sub) -> None:
-    from ..measure.allreduce import DEFAULT_MODELS, DEFAULT_SIZES, IMPLS
+    from ..measure.allreduce import CHAIN_BYTES, DEFAULT_MODELS, DEFAULT_SIZES, IMPLS, MAX_CHAIN
 
     p = bench_sub.add_parser("allreduce", help="all-reduce time and bus bandwidth per implementation and size",
                              description="Time the gradient all-reduce of every cross-device implementation over a "
@@ -83,6 +83,10 @@ def _add_bench(bench_sub) -> None:
                         f"(default: {','.join(DEFAULT_MODELS)})")
     p.add_argument("--image-size", type=int, default=32, help="input side for building --models (default: 32)")
     p.add_argument("--num-classes", type=int, default=10, help="classes for building --models (default: 10)")
+    p.add_argument("--max-chain", type=int, default=MAX_CHAIN,
+                   help=f"at most this many all-reduces back to back per timed call (small buffers are chained until "
+                        f"a call moves {CHAIN_BYTES // 2**20} MiB, so a call's overhead is not what is timed); the "
+                        f"chain is unrolled in the graph, so a shorter one traces faster (default: {MAX_CHAIN})")
     p.add_argument("--out", required=True, help="directory for allreduce.csv and bench.json")
     p.add_argument("--quiet", action="store_true", help="only warnings")
     p.set_defaults(func=bench_allreduce)
@@ -118,7 +122,7 @@ def bench_allreduce(args) -> int:
 
     frame = allreduce.bench(args.replicas, args.sizes, args.impl, repeats=args.repeats, warmup=args.warmup,
                             models=args.models, image_size=args.image_size, num_classes=args.num_classes,
-                            out=args.out, quiet=args.quiet)
+                            max_chain=args.max_chain, out=args.out, quiet=args.quiet)
     ok = frame[frame["status"] == "ok"]
     for impl, rows in ok.groupby("impl", sort=False):
         best = rows.loc[rows["busbw_GBps"].idxmax()]

@@ -153,8 +153,8 @@ def make_strategy(impl: str, setup):
 
 
 # --- timing ----------------------------------------------------------------------------------------------
-def chain_length(size_bytes: int) -> int:
-    return int(max(1, min(MAX_CHAIN, CHAIN_BYTES // max(size_bytes, 1))))
+def chain_length(size_bytes: int, max_chain: int = MAX_CHAIN) -> int:
+    return int(max(1, min(max_chain, CHAIN_BYTES // max(size_bytes, 1))))
 
 
 def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int = 10, warmup: int = 2,
@@ -232,9 +232,13 @@ def _row(impl, detail, replicas, payload, tensors, size, **kw) -> dict:
 
 
 def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10, warmup: int = 2,
-          models=DEFAULT_MODELS, image_size: int = 32, num_classes: int = 10, out=None, quiet: bool = False):
+          models=DEFAULT_MODELS, image_size: int = 32, num_classes: int = 10, max_chain: int = MAX_CHAIN, out=None,
+          quiet: bool = False):
     """Time every implementation over the size sweep and each model's gradient set; returns the tidy frame
-    (and writes ``out/allreduce.csv`` plus ``out/bench.json`` with the parameters when ``out`` is given)."""
+    (and writes ``out/allreduce.csv`` plus ``out/bench.json`` with the parameters when ``out`` is given).
+
+    ``max_chain`` caps the all-reduces chained in one timed call (CHAIN_BYTES). The chain is unrolled in the
+    graph, so its tracing cost grows with it: smoke runs use a short one."""
     import pandas as pd
 
     from .. import fileio
@@ -248,6 +252,8 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
     impl_list = parse_impls(impls) if isinstance(impls, str) else parse_impls(",".join(impls))
     if repeats < 1 or warmup < 0:
         raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    if not isinstance(max_chain, int) or isinstance(max_chain, bool) or max_chain < 1:
+        raise ConfigError(f"--max-chain must be an integer >= 1, got {max_chain!r}")
     model_list = [m for m in (models.split(",") if isinstance(models, str) else (models or ())) if m and m != "none"]
     setup = devices.init(replicas)
     payloads = [("buffer", [(s // FLOAT32_BYTES,)], ["float32"], s) for s in size_list]
@@ -269,7 +275,8 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
             continue
         for payload, shapes, dts, nbytes in payloads:
             try:
-                t = time_allreduce(strategy, shapes, dtypes=dts, options=options, repeats=repeats, warmup=warmup)
+                t = time_allreduce(strategy, shapes, dtypes=dts, options=options, repeats=repeats, warmup=warmup,
+                                   iters=chain_length(nbytes, max_chain))
             except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest size: record, go on
                 rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, status="failed",
                                  reason=_first_line(e)))
@@ -290,7 +297,8 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
         fileio.write_json(out / "bench.json", {
             "bench": "allreduce", "replicas": replicas, "device_kind": setup.kind, "devices": list(setup.devices),
             "host_cores": setup.host_cores, "sizes": size_list, "impls": impl_list, "repeats": repeats,
-            "warmup": warmup, "models": model_list, "image_size": image_size, "num_classes": num_classes,
+            "warmup": warmup, "max_chain": max_chain, "models": model_list, "image_size": image_size,
+            "num_classes": num_classes,
             "threads": devices.thread_settings(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "definitions": "algbw = size_bytes / time_s / 1e9; busbw = algbw * 2(n-1)/n (nccl-tests)",
         })
