@@ -64,6 +64,9 @@ def run() -> None:
     and skips the teardown. An exception out of main() (TFTOOLKIT_DEBUG=1) still exits the normal way, with its
     traceback.
     """
+    from ..experiments.startup import skip_slow_format_checkers
+
+    skip_slow_format_checkers()  # 1.8 s less for every command that reads a notebook (sweep, report, demo)
     code = main()
     for t in threading.enumerate():
         if t is not threading.main_thread() and not t.daemon:

@@ -78,4 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from .startup import skip_slow_format_checkers
+
+    skip_slow_format_checkers()
     sys.exit(main())
