@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 help:
 	@echo "make demo   run the main job (data, scaling + batch/LR sweeps, report) and print where results are"
 	@echo "make test   run the whole test suite (CPU, simulated replicas)"
-	@echo "make test-fast  the unit tests only (about 1.5 min on 2 cores)"
+	@echo "make test-fast  the unit tests only (under 1.5 min on 2 cores)"
 	@echo "make lab    open JupyterLab on notebooks/ with the project's kernel"
 	@echo "make bench  run the benchmarks in benchmarks/ (figures go to BENCHMARKS.md by hand)"
 
@@ -35,7 +35,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 test: $(STAMP)
 	$(PYTEST)
 
-# Unit tests only (no subprocesses, notebooks or long trainings): about 95 s on 2 cores (issue 11 aims at 90).
+# Unit tests only (no subprocesses, notebooks or long trainings): 83 s on 2 quiet cores (BENCHMARKS.md).
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow"
 
