@@ -107,11 +107,18 @@ def test_find_lr_on_a_problem_with_a_known_stable_range(tmp_path):
     assert (tmp_path / "lr" / "lr_find.png").stat().st_size > 10_000
 
 
-def test_find_batch_on_cpu_follows_the_memory_estimate(tmp_path):
+def test_find_batch_on_cpu_follows_the_memory_estimate(tmp_path, monkeypatch):
+    from tftoolkit.engine import step as train_mod
+
+    engines = []
+    real = train_mod.build_engine
+    monkeypatch.setattr(train_mod, "build_engine", lambda *a, **k: engines.append(real(*a, **k)) or engines[-1])
     cfg = RunConfig(replicas=2, per_replica_batch=16, optimizer="momentum", model=f"{MODELS}:dense_net",
                     dataset="synthetic", image_size=4, train_images=256)
     limit_mb = 0.25
     r = finders.find_batch(cfg, tmp_path / "fb", memory_limit_mb=limit_mb, quiet=True)
+    # Every trial that ran a step (the five that fit) used the one trace: the batch size is not in the graph.
+    assert len(engines) == 1 and engines[0].train_loop.experimental_get_tracing_count() == 1
     fixed, per_ex = r["estimate_fixed_bytes"], r["estimate_per_example_bytes"]
     assert per_ex == 2 * (48 + 48 + 16 + 10) * 4
     assert r["max_per_replica_batch"] == (limit_mb * 2**20 - fixed) // per_ex  # 267

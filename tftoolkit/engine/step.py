@@ -28,7 +28,7 @@ class Engine:
     model: Any
     optimizer: Any
     schedule: Any
-    train_loop: Any   # tf.function(iterator, n) -> (losses[n], examples per replica[R])
+    train_loop: Any   # tf.function(iterator, n: int32 tensor) -> (losses[n], examples per replica[R])
     evaluate: Any     # tf.function(dataset) -> (sum loss, correct, count)
     noise: Any = None  # noise.NoiseScale with --noise-scale: EMAs, and the latest loop's per-step values
     model_source: Any = None  # what built the model: config.model, or the Python callable that replaced it
@@ -141,7 +141,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
 
     # autograph=False here and in evaluate: the loops are written as tf.while_loop and DistributedDataset.reduce
     # (what autograph would generate), and no function a step calls branches on a tensor in Python. Converting
-    # the ~20 functions a step reaches cost about 1 s at the start of every process (BENCHMARKS.md); Keras' own
+    # the 18 functions a run reaches cost about 1 s at the start of every process (BENCHMARKS.md); Keras' own
     # trainer skips autograph the same way (do_not_convert on its step, a while_loop over steps_per_execution).
     @tf.function(autograph=False)
     def train_loop(iterator, n):

@@ -2,8 +2,8 @@
 
 nbformat validates notebooks with jsonschema, and jsonschema's non-GPL format checkers import ``rfc3987-syntax``
 (installed with JupyterLab, through jupyter-events' ``jsonschema[format-nongpl]``), which compiles three Earley
-parsers when it is imported: 1.8 s of CPU in every process that imports papermill or nbformat, reported upstream
-as python-jsonschema/jsonschema#1428. Those parsers check the "iri" and "iri-reference" string formats only;
+parsers when it is imported: ~1.2 s of CPU in every process that imports papermill or nbformat (BENCHMARKS.md),
+reported upstream as python-jsonschema/jsonschema#1428. Those parsers check the "iri" and "iri-reference" string formats only;
 nbformat and papermill validate without a format checker, so nothing in these processes uses them. Marking the
 module absent makes jsonschema skip those two checkers, as it does where the package is not installed.
 
