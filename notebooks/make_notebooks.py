@@ -48,9 +48,12 @@ NOTEBOOKS["00_environment"] = [
     md("""
 # 00 · Environment: what this machine offers for data-parallel training
 
-The hardware and software report (TensorFlow build, CPU, memory, every GPU and the interconnect between each
-pair), then a quick all-reduce bandwidth check on the replicas training would use. Without GPUs the replicas are
-simulated as logical CPU devices sharing the host's cores: the numbers then describe memory bandwidth, not links.
+First `tftoolkit doctor`: do the assumptions the toolkit's numbers rest on hold on this machine (build against
+driver, visible GPUs, exact all-reduce sums, N replicas equal to one device, data on the devices, synchronised
+timing, the peak FLOP/s, NVML, NCCL's transports)? Then the hardware and software report (TensorFlow build, CPU,
+memory, every GPU and the interconnect between each pair), and a quick all-reduce bandwidth check on the replicas
+training would use. Without GPUs the replicas are simulated as logical CPU devices sharing the host's cores: the
+numbers then describe memory bandwidth, not links.
 
 """ + run_hint("00_environment")),
     params("""
@@ -66,10 +69,21 @@ out_dir: str = "runs/00_environment"  # where env.json, allreduce.csv and figure
 import tftoolkit
 from tftoolkit import fileio
 from tftoolkit.experiments import notebook as nb, report
-from tftoolkit.measure import allreduce, hardware
+from tftoolkit.measure import allreduce, doctor, hardware
 
 out = nb.start(out_dir)
 tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
+"""),
+    md("""
+## Doctor
+
+Each check: pass, fail or skip (with the reason), the figure it measured, and what to do when it fails. Smoke
+mode leaves out the two that train and time (equivalence, peak); `tftoolkit doctor` runs them all.
+"""),
+    code("""
+checks = doctor.run(replicas, only=doctor.QUICK if smoke else None)
+fileio.write_json(out / "doctor.json", {"checks": [c.as_dict() for c in checks]})
+print(doctor.format_table(checks))
 """),
     md("## Hardware, software and topology"),
     code("""
@@ -95,7 +109,7 @@ report.figure(res, "busbw", out / "figures")
     code("""
 report.figure(res, "allreduce_time", out / "figures")
 """),
-    md("Written: `env.json`, `allreduce.csv`, `bench.json` and `figures/` in `out_dir`."),
+    md("Written: `doctor.json`, `env.json`, `allreduce.csv`, `bench.json` and `figures/` in `out_dir`."),
 ]
 
 NOTEBOOKS["01_data_parallel_scaling"] = [

@@ -49,7 +49,8 @@ CONSTANTS = {
 # Readings that change while a run goes on; each call takes the next recorded sample for that device.
 DYNAMIC = {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetTemperature",
            "nvmlDeviceGetPowerUsage", "nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons",
-           "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetFieldValues"}
+           "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetFieldValues",
+           "nvmlDeviceGetTotalEnergyConsumption"}
 
 
 class _Struct(types.SimpleNamespace):
@@ -178,6 +179,31 @@ def build(fixture: dict, *, init_error: str | None = None) -> types.ModuleType:
             raise mod.NVMLError_InvalidArgument()
         return _Handle(index)
 
+    def nvmlDeviceGetIndex(handle):
+        device(handle)
+        enter("nvmlDeviceGetIndex", handle.index)
+        return handle.index
+
+    # MIG instances: fixture["mig"] = {"MIG-<uuid>": parent index}. An instance handle is a _Handle with .mig set.
+    def nvmlDeviceGetHandleByUUID(uuid):
+        enter("nvmlDeviceGetHandleByUUID")
+        text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        mig = fixture.get("mig", {})
+        if text in mig:
+            h = _Handle(mig[text])
+            h.mig = text
+            return h
+        for i, d in enumerate(devices):
+            if d.get("nvmlDeviceGetUUID") == text:
+                return _Handle(i)
+        raise mod.NVMLError_NotFound()
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice):
+        enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        if not getattr(migDevice, "mig", None):
+            raise mod.NVMLError_InvalidArgument()
+        return _Handle(migDevice.index)
+
     # -- static device facts ----------------------------------------------------------------------------------------
     def nvmlDeviceGetName(handle):
         return reading("nvmlDeviceGetName", handle)
@@ -263,6 +289,9 @@ def build(fixture: dict, *, init_error: str | None = None) -> types.ModuleType:
     def nvmlDeviceGetPowerUsage(handle):
         return reading("nvmlDeviceGetPowerUsage", handle)
 
+    def nvmlDeviceGetTotalEnergyConsumption(handle):
+        return reading("nvmlDeviceGetTotalEnergyConsumption", handle)  # mJ since the driver loaded
+
     def nvmlDeviceGetClockInfo(handle, type):
         if type != 1:
             raise mod.NVMLError_NotSupported()
@@ -343,6 +372,8 @@ def synthetic_fixture(power_mw=(250_000, 240_000, 60_000, 55_000), util=(90, 88,
                  "nvmlDeviceGetMemoryInfo": {"total": total, "free": total - used, "used": used},
                  "nvmlDeviceGetTemperature": 60 + i + k,
                  "nvmlDeviceGetPowerUsage": power_mw[i],
+                 # mJ since the driver loaded; only the A100s' readings have it, so the T4s exercise the power-sample fallback.
+                 **({"nvmlDeviceGetTotalEnergyConsumption": 10**9 + 200_000 * (i + 1) * k} if i < 2 else {}),
                  "nvmlDeviceGetClockInfo": 1410 if i < 2 else 1590,
                  "nvmlDeviceGetCurrentClocksEventReasons": 0,
                  "nvmlDeviceGetCurrentClocksThrottleReasons": 0,

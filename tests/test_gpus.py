@@ -58,13 +58,30 @@ class FakeNVML:
     def nvmlDeviceGetUUID(self, h):
         return self.UUIDS[h].encode()
 
+    # Later drivers name MIG instances MIG-<uuid>; NVML gives the instance's handle and its parent.
+    MIGS = {"MIG-1f2e-0001": 3}
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.MIGS:
+            raise RuntimeError("NVMLError_NotFound")
+        return ("mig", self.MIGS[uuid])
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h):
+        return h[1]
+
+    def nvmlDeviceGetIndex(self, h):
+        return h
+
 
 @pytest.mark.parametrize("devices, expected", [
     (["2", "3"], [2, 3]),
     (["3", "9", "1"], [3]),                       # an index past the last GPU ends the list
     (["GPU-cccc", "GPU-aaab-1111"], [2, 1]),      # UUID prefixes
     (["GPU-aaa", "GPU-cccc"], []),                # an ambiguous prefix ends the list
-    (["MIG-GPU-cccc-2222/1/0"], None),            # a MIG slice has no NVML index of its own
+    (["MIG-GPU-cccc-2222/1/0"], [2]),             # a MIG slice (CUDA 11.0's name) maps to the GPU it is part of
+    (["MIG-1f2e-0001"], [3]),                     # and the later MIG-<uuid> through NVML's parent handle
+    (["MIG-GPU-eeee-9999/1/0"], None),            # a parent NVML does not know: no mapping (the monitor takes all)
+    (["MIG-ffff-0002"], None),
 ])
 def test_nvml_indices(devices, expected):
     assert gpus.nvml_indices(devices, FakeNVML()) == expected

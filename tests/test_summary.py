@@ -41,3 +41,15 @@ def test_read_takes_a_run_directory_or_its_file(tmp_path):
 def test_the_table_lists_every_field():
     text = summary.table()
     assert all(f"`{name}`" in text for name in summary.FIELDS)
+
+
+def test_a_throughput_says_how_it_was_measured():
+    from tftoolkit import summary
+
+    s = {"precision": "mixed_bfloat16", "jit_effective": True, "deterministic": False, "data_placement": "device",
+         "cross_device_ops": "collective_nccl (xla)"}
+    assert summary.measured_with(s) == ("mixed_bfloat16, XLA, non-deterministic ops, data on the devices, "
+                                        "all-reduce collective_nccl (xla)")
+    assert summary.measured_with({"precision": "float32", "deterministic": True, "jit_effective": float("nan")}) == \
+        "float32, deterministic ops"
+    assert summary.measured_with({}) == ""  # a run from before these fields: nothing claimed

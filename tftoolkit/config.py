@@ -25,7 +25,7 @@ LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("constant", "cosine", "step")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "lamb")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one", "collective")
 LAST_BATCH = ("drop", "partial")
 
 
@@ -44,7 +44,9 @@ class RunConfig:
                          "replicas. > 1 trains with MultiWorkerMirroredStrategy on the cluster TF_CONFIG or Slurm "
                          "describes, or starts the workers on this machine (like tftoolkit launch)")
     cross_device_ops: str = _f("auto", "gradient all-reduce implementation; auto = NCCL on multi-GPU Linux, "
-                                       "reduce_to_one on CPU replicas", CROSS_DEVICE_OPS)
+                                       "reduce_to_one on CPU replicas; collective = MirroredStrategy's own "
+                                       "CollectiveAllReduce (ring on CPU, NCCL on GPUs: what multi-worker runs and "
+                                       "XLA use); hierarchical_copy needs an even replica count", CROSS_DEVICE_OPS)
     # --- batch and learning rate ----------------------------------------------------------------
     # The default recipe, tuned on shapes16k so that the README's first command learns (>= 0.80 validation
     # accuracy after 5 epochs, at 4 x 100 and at 1 x 128; BENCHMARKS.md): small_vgg with Adam at 4e-3 for a
@@ -100,7 +102,9 @@ class RunConfig:
     jit: bool = _f(False, "compile the training step with XLA")
     steps_per_loop: int = _f(10, "training steps per tf.function call (cuts host overhead)")
     seed: int = _f(0, "seed for weights, data order and augmentation")
-    deterministic: bool = _f(True, "make TensorFlow ops deterministic (same seed -> same result)")
+    deterministic: bool | None = _f(None, "make TensorFlow ops deterministic (same seed -> same result); unset: on "
+                                          "for CPU replicas, where it is free, off on GPUs, where deterministic "
+                                          "kernels cost throughput (summary.json records what ran)")
     # --- run control ----------------------------------------------------------------------------
     checkpoint_every: int = _f(0, "write a checkpoint every K steps (0 = only at the end); a rerun resumes")
     eval_every_epoch: bool = _f(True, "evaluate on the held-out split after each epoch")

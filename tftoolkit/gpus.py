@@ -119,18 +119,52 @@ def physical(local: list[int], environ=None) -> list[str]:
     return [seen[i] for i in local]
 
 
-def nvml_indices(devices: list[str], nvml) -> list[int] | None:
-    """NVML indices of ``devices`` (integer or GPU-UUID entries); None when one cannot be mapped (MIG).
+def mig_parent(tok: str, nvml, uuids: list[str]) -> int | None:
+    """The NVML index of the GPU a MIG instance lives on, or None when NVML cannot say.
 
-    UUID prefixes match as CUDA matches them; an ambiguous or unknown one ends the list, as in CUDA.
+    ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` (CUDA 11.0's form) names its parent; ``MIG-<uuid>`` (later drivers) is asked
+    of NVML: the instance's handle by UUID, its parent device, that device's index."""
+    if tok.startswith("MIG-GPU-"):
+        parent = tok[len("MIG-"):].split("/", 1)[0]
+        match = [i for i, u in enumerate(uuids) if u == parent]
+        return match[0] if len(match) == 1 else None
+    try:
+        handle = nvml.nvmlDeviceGetHandleByUUID(tok)
+        return int(nvml.nvmlDeviceGetIndex(nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)))
+    except Exception:  # noqa: BLE001 - an old driver or binding: the caller falls back to every GPU
+        return None
+
+
+def nvml_indices(devices: list[str], nvml) -> list[int] | None:
+    """NVML indices of ``devices`` (integer, GPU-UUID or MIG entries); None when one cannot be mapped.
+
+    UUID prefixes match as CUDA matches them; an ambiguous or unknown one ends the list, as in CUDA. A MIG
+    instance maps to the GPU it is a slice of (NVML's utilisation, power and temperature are that GPU's).
     """
     out: list[int] = []
     uuids = None
     count = nvml.nvmlDeviceGetCount()
+
+    def gpu_uuids() -> list[str]:
+        found = []
+        for i in range(count):
+            try:
+                u = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
+                found.append(u.decode(errors="replace") if isinstance(u, bytes) else str(u))
+            except Exception:  # noqa: BLE001 - a GPU whose UUID cannot be read matches nothing
+                found.append("")
+        return found
+
     for tok in devices:
         kind = _kind(tok)
         if kind == "mig":
-            return None  # a MIG instance is a slice of a GPU, with no NVML index of its own
+            if uuids is None:
+                uuids = gpu_uuids()
+            parent = mig_parent(tok, nvml, uuids)
+            if parent is None:
+                return None
+            out.append(parent)
+            continue
         if kind == "index":
             k = int(tok)
             if k >= count:
@@ -138,13 +172,7 @@ def nvml_indices(devices: list[str], nvml) -> list[int] | None:
             out.append(k)
             continue
         if uuids is None:
-            uuids = []
-            for i in range(count):
-                try:
-                    u = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
-                    uuids.append(u.decode(errors="replace") if isinstance(u, bytes) else str(u))
-                except Exception:  # noqa: BLE001 - a GPU whose UUID cannot be read matches nothing
-                    uuids.append("")
+            uuids = gpu_uuids()
         match = [i for i, u in enumerate(uuids) if u.startswith(tok)]
         if len(match) != 1:
             break

@@ -11,6 +11,7 @@ text, counts and flags. Throughput and step times are over timed loops only (the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,14 @@ _ALL = (
         ("replicas_per_worker", "", "replicas each worker runs"),
         ("device_kind", "", "GPU, or CPU-simulated (logical CPU devices sharing the host's cores)"),
         ("devices", "", "this worker's TensorFlow devices, e.g. ['/gpu:0', '/gpu:1']"),
-        ("cross_device_ops", "", "the gradient all-reduce implementation (nccl, reduce_to_one, collective_ring, ...)"),
+        ("cross_device_ops", "", "the gradient all-reduce that really ran (nccl, reduce_to_one, collective_ring, ...; "
+                                 "\"collective_nccl (xla)\" under --jit on GPUs, where MirroredStrategy ignores the "
+                                 "choice)"),
+        ("cross_device_ops_requested", "", "the cross_device_ops option as given (auto, nccl, ...)"),
+        ("device_memory_peak_bytes", "bytes", "per replica, the most device memory TensorFlow's allocator held "
+                                              "(tf.config.experimental.get_memory_info peak; GPUs only, None on CPU): "
+                                              "the run's own memory, unlike NVML's used memory, which counts the CUDA "
+                                              "context and TensorFlow's pool"),
         ("threads", "", "TensorFlow's intra-op and inter-op thread pool sizes ({} when TensorFlow chose)"),
     ])
     + _fields("model", [
@@ -56,6 +64,10 @@ _ALL = (
         ("gradient_bytes", "bytes", "bytes all-reduced per step (trainable variables)"),
         ("precision", "", "float32, mixed_float16 or mixed_bfloat16"),
         ("jit", "", "whether XLA compilation was asked for"),
+        ("jit_effective", "", "whether the step really was XLA-compiled (not over several simulated CPU replicas)"),
+        ("deterministic", "", "whether TensorFlow's op determinism was on (default: on CPU, off on GPUs, where "
+                              "deterministic kernels cost throughput; off under XLA)"),
+        ("deterministic_reason", "", "why deterministic has its value"),
         ("optimizer", "", "sgd, momentum, adam, adamw or lamb"),
     ])
     + _fields("data", [
@@ -104,6 +116,12 @@ _ALL = (
         ("allreduce_time_s", "s", "step_time_no_input_s - compute_time_s: the all-reduce the step pays"),
         ("allreduce_direct_time_s", "s", "the gradient all-reduce timed alone (nothing to overlap with)"),
         ("input_wait_s", "s", "step_time_s - step_time_no_input_s: waiting for input"),
+        ("compute_time_uncertainty_s", "s", "standard error of compute_time_s over the measurement rounds"),
+        ("allreduce_time_uncertainty_s", "s", "standard error of the paired (full - compute) differences"),
+        ("input_wait_uncertainty_s", "s", "standard error of input_wait_s (the step without input and the training "
+                                          "step combined)"),
+        ("breakdown_note", "", "which parts are within noise (under 2 standard errors of zero): the parts are timed "
+                               "apart and need not add up to step_time_s"),
         ("input_wait_fraction", "1", "input_wait_s / step_time_s"),
         ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s)"),
         ("communication_note", "", "one sentence: compute-bound or communication-bound, with the times"),
@@ -178,3 +196,26 @@ def table() -> str:
     for f in _ALL:
         rows.append(f"| `{f.name}` | {f.unit or ''} | {f.meaning} |")
     return "\n".join(rows)
+
+
+def measured_with(row) -> str:
+    """How a throughput figure was measured, from its run's summary: precision, XLA, op determinism, data
+    placement and the all-reduce that really ran (each changes images/sec on GPUs). Empty for older runs."""
+    def get(key):
+        value = row.get(key) if hasattr(row, "get") else None
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+    parts = []
+    if get("precision"):
+        parts.append(str(get("precision")))
+    jit = get("jit_effective")
+    if jit is not None:
+        parts.append("XLA" if bool(jit) else "no XLA")
+    det = get("deterministic")
+    if det is not None:
+        parts.append("deterministic ops" if bool(det) else "non-deterministic ops")
+    if get("data_placement"):
+        parts.append(f"data on the {'devices' if get('data_placement') == 'device' else 'host'}")
+    if get("cross_device_ops"):
+        parts.append(f"all-reduce {get('cross_device_ops')}")
+    return ", ".join(parts)

@@ -47,6 +47,8 @@ def test_train_help_documents_every_option(capsys):
     (["train", "--out", "X", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["train", "--replicas", "2"], "the following arguments are required: --out"),
     (["train", "--out", "X", "--gpus", "0,x"], "expected comma-separated integers"),
+    (["train", "--out", "X", "--replicas", "3", "--cross-device-ops", "hierarchical_copy", "--dataset", "synthetic"],
+     "hierarchical_copy at 3 replicas: TensorFlow's hierarchical copy splits the devices into two groups"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
     argv = [str(tmp_path / "X") if a == "X" else a for a in argv]

@@ -55,6 +55,9 @@ def test_chief_writes_the_run_directory_and_every_worker_its_monitor(two_by_two)
     assert pd.read_csv(out / "steps.csv")["step"].tolist() == list(range(1, 21))
     assert len(pd.read_csv(out / "evals.csv")) == 2
     assert json.loads((out / "config.json").read_text())["derived"]["replicas_per_worker"] == 2
+    # The chief's monitor covers its own devices, so its images (for images per joule) are its replicas' share:
+    # half of every global batch here, not all of it (which overstated images per joule x workers).
+    assert s["monitor"]["images"] == s["timed_steps"] * 64 / 2
 
 
 @pytest.mark.slow

@@ -87,3 +87,49 @@ def test_resolve_replicas():
     assert devices.resolve_replicas(None, [3, 4]) == 2
     assert devices.resolve_replicas(5, None) == 5
     assert devices.resolve_replicas(None, None) == 1  # no GPU here: one CPU replica
+
+
+def test_gpus_named_out_of_order_follow_tensorflow_s_order(fresh_state, caplog):
+    # TensorFlow numbers the GPUs it makes visible in physical order: with --gpus 2,0 its /gpu:0 is GPU 0. Labels
+    # taken from the order given would call replica 0 "GPU 2".
+    tf = FakeTF()
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        setup = devices._init_gpus(tf, ["G0", "G1", "G2"], None, [2, 0])
+    assert tf.visible == ["G0", "G2"] and setup.devices == ("/gpu:0", "/gpu:1")
+    assert setup.gpu_indices == (0, 2) and setup.tf_gpus == (0, 2)
+    assert "take the GPUs in TensorFlow's order, 0,2" in caplog.text
+
+
+def test_tensorflow_initialised_first_is_warned_about(fresh_state, caplog):
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        devices._init_gpus(FakeTF(initialised=True), ["G0", "G1"], None, [1])
+    assert "all 2 GPU(s) stay visible" in caplog.text and "no memory growth" in caplog.text
+
+
+def test_a_gpu_outside_the_mask_is_named_with_the_mask(fresh_state, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(DeviceError, match=r"--gpus 4: GPU\(s\) \[4\] are not visible: CUDA_VISIBLE_DEVICES=4,5 leaves "
+                                          r"2 GPU\(s\), numbered inside this process as 0 \(the machine's 4\), 1"):
+        devices._init_gpus(FakeTF(), ["G0", "G1"], None, [4])
+
+
+def test_cuda_numbers_gpus_by_pci_bus_in_this_process_too(monkeypatch):
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    devices.init(1)
+    import os
+
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")  # a user's own choice is kept
+    devices.init(1)
+    assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_the_run_s_memory_is_tensorflow_s_peak_per_gpu(monkeypatch):
+    import tensorflow as tf
+
+    asked = []
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info",
+                        lambda d: asked.append(d) or {"current": 1, "peak": 1000 * (len(asked))})
+    gpu = devices.DeviceSetup("GPU", ("/gpu:0", "/gpu:1"), (4, 5), 8, (0, 1))
+    assert devices.memory_peaks(gpu) == [1000, 2000] and asked == ["GPU:0", "GPU:1"]
+    assert devices.memory_peaks(devices.DeviceSetup("CPU-simulated", ("/cpu:0",), None, 2)) is None

@@ -13,24 +13,26 @@ from tftoolkit.engine.step import build_engine
 STEPS = 6
 
 
-def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False, dtype=None):
+def _train_weights(replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False, dtype=None,
+                   cross_device_ops="auto"):
     """(weights, per-step losses) after STEPS steps, set up and driven exactly as a training run is."""
-    weights, losses, _ = _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype)
+    weights, losses, _ = _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype, cross_device_ops)
     return [w.copy() for w in weights], losses.copy()
 
 
 def _moved(weights, replicas, optimizer, base_lr, model="small_cnn", steps_per_loop=3, jit=False, dtype=None) -> float:
     """How far ``weights`` are from that run's initial weights (its largest change): a comparison of two runs
     means something only if training moved them."""
-    _, _, initial = _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype)
+    _, _, initial = _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype, "auto")
     return max(np.abs(a - b).max() for a, b in zip(weights, initial))
 
 
 @functools.lru_cache(maxsize=None)
-def _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype):
+def _trained(replicas, optimizer, base_lr, model, steps_per_loop, jit, dtype, cross_device_ops="auto"):
     # Cached: the 1-device baselines serve every replica count and test that compares with them.
     config = RunConfig(replicas=replicas, global_batch=48, optimizer=optimizer, base_lr=base_lr, base_batch=48,
-                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit, seed=7, measure=False)
+                       model=model, steps=STEPS, steps_per_loop=steps_per_loop, jit=jit, seed=7, measure=False,
+                       cross_device_ops=cross_device_ops)
     x, y = source_mod.synthetic_arrays(480, 16, 10, seed=3)
     # The run's own set-up: seed (the same initial weights for every replica count) and determinism.
     sess = session.start(config, data=(x, y))
@@ -121,15 +123,44 @@ def test_xla_step_matches_plain_step():
     np.testing.assert_allclose(l_a, l_b, rtol=1e-4)
 
 
-def test_jit_is_skipped_with_a_warning_on_several_cpu_replicas(caplog):
-    from tftoolkit.engine import devices, strategy as strategy_mod
-    from tftoolkit.engine.step import jit_effective
+def test_every_all_reduce_offered_equals_one_device_or_is_refused():
+    # Odd counts are where TensorFlow's hierarchical copy loses a replica: each implementation the toolkit offers
+    # either trains what one device trains, or is refused before anything runs (nccl: no GPUs here).
+    from tftoolkit.config import CROSS_DEVICE_OPS
 
-    setup = devices.init(2)
-    strat, _ = strategy_mod.make_strategy(setup, "auto")
+    replicas = 3
+    from tftoolkit.errors import ConfigError
+
+    w_1, l_1 = _train_weights(1, "momentum", 0.05)
+    trained = []
+    for impl in CROSS_DEVICE_OPS:
+        try:
+            w_n, l_n = _train_weights(replicas, "momentum", 0.05, cross_device_ops=impl)
+        except ConfigError as e:
+            assert impl == "nccl" or (impl == "hierarchical_copy" and replicas % 2), (impl, e)
+            continue
+        _assert_same(w_1, w_n)
+        np.testing.assert_allclose(l_1, l_n, rtol=1e-5)
+        trained.append(impl)
+    assert set(trained) == {"auto", "reduce_to_one", "collective"}
+
+
+def test_jit_on_several_cpu_replicas_is_skipped_said_and_changes_nothing_else(caplog):
+    # XLA cannot compile one step across several simulated CPU replicas: the step runs uncompiled, the run says so
+    # (jit_effective), and nothing else follows from the flag: determinism stays on (it used to be turned off
+    # with --jit even when XLA never ran), so the losses are bit for bit those of the run without --jit.
     with caplog.at_level("WARNING", logger="tftoolkit"):
-        assert jit_effective(RunConfig(replicas=2, jit=True), strat) is False
-    assert "--jit ignored" in caplog.text
+        sess = session.start(RunConfig(replicas=2, jit=True, dataset="synthetic", image_size=8, train_images=64))
+    assert "--jit ignored" in caplog.text and sess.jit is False and sess.deterministic is True
+    w_a, l_a = _train_weights(2, "momentum", 0.05, jit=False)
+    w_b, l_b = _train_weights(2, "momentum", 0.05, jit=True)
+    np.testing.assert_array_equal(l_a, l_b)
+    for a, b in zip(w_a, w_b):
+        np.testing.assert_array_equal(a, b)
+    # On one CPU replica XLA does compile, and then ops are not deterministic (no deterministic XLA MaxPool
+    # gradient): said, not silent.
+    assert session.start(RunConfig(replicas=1, jit=True, dataset="synthetic", image_size=8,
+                                   train_images=64)).deterministic is False
 
 
 def test_regularisation_losses_count_once_across_replicas():

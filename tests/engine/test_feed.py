@@ -108,3 +108,70 @@ def test_augmentation_is_a_keyed_flip_and_crop_the_same_for_the_same_key():
     # Another epoch draws again.
     other = pipeline.augment_keys(tf.constant([0, 1], tf.int64), 1, seed=1)
     assert not np.array_equal(keys.numpy(), other.numpy())
+
+
+# --- on a GPU, the device path stays in device memory (TensorFlow's kernel registry) ---------------------------------
+@pytest.mark.parametrize("shape, dtype", [((32, 32, 3), "uint8"), ((5, 5, 3), "uint8"), ((8, 8, 1), "float32")])
+def test_every_op_of_the_device_path_keeps_its_data_in_gpu_memory(shape, dtype):
+    # Read from the registry the GPU build of TensorFlow installs (GPU kernels are registered without a GPU): an op
+    # with no GPU kernel for its dtypes (GatherV2 and MirrorPad on uint8) would run on the CPU, and a kernel that
+    # keeps an argument in host memory (any int32: Identity, Reshape, AddV2) would copy the data through the host.
+    from tftoolkit.engine import kernels
+
+    graph = feed.device_path_graph(shape, augment=True, dtype=dtype)
+    ops = {op.type for op in graph.get_operations()}
+    assert {"Identity", "GatherV2", "MirrorPad"} <= ops  # placement, gather, augmentation are all in the graph
+    if dtype == "uint8":
+        assert "Bitcast" in ops
+    assert kernels.gpu_problems(graph) == []
+
+
+def test_the_registry_check_sees_host_memory_and_missing_gpu_kernels():
+    # What the previous device path did: int32 words "placed" with tf.identity (host memory on a GPU), the
+    # augmentation's MirrorPad on uint8 (no GPU kernel), int32 index arithmetic.
+    import tensorflow as tf
+
+    from tftoolkit.engine import kernels
+
+    @tf.function(autograph=False)
+    def old_path(words, labels, indices):
+        rows = tf.gather(tf.identity(words), indices)
+        images = tf.reshape(tf.bitcast(rows, tf.uint8), [-1, 4, 4, 4])
+        padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
+        return padded, tf.gather(tf.identity(labels), indices + 1)
+
+    graph = old_path.get_concrete_function(tf.TensorSpec([None, 16], tf.int32), tf.TensorSpec([None], tf.int32),
+                                           tf.TensorSpec([None], tf.int32)).graph
+    problems = "\n".join(kernels.gpu_problems(graph))
+    assert "Identity" in problems and "kept in host memory" in problems
+    assert "MirrorPad" in problems and "no GPU kernel for T=uint8" in problems
+    assert "AddV2 (add): input 'x' (int32) is kept in host memory" in problems
+    assert "Reshape" not in problems and "GatherV2" not in problems  # uint8 reshape, int32 gather: on the device
+
+
+@pytest.mark.parametrize("shape", [(4, 4, 3), (5, 5, 3), (3, 7, 1)])
+def test_images_pack_into_int64_words_and_back_exactly(shape):
+    images = np.random.default_rng(0).integers(0, 256, size=(6, *shape), dtype=np.uint8)
+    words = feed.pack_words(images)
+    assert words.dtype == np.int64 and words.shape == (6, -(-int(np.prod(shape)) // 8))
+    np.testing.assert_array_equal(feed.unpack_words(words, shape).numpy(), images)
+    _, labels, packed = feed.resident_arrays(images, np.arange(6, dtype=np.int32))
+    assert packed and labels.dtype == np.int64
+
+
+def test_host_placement_prefetches_to_gpus_and_trains_the_same(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    opts = pipeline.input_options(strategy)
+    assert opts.experimental_fetch_to_device is False  # CPU replicas: the host is the device
+    # On GPUs the next batches are copied to each GPU ahead of the step (a MultiDeviceIterator per replica).
+    # Forced here on CPU replicas: the same examples reach the same replicas, so the run is unchanged.
+    monkeypatch.setattr(pipeline, "on_gpus", lambda strategy: True)
+    opts = pipeline.input_options(strategy)
+    assert opts.experimental_fetch_to_device is True and opts.experimental_per_replica_buffer_size == pipeline.PREFETCH
+    fetched, fetched_losses = _train(tmp_path, "fetched", 2, "host")
+    monkeypatch.undo()
+    plain, plain_losses = _train(tmp_path, "plain", 2, "host")
+    np.testing.assert_array_equal(fetched_losses, plain_losses)
+    assert fetched["val_loss"] == plain["val_loss"]

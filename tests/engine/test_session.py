@@ -44,3 +44,32 @@ def test_bad_configs_are_config_errors(cpu_devices):
         session.start({"replica": 2})
     with pytest.raises(ConfigError, match="expected a RunConfig or a dict"):
         session.start(42)
+
+
+def test_determinism_is_on_where_it_is_free_and_off_where_it_costs():
+    from tftoolkit.engine.devices import DeviceSetup
+
+    cpu = DeviceSetup("CPU-simulated", ("/cpu:0", "/cpu:1"), None, 2)
+    gpu = DeviceSetup("GPU", ("/gpu:0", "/gpu:1"), (0, 1), 16, (0, 1))
+    auto = RunConfig(replicas=2)
+    assert auto.deterministic is None
+    on, why = session.deterministic_effective(auto, cpu, jit=False)
+    assert on and "free on CPU" in why
+    on, why = session.deterministic_effective(auto, gpu, jit=False)
+    assert not on and "fastest" in why and "--deterministic" in why  # deterministic cuDNN kernels cost throughput
+    assert session.deterministic_effective(RunConfig(replicas=2, deterministic=True), gpu, jit=False)[0]
+    assert not session.deterministic_effective(RunConfig(replicas=2, deterministic=False), cpu, jit=False)[0]
+    # XLA (when it really compiles the step) has no deterministic MaxPool gradient.
+    on, why = session.deterministic_effective(RunConfig(replicas=2, deterministic=True, jit=True), gpu, jit=True)
+    assert not on and "XLA" in why and "ignored" in why
+
+
+def test_a_run_records_what_determinism_and_jit_it_ran_with(tmp_path):
+    import tftoolkit
+
+    s = tftoolkit.train(RunConfig(replicas=2, jit=True, steps=2, measure=False, eval_every_epoch=False,
+                                  model="small_cnn", **SMALL), tmp_path / "r", quiet=True)
+    assert s["jit"] is True and s["jit_effective"] is False
+    assert s["deterministic"] is True and "free on CPU" in s["deterministic_reason"]
+    assert s["cross_device_ops"] == "reduce_to_one" and s["cross_device_ops_requested"] == "auto"
+    assert s["device_memory_peak_bytes"] is None

@@ -3,6 +3,8 @@
 import json
 import math
 
+import numpy as np
+
 import pandas as pd
 import pytest
 
@@ -117,3 +119,29 @@ def test_bench_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, mess
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_the_bench_checks_each_sum_before_timing_it(tmp_path, cpu_devices):
+    # At 3 replicas TensorFlow's hierarchical copy sums 1 + 2 and drops the third replica: a failed row with the
+    # wrong sum, never a bandwidth. The others are checked and timed.
+    csv = allreduce.bench(3, "64KiB", "hierarchical_copy,reduce_to_one", repeats=2, warmup=1, models=(),
+                          out=tmp_path, quiet=True)
+    bad = csv[csv["impl"] == "hierarchical_copy"].iloc[0]
+    assert bad["status"] == "failed" and "wrong sum: replica 0 got 3 for 1 + ... + 3 = 6" in bad["reason"]
+    assert np.isnan(bad["busbw_GBps"])
+    good = csv[csv["impl"] == "reduce_to_one"].iloc[0]
+    assert good["status"] == "ok" and good["busbw_GBps"] > 0
+    assert json.loads((tmp_path / "bench.json").read_text())["sum_checked"] is True
+
+
+def test_small_sizes_are_timed_without_the_call_s_overhead(tmp_path, cpu_devices):
+    # Each timed call is paired with the same call minus its all-reduces; the difference per all-reduce is
+    # time_s, the uncorrected figure time_raw_s, the subtracted call overhead_s; bench.json says how.
+    csv = allreduce.bench(2, "4KiB", "reduce_to_one", repeats=5, warmup=1, models=(), max_chain=4, out=tmp_path,
+                          quiet=True)
+    row = csv.iloc[0]
+    assert row["iters"] == 4 and row["overhead_s"] > 0
+    assert row["time_raw_s"] * row["iters"] >= row["overhead_s"] * 0.5
+    assert 0 <= row["time_s"] < row["time_raw_s"]
+    timing = json.loads((tmp_path / "bench.json").read_text())["timing"]
+    assert "without them" in timing and "synchronised" in timing

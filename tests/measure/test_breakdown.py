@@ -113,6 +113,72 @@ def test_gpu_peak_comes_from_the_rated_table(monkeypatch):
     assert math.isnan(peak) and "Imaginary GPU 9000" in source
 
 
+@pytest.mark.parametrize("mask, tf_gpus", [(None, (0, 1)), ("4,5", (0, 1)), ("5,2,7", (1, 2))])
+def test_gpu_names_come_from_tensorflow_s_own_list_under_any_mask(monkeypatch, mask, tf_gpus):
+    # TensorFlow numbers the GPUs a CUDA_VISIBLE_DEVICES mask leaves from 0; NVML keeps the machine's numbers.
+    # Indexing TensorFlow's list with NVML's 4 and 5 used to find nothing (MFU NaN) or another GPU.
+    import tensorflow as tf
+
+    from tftoolkit.engine import devices as devs
+
+    names = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA L40S"]
+    phys = [f"GPU{i}" for i in range(len(mask.split(",")) if mask else 2)]
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: phys)
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda d: {"device_name": names[phys.index(d)]})
+    if mask:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mask)
+    else:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(devs, "_state", {})
+    setup = devs._init_gpus(FakeTF(), phys, None, list(tf_gpus))
+    assert setup.tf_gpus == tf_gpus
+    assert flops.gpu_names(setup) == [names[i] for i in tf_gpus]
+    nvml = [int(mask.split(",")[i]) for i in tf_gpus] if mask else list(tf_gpus)
+    assert list(setup.gpu_indices) == nvml  # the monitor's numbers are NVML's
+    peak, source = flops.peak_flops(setup, "mixed_bfloat16")
+    assert peak == pytest.approx(sum(hw_peak(names[i]) for i in tf_gpus)) and "unavailable" not in source
+
+
+def hw_peak(name):
+    from tftoolkit.measure import hardware
+
+    return hardware.peak_flops(name, "bf16")
+
+
+class FakeTF:
+    """tf.config as devices._init_gpus uses it, recording nothing."""
+
+    class config:
+        @staticmethod
+        def set_visible_devices(devs, kind):
+            pass
+
+        class experimental:
+            @staticmethod
+            def set_memory_growth(dev, on):
+                pass
+
+
+def test_a_multi_worker_run_divides_by_every_worker_s_devices(monkeypatch):
+    # images_per_sec counts every worker's images: the peak must count every worker's GPUs (not the chief's).
+    from tftoolkit.engine.devices import DeviceSetup
+
+    gpu = DeviceSetup("GPU", ("/gpu:0", "/gpu:1"), (0, 1), 8, (0, 1))
+    monkeypatch.setattr(flops, "gpu_names", lambda s: ["NVIDIA A100-SXM4-80GB"] * 2)
+    one, _ = flops.run_peak(gpu, "mixed_bfloat16")
+    four, source = flops.run_peak(gpu, "mixed_bfloat16", workers=4)
+    assert four == pytest.approx(4 * one) and "x 4 (4 workers, assumed alike)" in source
+    monkeypatch.setattr(flops, "forward_flops", lambda model, shape: (1e9, "tf_profiler"))
+    u1 = flops.utilisation(None, (32, 32, 3), "mixed_bfloat16", gpu, 1000.0)
+    u4 = flops.utilisation(None, (32, 32, 3), "mixed_bfloat16", gpu, 1000.0, workers=4)
+    assert u1["mfu"] == pytest.approx(4 * u4["mfu"])
+    # CPU workers launched on one host share its cores: the host's peak once, per distinct host.
+    cpu = DeviceSetup("CPU-simulated", ("/cpu:0",), None, 2)
+    monkeypatch.setattr(flops, "cpu_matmul_peak", lambda dtype="float32": (1e11, "measured"))
+    assert flops.run_peak(cpu, "float32", workers=2, hosts=1)[0] == pytest.approx(1e11)
+    assert flops.run_peak(cpu, "float32", workers=2, hosts=2)[0] == pytest.approx(2e11)
+
+
 # --- on a real engine and a real run --------------------------------------------------------------------------
 SMALL = dict(dataset="synthetic", image_size=16, train_images=256, per_replica_batch=16, steps_per_loop=4,
              timing_warmup_steps=4, eval_every_epoch=False, **FAST)

@@ -293,3 +293,14 @@ def test_replay_recorded_fixture(path, monkeypatch):
     if fixture.get("nvidia_smi_topo_m") and len(report["gpus"]) > 1:
         # NVML's answer must agree with nvidia-smi's on the same machine.
         assert report["topology"]["matrix"] == hardware.parse_topo_matrix(fixture["nvidia_smi_topo_m"])["matrix"]
+
+
+@pytest.mark.parametrize("name, precision, tflops", [
+    ("NVIDIA L40S", "float32", 91.6), ("NVIDIA L40S", "tf32", 183.0), ("NVIDIA L40S", "mixed_bfloat16", 362.05),
+    ("NVIDIA L40", "tf32", 90.5), ("NVIDIA A40", "mixed_float16", 149.7), ("NVIDIA A10", "tf32", 62.5),
+    ("NVIDIA B200", "bf16", 2250.0), ("NVIDIA B200", "tf32", 1100.0), ("NVIDIA GH200 480GB", "bf16", 989.4),
+    ("NVIDIA H200 NVL", "bf16", 835.5),
+])
+def test_newer_gpus_have_their_dense_datasheet_peaks(name, precision, tflops):
+    assert hardware.peak_flops(name, precision) == pytest.approx(tflops * 1e12)
+    assert hardware.peak_flops("NVIDIA H200 NVL", "fp32") is None  # unconfirmed: no guess

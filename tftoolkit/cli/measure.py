@@ -13,6 +13,7 @@ def add(sub) -> None:
                        description="Report Python, TensorFlow build, CPU, memory, GPUs and their interconnect topology.")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=env)
+    _add_doctor(sub)
     _add_scale(sub)
     bench = sub.add_parser("bench", help="micro-benchmarks: input pipeline, all-reduce bandwidth",
                            description="Measure one part of the system alone.")
@@ -29,6 +30,39 @@ def env(args) -> int:
     report = hardware.collect()
     print(json.dumps(report, indent=2) if args.json else hardware.format_report(report))
     return 0
+
+
+def _add_doctor(sub) -> None:
+    from ..measure.doctor import CHECKS
+
+    p = sub.add_parser("doctor", help="check that the toolkit's assumptions hold on this machine (run first on a "
+                                      "new GPU server)",
+                       description="Check this machine before trusting any figure: TensorFlow's build against the "
+                                   "driver (build), the GPUs TensorFlow sees against NVML under CUDA_VISIBLE_DEVICES "
+                                   "(visibility), exact all-reduce sums at this replica count and an odd one "
+                                   "(allreduce_sum), N replicas equal to 1 device (equivalence), data placement on "
+                                   "the devices (placement), synchronised timing (timing), a measured matmul rate "
+                                   "against the peak table (peak), NVML readings (nvml) and NCCL's transport per GPU "
+                                   "pair (nccl_transport). Without GPUs the checks that apply run on simulated CPU "
+                                   "replicas and the others say skip, with the reason. Exit code 0 when no check "
+                                   "failed, 1 otherwise.")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="replicas to check with: the first N GPUs, or N simulated CPU devices without GPUs "
+                        "(default: every GPU, or 4 simulated)")
+    p.add_argument("--check", action="append", choices=CHECKS, metavar="NAME",
+                   help=f"run only this check (repeatable): {', '.join(CHECKS)}")
+    p.add_argument("--json", action="store_true",
+                   help='print {"checks": [{"name", "status": "pass|fail|skip", "figure", "detail", "fix", '
+                        '"seconds"}]} instead of the table')
+    p.set_defaults(func=doctor)
+
+
+def doctor(args) -> int:
+    from ..measure import doctor as doc
+
+    checks = doc.run(args.replicas, only=args.check)
+    print(doc.as_json(checks) if args.json else doc.format_table(checks))
+    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 def _add_scale(sub) -> None:

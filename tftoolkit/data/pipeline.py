@@ -82,19 +82,22 @@ def augment_keys(indices, epoch, seed: int):
 def augment(images, keys, pad: int = 4):
     """Random horizontal flip and ``pad``-pixel reflect-pad-and-crop of a batch, one draw per example's key.
 
-    Pure indexing (one pad and two batched gathers), so it runs on uint8, on the host or the device, and gives
-    the same pixels wherever it runs: what makes host and device placement train identically.
+    Pure indexing (one pad and two batched gathers), so it runs on uint8 (the host pipeline) or float (the
+    device: MirrorPad has GPU kernels for float types only) and gives the same pixels wherever it runs: what
+    makes host and device placement train identically. The indices are int64 throughout: int32 arithmetic on a
+    GPU runs in host memory (its kernels are registered that way), which would cost a round trip per step.
     """
     import tensorflow as tf
 
     h, w = images.shape[1], images.shape[2]
     flip = tf.equal(tf.bitwise.bitwise_and(keys, 1), 1)
-    span = 2 * pad + 1
-    dy = tf.cast(tf.math.floormod(tf.bitwise.right_shift(keys, 8), span), tf.int32)
-    dx = tf.cast(tf.math.floormod(tf.bitwise.right_shift(keys, 24), span), tf.int32)
-    padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]], mode="REFLECT")
-    rows = dy[:, None] + tf.range(h)[None, :]
-    cols = tf.where(flip[:, None], tf.range(w - 1, -1, -1)[None, :], tf.range(w)[None, :]) + dx[:, None]
+    span = tf.constant(2 * pad + 1, tf.int64)
+    dy = tf.math.floormod(tf.bitwise.right_shift(keys, 8), span)
+    dx = tf.math.floormod(tf.bitwise.right_shift(keys, 24), span)
+    padded = tf.pad(images, tf.constant([[0, 0], [pad, pad], [pad, pad], [0, 0]], tf.int64), mode="REFLECT")
+    rows = dy[:, None] + tf.range(h, dtype=tf.int64)[None, :]
+    cols = tf.where(flip[:, None], tf.range(w - 1, -1, -1, dtype=tf.int64)[None, :],
+                    tf.range(w, dtype=tf.int64)[None, :]) + dx[:, None]
     out = tf.gather(padded, rows, axis=1, batch_dims=1)
     return tf.gather(out, cols, axis=2, batch_dims=1)
 
@@ -140,6 +143,10 @@ def _options():
     return options
 
 
+def on_gpus(strategy) -> bool:
+    return all("GPU" in d.upper() for d in strategy.extended.worker_devices)
+
+
 def input_options(strategy):
     """How the strategy hands a replica its elements: per replica, from the host, where the strategy allows.
 
@@ -147,16 +154,19 @@ def input_options(strategy):
     with default options, autotuning included, and deleting such an iterator waits for the autotuner's thread
     to wake: 0.1 to 18 s measured here (py-spy: ~RootDataset::Iterator joining its tf_data_model thread),
     paid once per iterator. With ``PER_REPLICA`` replication each replica reads its own dataset (ours, no
-    autotuning) through a plain iterator, and the stall is gone. The elements stay in host memory until the
-    step uses them: with device placement that is a few hundred indices, with host placement on GPUs the uint8
-    batch is copied at the step's first use. MultiWorkerMirroredStrategy refuses PER_REPLICA, so multi-worker
-    runs keep TensorFlow's default (and its teardown stall).
+    autotuning). On CPU replicas a plain iterator serves it (the host is the device: nothing to copy, and the
+    stall is gone). On GPUs each replica's elements are prefetched into its GPU's memory
+    (``experimental_fetch_to_device``, PREFETCH elements ahead), so the host-to-device copy of the next batch
+    overlaps the current step instead of starting at the step's first use of the batch. MultiWorkerMirroredStrategy
+    refuses PER_REPLICA, so multi-worker runs keep TensorFlow's default (and its teardown stall).
     """
     import tensorflow as tf
 
     if isinstance(strategy, tf.distribute.MirroredStrategy):
+        gpus = on_gpus(strategy)
         return tf.distribute.InputOptions(experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-                                          experimental_fetch_to_device=False)
+                                          experimental_fetch_to_device=gpus,
+                                          experimental_per_replica_buffer_size=PREFETCH if gpus else 1)
     return None
 
 

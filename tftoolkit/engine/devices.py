@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from .. import gpus
+from .. import gpus as visibility
 from ..errors import DeviceError
 
 log = logging.getLogger("tftoolkit")
@@ -29,6 +29,10 @@ class DeviceSetup:
     devices: tuple[str, ...]  # TensorFlow device names the strategy mirrors over
     gpu_indices: tuple[int, ...] | None  # NVML (nvidia-smi) numbers, for the monitor (None on CPU)
     host_cores: int
+    # Positions in TensorFlow's list of physical GPUs (what CUDA_VISIBLE_DEVICES leaves, numbered from 0), one per
+    # replica: what indexes tf.config.list_physical_devices("GPU"). Under CUDA_VISIBLE_DEVICES=4,5 replica 0 is
+    # TensorFlow's GPU 0 and NVML's GPU 4. None on CPU.
+    tf_gpus: tuple[int, ...] | None = None
 
     @property
     def replicas(self) -> int:
@@ -63,6 +67,10 @@ def init(replicas: int | None = None, gpus: list[int] | None = None) -> DeviceSe
     """
     if replicas is not None and replicas <= 0:
         raise DeviceError(f"replicas must be > 0, got {replicas}")
+    # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi, NVML and CUDA_VISIBLE_DEVICES as users
+    # write it number them by PCI bus. Read when CUDA initialises, so it is set before TensorFlow lists GPUs
+    # (child processes get the same from gpus.child_env). A value the user set is kept.
+    os.environ.setdefault(visibility.ORDER_ENV, "PCI_BUS_ID")
     tf = _tf()
     phys = physical_gpus()
     if phys:
@@ -73,14 +81,25 @@ def init(replicas: int | None = None, gpus: list[int] | None = None) -> DeviceSe
     return _init_cpu(tf, replicas or 1)
 
 
-def _init_gpus(tf, phys, replicas, gpus) -> DeviceSetup:
+def _init_gpus(tf, phys, replicas, wanted_gpus) -> DeviceSetup:
     n_phys = len(phys)
-    if gpus:
-        missing = [g for g in gpus if g >= n_phys]
+    if wanted_gpus:
+        missing = [g for g in wanted_gpus if g >= n_phys]
         if missing:
+            mask = visibility.visible()
+            if mask is not None:
+                inside = ", ".join(f"{i} (the machine's {e})" for i, e in enumerate(mask[:n_phys]))
+                raise DeviceError(f"--gpus {','.join(map(str, wanted_gpus))}: GPU(s) {missing} are not visible: "
+                                  f"{visibility.ENV}={os.environ.get(visibility.ENV)} leaves {n_phys} GPU(s), numbered inside this "
+                                  f"process as {inside or 'none'}; name GPUs by those numbers, or change the mask")
             raise DeviceError(f"GPU(s) {missing} are not there; this machine has {n_phys} GPU(s): "
                               f"{', '.join(str(i) for i in range(n_phys))}")
-        wanted = list(gpus)
+        # TensorFlow numbers the GPUs it makes visible in physical order whatever order they are named in, so
+        # replica k runs on the k-th of them: sorting keeps "replica k is GPU g" true in every label.
+        wanted = sorted(wanted_gpus)
+        if wanted != list(wanted_gpus):
+            log.info("--gpus %s: replicas take the GPUs in TensorFlow's order, %s", ",".join(map(str, wanted_gpus)),
+                     ",".join(map(str, wanted)))
     else:
         n = replicas or n_phys
         if n > n_phys:
@@ -96,13 +115,17 @@ def _init_gpus(tf, phys, replicas, gpus) -> DeviceSetup:
             _state["gpu"] = {"visible": wanted}
         except RuntimeError:
             _state["gpu"] = {"visible": list(range(n_phys))}  # initialised already: all GPUs stay visible
+            log.warning("TensorFlow was initialised before tftoolkit set up the GPUs: all %d GPU(s) stay visible "
+                        "and TensorFlow reserves most of each one's memory up front (no memory growth), so memory "
+                        "figures show its pool, not the run. Call tftoolkit.init_devices() first (in a notebook: "
+                        "the first cell, or restart the kernel)", n_phys)
     visible = _state["gpu"]["visible"]
     not_visible = [g for g in wanted if g not in visible]
     if not_visible:
         raise DeviceError(f"TensorFlow was initialised with GPUs {visible} visible; GPUs {not_visible} cannot be "
                           "added now. Restart the process (or the notebook kernel) and run again.")
     names = tuple(f"/gpu:{visible.index(g)}" for g in wanted)
-    return DeviceSetup("GPU", names, nvml_indices(wanted), host_cores())
+    return DeviceSetup("GPU", names, nvml_indices(wanted), host_cores(), tuple(wanted))
 
 
 def nvml_indices(local: list[int]) -> tuple[int, ...] | None:
@@ -112,7 +135,7 @@ def nvml_indices(local: list[int]) -> tuple[int, ...] | None:
     its GPU 0 is NVML's 4. None when the entries are UUIDs or MIG instances (the monitor then maps
     CUDA_VISIBLE_DEVICES itself, through NVML).
     """
-    entries = gpus.physical(list(local))
+    entries = visibility.physical(list(local))
     if not all(e.isdigit() for e in entries):
         return None
     return tuple(int(e) for e in entries)
@@ -152,6 +175,21 @@ def _configure_cpu_threads(tf) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(intra)
     tf.config.threading.set_inter_op_parallelism_threads(inter)
     _state["threads"] = {"intra_op": intra, "inter_op": inter}
+
+
+def memory_peaks(setup: DeviceSetup) -> list[int] | None:
+    """Per replica, the peak bytes TensorFlow's allocator held on its GPU so far (None on CPU, or unreadable).
+
+    This is the run's own memory: NVML's "used" also counts the CUDA context and whatever TensorFlow's pool
+    reserved beyond what tensors took."""
+    if setup.kind != "GPU":
+        return None
+    tf = _tf()
+    try:
+        return [int(tf.config.experimental.get_memory_info(d.strip("/").upper())["peak"]) for d in setup.devices]
+    except (ValueError, RuntimeError) as e:  # an allocator without stats (cuda_malloc_async in old versions)
+        log.info("device memory peak unavailable: %s", e)
+        return None
 
 
 def thread_settings() -> dict:

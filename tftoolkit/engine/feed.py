@@ -13,8 +13,17 @@ Both placements feed the same examples to the same replica at the same step (the
 ``pipeline.epoch_order``) and augment them with the same keyed function, so they train identically;
 tests/engine/test_feed.py checks that the weights agree bit for bit.
 
-On the device the uint8 images are viewed as int32 words (4 bytes each) for the gather: GatherV2's GPU kernels
-cover 32- and 64-bit and float types, and the view is free (a bitcast, same memory).
+On a GPU every tensor of the device path must live in device memory, and TensorFlow keeps some dtypes in host
+memory whatever device an op is placed on. Its kernel registry says which
+(``tensorflow.python.framework.kernels``; tests/engine/test_feed.py reads it for every op of this path):
+- int32 is a host-memory type on GPUs: ``Identity``, ``Reshape`` and arithmetic on int32 keep their inputs and
+  outputs in host memory (identity_op.cc; tensorflow#16106). A split held as int32 and "placed" with
+  ``tf.identity`` would stay on the host and cross to the GPU at every step's gather.
+- ``GatherV2`` has no GPU kernel for uint8, and ``MirrorPad`` (the augmentation's padding) only float ones.
+So uint8 images are packed into int64 words, 8 pixels each (each image's bytes padded to a whole word), the
+labels are int64, the gather and the bitcast back to uint8 run on the device, and augmentation runs on the float
+batch (it is pure indexing: float or uint8, the same pixels move, so host and device placement still agree
+bit for bit).
 """
 
 from __future__ import annotations
@@ -108,7 +117,7 @@ class Feed:
     reason: str = "default"
     resident: Any = None     # device placement: per-replica (images, labels) on each replica's device
     shape: tuple = ()
-    words: bool = False      # images held as int32 words (4 uint8 pixels each)
+    words: bool = False      # images held as int64 words (8 uint8 pixels each, each image padded to whole words)
     augment: bool = False
     seed: int = 0
 
@@ -128,10 +137,11 @@ class Feed:
         images, labels = resident
         rows = tf.gather(images, indices)
         if self.words:
-            rows = tf.reshape(tf.bitcast(rows, tf.uint8), [-1, *self.shape])
-        if self.augment:
-            rows = pipeline.augment(rows, pipeline.augment_keys(indices, epoch, self.seed))
-        return pipeline.to_float(rows), tf.gather(labels, indices)
+            rows = unpack_words(rows, self.shape)
+        images = pipeline.to_float(rows)
+        if self.augment:  # on float: MirrorPad has GPU kernels for float types only
+            images = pipeline.augment(images, pipeline.augment_keys(indices, epoch, self.seed))
+        return images, tf.gather(labels, indices)
 
     def train_input(self, strategy, source, config, start_step: int = 0):
         from ..data import pipeline
@@ -165,6 +175,32 @@ def host() -> Feed:
     return Feed()
 
 
+WORD_BYTES = 8  # int64
+
+
+def pack_words(images):
+    """uint8 images [n, ...] -> int64 words [n, ceil(bytes / 8)], each image's bytes zero-padded to whole words."""
+    import numpy as np
+
+    flat = np.ascontiguousarray(images).reshape(len(images), -1)
+    pad = -flat.shape[1] % WORD_BYTES
+    if pad:
+        flat = np.pad(flat, ((0, 0), (0, pad)))
+    return flat.view(np.int64)
+
+
+def unpack_words(words, shape):
+    """The inverse of ``pack_words`` for a gathered batch, on the device: a bitcast, a slice and a reshape."""
+    import numpy as np
+    import tensorflow as tf
+
+    nbytes = int(np.prod(shape))
+    flat = tf.reshape(tf.bitcast(words, tf.uint8), [-1, words.shape[1] * WORD_BYTES])
+    if flat.shape[1] != nbytes:
+        flat = flat[:, :nbytes]
+    return tf.reshape(flat, [-1, *shape])
+
+
 def make(config, setup, strategy, source) -> Feed:
     """The feed ``config.data_placement`` asks for on these devices; device placement copies the split now."""
     import numpy as np
@@ -179,13 +215,46 @@ def make(config, setup, strategy, source) -> Feed:
     log.info("data placement: %s (%s)", placement, reason)
     if placement == "host":
         return Feed("host", reason)  # the host pipeline augments itself (data.pipeline.host_gather)
-    images = store.images
-    words = images.dtype == np.uint8 and (int(np.prod(images.shape[1:])) % 4 == 0)
-    if words:
-        images = images.reshape(len(images), -1, 4).view(np.int32).reshape(len(images), -1)
+    images, labels, words = resident_arrays(store.images, store.labels)
     with tf.device("/cpu:0"):
-        host_images, host_labels = tf.constant(images), tf.constant(store.labels)
+        host_images, host_labels = tf.constant(images), tf.constant(labels)
     # One copy per replica, on its device (value_fn runs under each replica's device scope).
-    resident = strategy.experimental_distribute_values_from_function(
-        lambda ctx: (tf.identity(host_images), tf.identity(host_labels)))
+    resident = strategy.experimental_distribute_values_from_function(lambda ctx: place(host_images, host_labels))
     return Feed("device", reason, resident, tuple(store.images.shape[1:]), words, config.augment, config.seed)
+
+
+def resident_arrays(images, labels):
+    """(images, labels, words) as the devices hold them: uint8 images packed into int64 words, int64 labels
+    (int32 would stay in host memory on a GPU); float images as they are."""
+    import numpy as np
+
+    words = images.dtype == np.uint8
+    return (pack_words(images) if words else images), np.asarray(labels).astype(np.int64), words
+
+
+def place(host_images, host_labels):
+    """This replica's copy of the split, on the device of the enclosing scope (Identity: for int64 and float the
+    GPU kernel keeps its output in device memory)."""
+    import tensorflow as tf
+
+    return tf.identity(host_images), tf.identity(host_labels)
+
+
+def device_path_graph(shape=(32, 32, 3), augment: bool = True, dtype: str = "uint8"):
+    """The graph of one replica's device-placement path (placement, gather, unpacking, float conversion,
+    augmentation), traced with the dtypes ``make`` uses: what engine.kernels.gpu_problems checks against the
+    GPU kernel registry."""
+    import numpy as np
+    import tensorflow as tf
+
+    images, labels, words = resident_arrays(np.zeros((2, *shape), dtype), np.zeros(2, np.int32))
+    f = Feed("device", "check", None, tuple(shape), words, augment, 0)
+
+    @tf.function(autograph=False)
+    def path(host_images, host_labels, indices, epoch):
+        return f.batch((indices, epoch), place(host_images, host_labels))
+
+    spec = [tf.TensorSpec([None, *images.shape[1:]], tf.as_dtype(images.dtype)),
+            tf.TensorSpec([None], tf.as_dtype(labels.dtype)),
+            tf.TensorSpec([None], tf.int64), tf.TensorSpec([], tf.int64)]  # pipeline.epoch_order's int64 indices
+    return path.get_concrete_function(*spec).graph

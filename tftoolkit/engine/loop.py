@@ -13,12 +13,11 @@ takes its actions:
     on_epoch_end(epoch, step, complete, stopped)   after an epoch's last call (evaluation, counts)
 
 Hooks run between calls, never inside the compiled loop, so nothing they do is in the timed region:
-``Chunk.seconds`` is the call alone, synchronised on its outputs.
+``Chunk.seconds`` is the call alone, timed by engine.timer (devices synchronised at both ends).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,7 +30,7 @@ class Chunk:
     position: int     # steps into the epoch before this call
     first_step: int   # global step before this call (the steps run are first_step + 1 ... + steps)
     steps: int
-    seconds: float    # wall time of the call, outputs fetched
+    seconds: float    # wall time of the call, devices synchronised at both ends (engine.timer)
     outputs: Any      # the loop function's outputs, fetched to NumPy
 
     @property
@@ -40,16 +39,17 @@ class Chunk:
 
 
 def timed_call(loop_fn, iterator, n: int) -> tuple[Any, float]:
-    """Run ``loop_fn(iterator, n)`` and fetch its outputs; returns (NumPy outputs, seconds).
+    """Run ``loop_fn(iterator, n)``; returns (its outputs as NumPy values, seconds).
 
-    Fetching waits for every device, so the time is the call's real time, not its dispatch.
+    The clock is engine.timer's: fetching the outputs would wait only for the ops they depend on (the forward
+    pass of the last step), not for its backward pass, all-reduce and update, which a GPU may still be running.
     """
     import tensorflow as tf
 
-    t0 = time.perf_counter()
-    out = loop_fn(iterator, tf.constant(n, tf.int32))
-    fetched = tf.nest.map_structure(lambda t: t.numpy(), out)
-    return fetched, time.perf_counter() - t0
+    from . import timer
+
+    out, seconds = timer.timed(loop_fn, iterator, tf.constant(n, tf.int32))
+    return tf.nest.map_structure(lambda t: t.numpy(), out), seconds
 
 
 def chunk_steps(step: int, position: int, steps_per_epoch: int, total: int, steps_per_loop: int,

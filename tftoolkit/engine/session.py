@@ -47,7 +47,28 @@ def with_model(config: RunConfig, model) -> RunConfig:
     return config.replace(model=qualified_name(model))
 
 
-def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup) -> None:
+def deterministic_effective(config: RunConfig, setup: devices.DeviceSetup, jit: bool) -> tuple[bool, str]:
+    """(whether ops run deterministically, why): ``--deterministic`` unset (None) means on where it is free.
+
+    On CPU replicas deterministic ops cost nothing measurable, so a seed reproduces a run exactly. On GPUs they
+    force deterministic cuDNN algorithms and kernels (and refuse some ops), which costs throughput: a
+    measurement there runs the fast kernels unless ``--deterministic`` asks otherwise. Under XLA (only when
+    it really compiles the step: ``jit``) there is no deterministic MaxPool gradient, so ops stay
+    non-deterministic. summary.json records the outcome (``deterministic``), and the report prints it beside
+    the throughput.
+    """
+    if jit and config.deterministic is not False:
+        return False, ("XLA has no deterministic MaxPool gradient; data order and initial weights still follow "
+                       "--seed" + (" (--deterministic ignored)" if config.deterministic else ""))
+    if config.deterministic is not None:
+        return bool(config.deterministic), "as asked (--deterministic)" if config.deterministic else \
+            "as asked (--no-deterministic)"
+    if setup.kind == "GPU":
+        return False, "auto: GPUs run their fastest (non-deterministic) kernels; --deterministic to reproduce bit for bit"
+    return True, "auto: deterministic ops are free on CPU replicas"
+
+
+def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup, deterministic: bool = True) -> None:
     """Seed, op determinism and the Keras precision policy: process-wide, so set for every run."""
     import keras
     import tensorflow as tf
@@ -56,11 +77,7 @@ def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup) -> None
 
     keras.utils.set_random_seed(config.seed)
     # Op determinism is process-wide, so it is set (or unset) for every run: a notebook may sweep over both.
-    if config.deterministic and config.jit:
-        log.warning("--jit with --deterministic: XLA has no deterministic MaxPool gradient, so ops are left "
-                    "non-deterministic for this run (data order and initial weights still follow --seed)")
-        tf_config.disable_op_determinism()
-    elif config.deterministic:
+    if deterministic:
         tf.config.experimental.enable_op_determinism()
     else:
         tf_config.disable_op_determinism()
@@ -82,6 +99,10 @@ class Session:
     model: Any = None      # a Python callable building the model, when one replaces config.model
     started: float = 0.0   # time.time() when set-up began: the start of the run's wall clock
     import_s: float = 0.0  # of which importing TensorFlow (when this set-up was the first to import it)
+    jit: bool = False           # the step is XLA-compiled (config.jit, where XLA can compile it)
+    deterministic: bool = True  # TensorFlow's op determinism, as set for this run
+    deterministic_reason: str = ""
+    cross_device_ops: str = ""  # what the step's all-reduce really is (impl, or "collective_nccl (xla)")
 
     @property
     def derived(self) -> dict:
@@ -98,7 +119,8 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     data.catalog.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
     """
     from ..data import catalog
-    from .strategy import make_strategy
+    from .step import jit_effective
+    from .strategy import effective_cross_device_ops, make_strategy
 
     started = time.time()
     importlib.import_module("tensorflow")  # timed apart: every TensorFlow program pays it, not this run's work
@@ -110,7 +132,18 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
     source = catalog.load_source(config, data, cache=cache, worker=worker) if load_data else None
-    apply_global_settings(config, setup)
+    jit = jit_effective(config, setup.kind, setup.replicas)
+    if config.jit and not jit:
+        log.warning("--jit ignored: XLA cannot compile one step across several simulated CPU replicas "
+                    "(it works on GPUs, and on one CPU replica); summary.json records jit_effective: false")
+    deterministic, why = deterministic_effective(config, setup, jit)
+    if config.deterministic and not deterministic:
+        log.warning("ops are not deterministic for this run: %s", why)
+    apply_global_settings(config, setup, deterministic)
     if strategy is None:
         strategy = make_strategy(setup, config.cross_device_ops)
-    return Session(config, setup, source, *strategy, model=model, started=started, import_s=import_s)
+    effective = effective_cross_device_ops(strategy[1], setup, jit)
+    if effective != strategy[1]:
+        log.info("all-reduce: %s (under XLA MirroredStrategy ignores cross_device_ops=%s)", effective, strategy[1])
+    return Session(config, setup, source, *strategy, model=model, started=started, import_s=import_s, jit=jit,
+                   deterministic=deterministic, deterministic_reason=why, cross_device_ops=effective)

@@ -35,19 +35,15 @@ class Engine:
     feed: Any = None   # feed.Feed: what the iterator yields (host batches, or indices into device-resident data)
 
 
-def jit_effective(config, strategy) -> bool:
-    """Whether the step is XLA-compiled: asked for, and not over several logical CPU devices.
+def jit_effective(config, kind: str, replicas: int) -> bool:
+    """Whether the step is XLA-compiled: asked for, and not over several logical CPU devices (``kind`` is
+    DeviceSetup.kind, ``replicas`` this process's replicas).
 
     XLA maps every logical CPU device to one XLA CPU device, so a compiled step that touches replica 1's
     variables from replica 0's device fails ("tfvariable_on_a_different_device" in XLA's known issues).
+    The session decides it once (and logs it); summary.json records it as ``jit_effective``.
     """
-    if not config.jit:
-        return False
-    if strategy.num_replicas_in_sync > 1 and "GPU" not in strategy.extended.worker_devices[0].upper():
-        log.warning("--jit ignored: XLA cannot compile one step across several simulated CPU replicas "
-                    "(it works on GPUs, and on one CPU replica)")
-        return False
-    return True
+    return bool(config.jit) and (kind == "GPU" or replicas == 1)
 
 
 def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
@@ -122,7 +118,8 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             return loss, local_n, estimate
         return loss, local_n
 
-    if jit_effective(config, strategy):
+    kind = "GPU" if "GPU" in strategy.extended.worker_devices[0].upper() else "CPU"
+    if jit_effective(config, kind, len(strategy.extended.worker_devices)):
         step_fn = tf.function(replica_step, jit_compile=True, autograph=False)
     else:
         step_fn = replica_step

@@ -30,11 +30,22 @@ def nccl_available() -> tuple[bool, str]:
 
 
 def choose_cross_device_ops(name: str, setup: DeviceSetup) -> tuple[str, str]:
-    """Resolve ``auto`` to a concrete implementation; return (name, reason logged for the choice)."""
+    """Resolve ``auto`` to a concrete implementation; return (name, reason logged for the choice).
+
+    ``hierarchical_copy`` is refused at an odd replica count: TensorFlow's implementation
+    (cross_device_utils.aggregate_gradients_using_hierarchical_copy) splits the devices into two groups of n // 2,
+    so with 3 replicas the third one's gradients are never added (measured: 3 replicas all-reduce 1 + 2 + 3 to 3,
+    tests/engine/test_strategy.py), and training silently goes wrong.
+    """
+    odd = setup.replicas > 1 and setup.replicas % 2 == 1
+    if name == "hierarchical_copy" and odd:
+        raise ConfigError(f"cross_device_ops=hierarchical_copy at {setup.replicas} replicas: TensorFlow's hierarchical "
+                          "copy splits the devices into two groups of n // 2 and drops the odd one's gradients; use an "
+                          "even replica count, or reduce_to_one, collective or auto")
     if setup.kind != "GPU":
         if name == "nccl":
             raise ConfigError("cross_device_ops=nccl needs GPUs; replicas here are simulated on CPU. "
-                              "Use auto, reduce_to_one or hierarchical_copy")
+                              "Use auto, reduce_to_one, collective or hierarchical_copy")
         if name == "auto":
             # On CPU TensorFlow's own default picks a collective (ring) implementation that we measured 2-6x
             # slower than a plain reduce-to-one-device (4.6x at 16 MiB on 4 logical devices; BENCHMARKS.md).
@@ -46,6 +57,9 @@ def choose_cross_device_ops(name: str, setup: DeviceSetup) -> tuple[str, str]:
         ok, why = nccl_available()
         if ok:
             return "nccl", "multi-GPU Linux: NCCL"
+        if odd:
+            return "reduce_to_one", (f"NCCL unavailable ({why}); reduce_to_one (hierarchical_copy drops a replica at "
+                                     f"{setup.replicas} replicas)")
         return "hierarchical_copy", f"NCCL unavailable ({why}); falling back to hierarchical_copy"
     if name == "nccl":
         ok, why = nccl_available()
@@ -55,8 +69,11 @@ def choose_cross_device_ops(name: str, setup: DeviceSetup) -> tuple[str, str]:
 
 
 def cross_device_ops_object(name: str):
+    """The CrossDeviceOps for ``name``; None for ``collective`` (MirroredStrategy's own CollectiveAllReduce)."""
     import tensorflow as tf
 
+    if name == "collective":
+        return None
     return {
         "nccl": tf.distribute.NcclAllReduce,
         "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
@@ -64,15 +81,42 @@ def cross_device_ops_object(name: str):
     }[name]()
 
 
-def make_strategy(setup: DeviceSetup, cross_device_ops: str = "auto"):
-    """A MirroredStrategy over ``setup.devices``; returns (strategy, resolved cross-device-ops name)."""
+def mirrored(devices, cross_device_ops=None):
+    """A MirroredStrategy over ``devices`` with a collective key range of its own: every strategy the toolkit
+    builds comes from here.
+
+    Every MirroredStrategy numbers its collective groups and instances from the same start
+    (``MirroredStrategy._collective_key_base``), and it always builds collective ops: the default all-reduce
+    when ``cross_device_ops`` is None, and the one XLA uses whatever ``cross_device_ops`` says. A second strategy
+    in the process then reuses the first one's keys: with another replica count that aborts every collective
+    op in the process ("joining a group with size 3, but that group has size 2", tensorflow#61314); with another
+    buffer shape under a reused instance key, "Shape mismatch in the collective instance". A notebook or
+    ``tftoolkit scale`` builds strategies of 1, 2 and 4 replicas in one process. So each strategy starts a
+    fresh range, as TensorFlow's own tests do (strategy_combinations.py), moved on again after, so a strategy
+    created elsewhere later does not start inside this one's range.
+    """
     import tensorflow as tf
 
+    tf.distribute.MirroredStrategy._collective_key_base += 100000
+    strategy = tf.distribute.MirroredStrategy(devices=list(devices), cross_device_ops=cross_device_ops)
+    tf.distribute.MirroredStrategy._collective_key_base += 100000
+    return strategy
+
+
+def make_strategy(setup: DeviceSetup, cross_device_ops: str = "auto"):
+    """A MirroredStrategy over ``setup.devices``; returns (strategy, resolved cross-device-ops name)."""
     impl, reason = choose_cross_device_ops(cross_device_ops, setup)
     log.info("all-reduce: %s (%s)", impl, reason)
-    strategy = tf.distribute.MirroredStrategy(devices=list(setup.devices),
-                                              cross_device_ops=cross_device_ops_object(impl))
-    return strategy, impl
+    return mirrored(setup.devices, cross_device_ops_object(impl)), impl
+
+
+def effective_cross_device_ops(impl: str, setup: DeviceSetup, jit: bool) -> str:
+    """What the step really all-reduces with: under XLA on GPUs MirroredStrategy ignores ``cross_device_ops`` and
+    uses its CollectiveAllReduce, NCCL between physical GPUs (mirrored_strategy.py, ``_get_cross_device_ops``:
+    "Under XLA context, MirroredStrategy uses CollectiveAllReduce op")."""
+    if jit and setup.kind == "GPU" and setup.replicas > 1:
+        return "collective_nccl (xla)"
+    return impl
 
 
 # --- several workers (processes, hosts): MultiWorkerMirroredStrategy --------------------------------------
@@ -137,19 +181,11 @@ def make_bench_strategy(impl: str, setup: DeviceSetup):
     """
     import tensorflow as tf
 
-    devices = list(setup.devices)
     if impl in ("collective", "tf_default"):
-        # Every MirroredStrategy numbers its collective groups and instances from the same start, so a second
-        # one in the process reuses the first one's keys; a different buffer shape under a reused key aborts
-        # all collective ops in the process ("Shape mismatch in the collective instance 100"). A fresh key
-        # range per strategy, as TensorFlow's own tests do (strategy_combinations.py), moved on again after,
-        # so a strategy created later elsewhere does not start in this one's range.
-        tf.distribute.MirroredStrategy._collective_key_base += 100000
         # No cross_device_ops: MirroredStrategy builds a CollectiveAllReduce (RING on CPU, NCCL on real GPUs).
-        strategy = tf.distribute.MirroredStrategy(devices=devices)
-        tf.distribute.MirroredStrategy._collective_key_base += 100000
+        strategy = mirrored(setup.devices)
     else:
-        strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops_object(impl))
+        strategy = mirrored(setup.devices, cross_device_ops_object(impl))
     options = None
     if impl == "collective":
         options = tf.distribute.experimental.CommunicationOptions(

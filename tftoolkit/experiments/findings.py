@@ -20,6 +20,7 @@ import math
 
 import pandas as pd
 
+from .. import summary as summary_schema
 from . import report
 
 # Accuracy points (of 100) within which a large batch "holds" the small batch's accuracy (the issue's, and
@@ -54,9 +55,10 @@ def scaling(res: report.Results) -> list[str]:
         note = (" The replicas are simulated on CPU and share the host's cores, so no speed-up is expected here: "
                 "these figures show the method; run the scaling sweep on GPUs for the real curve."
                 if kind == "CPU-simulated" else "")
+        how = summary_schema.measured_with(top)
         out.append(f"**Scaling ({mode or 'as run'}):** {int(top['replicas'])} replicas ran at "
                    f"{top['images_per_sec']:.0f} images/s, {top['speedup']:.2f}x the {int(base['replicas'])}-replica "
-                   f"rate: {top['efficiency']:.0%} scaling efficiency.{note}")
+                   f"rate: {top['efficiency']:.0%} scaling efficiency{f' ({how})' if how else ''}.{note}")
     return out
 
 

@@ -25,7 +25,10 @@ the powers of two between the bounds (inclusive), ``A,B,C`` lists exact sizes.
 
 The timed unit is exactly what the training step does: ``ctx.all_reduce(SUM, tensors)`` inside
 ``strategy.run`` inside a ``tf.function``. Small buffers run several all-reduces back to back in one call
-(``iters``) so Python dispatch does not dominate; the time reported is per all-reduce.
+(``iters``), and each timed call is paired with the same call without the all-reduces, whose time is subtracted:
+``time_s`` is per all-reduce with the call's overhead removed (``time_raw_s`` without the subtraction,
+``overhead_s`` the subtracted call). Before an implementation is timed, its sum is checked once (``check_sum``):
+one that loses a replica's values is a ``failed`` row with the wrong sum, not a bandwidth.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ log = logging.getLogger("tftoolkit")
 
 IMPLS = ("nccl", "hierarchical_copy", "reduce_to_one", "collective", "tf_default")
 COLUMNS = ["impl", "detail", "replicas", "payload", "tensors", "size_bytes", "iters", "repeats", "time_s",
-           "time_min_s", "algbw_GBps", "busbw_GBps", "status", "reason"]
+           "time_min_s", "time_raw_s", "overhead_s", "algbw_GBps", "busbw_GBps", "status", "reason"]
 DEFAULT_SIZES = "4KiB..256MiB"
 DEFAULT_MODELS = ("small_cnn", "resnet20")
 FLOAT32_BYTES = 4
@@ -157,13 +160,48 @@ def chain_length(size_bytes: int, max_chain: int = MAX_CHAIN) -> int:
     return int(max(1, min(max_chain, CHAIN_BYTES // max(size_bytes, 1))))
 
 
-def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int = 10, warmup: int = 2,
-                   iters: int | None = None) -> dict:
-    """Median seconds of one ``ctx.all_reduce(SUM, [tensors of shapes])`` across the strategy's replicas.
+def check_sum(strategy, options=None, size: int = 64) -> tuple[bool, str]:
+    """All-reduce replica r's value r + 1 once and check every replica got 1 + 2 + ... + n exactly.
 
-    Returns {"time_s": median, "time_min_s": min, "iters": all-reduces chained per call, "repeats"}.
+    Run before an implementation is timed: a fast all-reduce that loses a replica's values (TensorFlow's
+    hierarchical copy at odd replica counts) must not become a bandwidth figure."""
+    import tensorflow as tf
+
+    n = strategy.num_replicas_in_sync
+
+    def replica():
+        ctx = tf.distribute.get_replica_context()
+        value = tf.fill([size], tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32))
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, value, options=options)
+
+    out = tf.function(lambda: strategy.run(replica), autograph=False)()
+    want = n * (n + 1) / 2
+    got = [v.numpy() for v in strategy.experimental_local_results(out)]
+    wrong = [(r, float(g[0])) for r, g in enumerate(got) if not np.all(g == want)]
+    if wrong:
+        r, g = wrong[0]
+        return False, (f"wrong sum: replica {r} got {g:g} for 1 + ... + {n} = {want:g} ({len(wrong)} of {len(got)} "
+                       "replicas wrong)")
+    return True, f"exact sum {want:g} on all {n} replicas"
+
+
+def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int = 10, warmup: int = 2,
+                   iters: int | None = None, jit: bool = False) -> dict:
+    """Seconds of one ``ctx.all_reduce(SUM, [tensors of shapes])`` across the strategy's replicas.
+
+    Each repeat times two calls of the same shape (engine.timer: devices synchronised at both ends): a chain of
+    ``iters`` all-reduces, and the same chain with the all-reduces left out (the per-replica copies, the call's
+    dispatch and the synchronisation). Their difference / ``iters`` is one all-reduce with the call's overhead
+    subtracted: at 4 KiB that overhead is far more than NCCL's 10-20 us, and without the subtraction the low end of
+    the curve would measure Python and the runtime, not the link. ``jit``: compile the replica function with XLA,
+    as the step is under ``--jit`` (on GPUs MirroredStrategy then all-reduces with its collective ops, NCCL).
+
+    Returns {"time_s": median corrected, "time_min_s", "time_raw_s": median uncorrected per all-reduce,
+    "overhead_s": median of the no-all-reduce call, "iters", "repeats"}.
     """
     import tensorflow as tf
+
+    from ..engine import timer
 
     shapes = [tuple(int(d) for d in s) for s in shapes]
     dtypes = list(dtypes) if dtypes is not None else [tf.float32] * len(shapes)
@@ -176,7 +214,7 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     # The buffers are function arguments, so nothing is constant-folded.
     values = strategy.experimental_distribute_values_from_function(make)
 
-    def replica_allreduce(xs):
+    def chain(xs, reduce: bool):
         ctx = tf.distribute.get_replica_context()
         out = xs
         for _ in range(iters):
@@ -186,27 +224,29 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
             with tf.control_dependencies(out):
                 ins = [tf.identity(x) for x in xs]
             # SUM over replicas, as the training step reduces its gradients.
-            out = ctx.all_reduce(tf.distribute.ReduceOp.SUM, ins, options=options)
-        # A tiny slice to wait on: fetching it waits for every device, without copying buffers back.
+            out = ctx.all_reduce(tf.distribute.ReduceOp.SUM, ins, options=options) if reduce else ins
         with tf.control_dependencies(out):
-            token = tf.reshape(out[0], [-1])[:1]
-        return out, token
+            return tf.reshape(out[0], [-1])[:1]  # a tiny output that depends on the whole chain
 
-    @tf.function(autograph=False)  # nothing to convert: the chain above is a Python loop, unrolled on purpose
-    def run(xs):
-        return strategy.run(replica_allreduce, args=(xs,))
+    def make_fn(reduce: bool):
+        replica_fn = lambda xs: chain(xs, reduce)  # noqa: E731
+        if jit:
+            replica_fn = tf.function(replica_fn, jit_compile=True, autograph=False)
+        # autograph=False: nothing to convert; the chain above is a Python loop, unrolled on purpose.
+        return tf.function(lambda xs: strategy.run(replica_fn, args=(xs,)), autograph=False)
 
-    def call() -> float:
-        t0 = time.perf_counter()
-        _, token = run(values)
-        for t in strategy.experimental_local_results(token):
-            t.numpy()
-        return time.perf_counter() - t0
-
-    for _ in range(max(1, warmup)):  # the first call traces
-        call()
-    times = np.array([call() for _ in range(max(1, repeats))]) / iters
-    return {"time_s": float(np.median(times)), "time_min_s": float(times.min()), "iters": iters,
+    run, bare = make_fn(True), make_fn(False)
+    for _ in range(max(1, warmup)):  # the first calls trace
+        timer.timed(run, values)
+        timer.timed(bare, values)
+    full, empty = [], []
+    for _ in range(max(1, repeats)):  # interleaved, so both see the same machine state
+        full.append(timer.timed(run, values)[1])
+        empty.append(timer.timed(bare, values)[1])
+    full, empty = np.array(full), np.array(empty)
+    corrected = np.maximum(full - empty, 0.0) / iters
+    return {"time_s": float(np.median(corrected)), "time_min_s": float(corrected.min()),
+            "time_raw_s": float(np.median(full)) / iters, "overhead_s": float(np.median(empty)), "iters": iters,
             "repeats": int(max(1, repeats))}
 
 
@@ -226,6 +266,7 @@ def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10
 def _row(impl, detail, replicas, payload, tensors, size, **kw) -> dict:
     row = {"impl": impl, "detail": detail, "replicas": replicas, "payload": payload, "tensors": tensors,
            "size_bytes": size, "iters": None, "repeats": None, "time_s": math.nan, "time_min_s": math.nan,
+           "time_raw_s": math.nan, "overhead_s": math.nan,
            "algbw_GBps": math.nan, "busbw_GBps": math.nan, "status": "ok", "reason": ""}
     row.update(kw)
     return row
@@ -270,8 +311,13 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
             continue
         try:
             strategy, options, detail = make_strategy(impl, setup)
+            right, why = check_sum(strategy, options)
         except Exception as e:  # noqa: BLE001 - an implementation that cannot be built here is a row, not a crash
             rows.append(_row(impl, "", replicas, "", None, None, status="failed", reason=_first_line(e)))
+            continue
+        if not right:
+            rows.append(_row(impl, detail, replicas, "", None, None, status="failed", reason=why))
+            log.warning("all-reduce %s: %s; not timed", impl, why)
             continue
         for payload, shapes, dts, nbytes in payloads:
             try:
@@ -284,6 +330,7 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
                 continue
             rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, iters=t["iters"],
                              repeats=t["repeats"], time_s=t["time_s"], time_min_s=t["time_min_s"],
+                             time_raw_s=t["time_raw_s"], overhead_s=t["overhead_s"],
                              algbw_GBps=algbw_gbps(nbytes, t["time_s"]),
                              busbw_GBps=busbw_gbps(nbytes, t["time_s"], replicas)))
             log.info("all-reduce %-17s %-16s %12d B  %10.3f ms  busbw %7.3f GB/s", impl, payload, nbytes,
@@ -301,6 +348,10 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
             "num_classes": num_classes,
             "threads": devices.thread_settings(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "definitions": "algbw = size_bytes / time_s / 1e9; busbw = algbw * 2(n-1)/n (nccl-tests)",
+            "timing": ("time_s = (a call of `iters` chained all-reduces - the same call without them) / iters, median "
+                       "over interleaved repeats, devices synchronised at both ends of each call; time_raw_s = the "
+                       "first call / iters (overhead included); overhead_s = the second call"),
+            "sum_checked": True,
         })
     return frame
 

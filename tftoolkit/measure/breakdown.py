@@ -8,6 +8,9 @@ fields to summary.json:
                           (engine.step.build_engine(allreduce=False)), so the only thing missing is communication
   allreduce_time_s        step_time_no_input_s - compute_time_s (median of interleaved pairs, >= 0): the
                           all-reduce time the step really pays, after any overlap with compute
+  *_uncertainty_s         the standard error of compute, all-reduce (of the paired differences) and input wait;
+                          a part smaller than twice its uncertainty is "within noise", and ``breakdown_note`` says
+                          which. The parts are timed apart, so they need not add up to the step exactly
   allreduce_direct_time_s the gradient all-reduce timed alone (allreduce.time_allreduce on the model's
                           gradient shapes, as the step packs them): its cost with nothing to overlap
   input_wait_s            training's median step time - step_time_no_input_s (>= 0)
@@ -35,24 +38,46 @@ log = logging.getLogger("tftoolkit")
 # Interleaved (full step, compute-only step) loop pairs of steps_per_loop steps, after a one-step warm-up each.
 # Interleaving makes each pair see the same machine state (turbo, other processes), so their difference is
 # the all-reduce.
-MEASURE_ROUNDS = 3
+MEASURE_ROUNDS = 5  # enough pairs for a standard error of each part
 DIRECT_ALLREDUCE_REPEATS = 5
 
 FIELDS = ("step_time_no_input_s", "compute_time_s", "allreduce_time_s", "allreduce_direct_time_s", "input_wait_s",
+          "compute_time_uncertainty_s", "allreduce_time_uncertainty_s", "input_wait_uncertainty_s", "breakdown_note",
           "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
           "forward_flops_per_example", "flops_source", "achieved_flops", "peak_flops", "peak_flops_source", "mfu")
+NOISE_SIGMAS = 2.0  # a part within this many standard errors of zero is reported as within noise
 
 
 # --- formulas (pinned by tests/test_measure.py) ----------------------------------------------------------
+def standard_error(values) -> float:
+    v = np.asarray(list(values), dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+
+
 def breakdown(step_time_s: float, step_no_input_s: float, compute_s: float, replicas: int,
-              allreduce_s: float | None = None) -> dict:
+              allreduce_s: float | None = None, *, full_all=None, compute_all=None,
+              step_time_uncertainty_s: float = math.nan) -> dict:
     """Split a step into compute, all-reduce and input wait; ``allreduce_s`` defaults to the difference
-    ``step_no_input_s - compute_s``. Negative differences (timing noise) are clipped to 0."""
+    ``step_no_input_s - compute_s``. Negative differences (timing noise) are clipped to 0 in the fields, and the
+    uncertainties (from the per-round timings ``full_all`` / ``compute_all``, and the training step's own) say
+    which parts are within noise (``breakdown_note``)."""
     if allreduce_s is None:
         allreduce_s = step_no_input_s - compute_s
+    raw_allreduce = allreduce_s
     allreduce_s = max(0.0, allreduce_s) if allreduce_s == allreduce_s else math.nan
-    input_wait = step_time_s - step_no_input_s
-    input_wait = max(0.0, input_wait) if input_wait == input_wait else math.nan
+    raw_wait = step_time_s - step_no_input_s
+    input_wait = max(0.0, raw_wait) if raw_wait == raw_wait else math.nan
+    full_all = list(full_all) if full_all is not None else []
+    compute_all = list(compute_all) if compute_all is not None else []
+    compute_se = standard_error(compute_all)
+    allreduce_se = (standard_error(np.subtract(full_all, compute_all)) if len(full_all) == len(compute_all)
+                    else math.nan)
+    full_se = standard_error(full_all)
+    wait_se = math.hypot(full_se, step_time_uncertainty_s) if step_time_uncertainty_s == step_time_uncertainty_s \
+        else full_se
+    noisy = [name for name, value, se in (("all-reduce", raw_allreduce, allreduce_se), ("input wait", raw_wait, wait_se))
+             if se == se and value == value and abs(value) < NOISE_SIGMAS * se]
     denom = compute_s + allreduce_s
     comm_frac = allreduce_s / denom if denom > 0 else math.nan
     return {
@@ -60,6 +85,11 @@ def breakdown(step_time_s: float, step_no_input_s: float, compute_s: float, repl
         "compute_time_s": compute_s,
         "allreduce_time_s": allreduce_s,
         "input_wait_s": input_wait,
+        "compute_time_uncertainty_s": compute_se,
+        "allreduce_time_uncertainty_s": allreduce_se,
+        "input_wait_uncertainty_s": wait_se,
+        "breakdown_note": (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors of zero)"
+                           if noisy else "every part above noise"),
         "input_wait_fraction": input_wait / step_time_s if step_time_s > 0 else math.nan,
         "communication_fraction": comm_frac,
         "communication_note": communication_note(compute_s, allreduce_s, replicas),
@@ -149,26 +179,38 @@ def time_step_parts(engine, config, source, train_examples: int, rounds: int = M
         # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
         _time_loop(engine.train_loop, iterator, 1)
         _time_loop(bare.train_loop, iterator, 1)
-        full, compute = [], []
-        for _ in range(rounds):
-            full.append(_time_loop(engine.train_loop, iterator, n))
-            compute.append(_time_loop(bare.train_loop, iterator, n))
+        full, compute = interleaved(lambda: _time_loop(engine.train_loop, iterator, n),
+                                    lambda: _time_loop(bare.train_loop, iterator, n), rounds)
     finally:
         _restore(saved)
-    full, compute = np.array(full), np.array(compute)
     return {"full_s": float(np.median(full)), "compute_s": float(np.median(compute)),
-            "allreduce_s": float(np.median(full - compute))}
+            "allreduce_s": float(np.median(full - compute)), "full_all_s": full.tolist(),
+            "compute_all_s": compute.tolist()}
 
 
-def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS) -> float:
+def interleaved(time_a, time_b, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """``rounds`` alternating (a, b) timings. Each is one engine.timer region (devices synchronised before the
+    clock starts and before it stops), so what one call left running on a GPU cannot be charged to the next."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(time_a())
+        b.append(time_b())
+    return np.array(a), np.array(b)
+
+
+def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> float:
+    """The model's gradient all-reduce alone, on the run's strategy, through the all-reduce the step uses: under
+    XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops."""
     from .allreduce import gradient_shapes, time_allreduce
 
     shapes, dtypes = gradient_shapes(engine.model)
-    return time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1)["time_s"]
+    return time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1,
+                          jit=jit)["time_s"]
 
 
-def summary_fields(engine, config, setup, source, summary: dict) -> dict:
-    """Every measurement field for summary.json; a measurement that fails is NaN with ``measure_error``."""
+def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1) -> dict:
+    """Every measurement field for summary.json; a measurement that fails is NaN with ``measure_error``.
+    ``hosts``: distinct hosts of a multi-worker run (for the peak of CPU workers)."""
     from . import flops
 
     out = {k: math.nan for k in FIELDS}
@@ -177,18 +219,25 @@ def summary_fields(engine, config, setup, source, summary: dict) -> dict:
     t0 = time.perf_counter()
     try:
         parts = time_step_parts(engine, config, source, summary["train_examples"])
-        out.update(breakdown(summary.get("step_time_s", math.nan), parts["full_s"], parts["compute_s"],
-                             setup.replicas, allreduce_s=parts["allreduce_s"]))
+        step = summary.get("step_time_s", math.nan)
+        ips, ips_se = summary.get("images_per_sec", math.nan), summary.get("images_per_sec_uncertainty", math.nan)
+        step_se = step * ips_se / ips if ips and ips == ips and ips_se == ips_se else math.nan
+        out.update(breakdown(step, parts["full_s"], parts["compute_s"], setup.replicas,
+                             allreduce_s=parts["allreduce_s"], full_all=parts["full_all_s"],
+                             compute_all=parts["compute_all_s"], step_time_uncertainty_s=step_se))
     except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
         errors.append(f"step breakdown: {type(e).__name__}: {e}")
     try:
-        out["allreduce_direct_time_s"] = direct_allreduce_time(engine) if setup.replicas > 1 else 0.0
+        from ..engine.step import jit_effective
+
+        jit = jit_effective(config, setup.kind, setup.replicas)
+        out["allreduce_direct_time_s"] = direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else 0.0
     except Exception as e:  # noqa: BLE001
         errors.append(f"direct all-reduce: {type(e).__name__}: {e}")
     out.update(load_balance(summary.get("examples_per_replica", [])))
     try:
         out.update(flops.utilisation(engine.model, source.input_shape, config.precision, setup,
-                                     summary.get("images_per_sec", math.nan)))
+                                     summary.get("images_per_sec", math.nan), workers=config.workers, hosts=hosts))
     except Exception as e:  # noqa: BLE001
         errors.append(f"flops: {type(e).__name__}: {e}")
     out["measure_time_s"] = time.perf_counter() - t0
@@ -196,8 +245,21 @@ def summary_fields(engine, config, setup, source, summary: dict) -> dict:
         out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
         log.warning("measurement incomplete: %s", out["measure_error"])
     else:
-        log.info("step %.2f ms = compute %.2f + all-reduce %.2f + input wait %.2f ms; %s; MFU %.1f%% (%s)",
-                 summary.get("step_time_s", math.nan) * 1e3, out["compute_time_s"] * 1e3,
-                 out["allreduce_time_s"] * 1e3, out["input_wait_s"] * 1e3, out["communication_note"],
-                 out["mfu"] * 100, out["peak_flops_source"])
+        log.info("%s; %s; MFU %.1f%% (%s)", format_line(summary.get("step_time_s", math.nan), out),
+                 out["communication_note"], out["mfu"] * 100, out["peak_flops_source"])
     return out
+
+
+def format_line(step_time_s: float, f: dict) -> str:
+    """The breakdown as one line that claims only what was measured: each part with its standard error, the
+    ones within noise marked, and no "=" (the parts are timed apart, so they need not add up to the step)."""
+    noisy = f.get("breakdown_note", "").split(" within noise")[0] if "within noise" in f.get("breakdown_note", "") \
+        else ""
+
+    def part(name, key):  # key "compute_time_s" -> its uncertainty "compute_time_uncertainty_s"
+        value, se = f.get(key, math.nan), f.get(key[:-2] + "_uncertainty_s", math.nan)
+        text = f"{name} {value * 1e3:.2f}" + (f" ± {se * 1e3:.2f}" if se == se else "") + " ms"
+        return text + (" (within noise)" if name in noisy else "")
+
+    return (f"step {step_time_s * 1e3:.2f} ms; timed apart: " + ", ".join(
+        [part("compute", "compute_time_s"), part("all-reduce", "allreduce_time_s"), part("input wait", "input_wait_s")]))

@@ -184,11 +184,13 @@ def _gpu_precision(precision: str) -> str:
 
 
 def gpu_names(setup) -> list[str]:
+    """The device name of each replica's GPU, from TensorFlow's own list (indexed by ``setup.tf_gpus``, positions
+    in that list: never by NVML numbers, which differ from them under a CUDA_VISIBLE_DEVICES mask)."""
     import tensorflow as tf
 
     phys = tf.config.list_physical_devices("GPU")
     names = []
-    for i in setup.gpu_indices or range(len(setup.devices)):
+    for i in setup.tf_gpus if setup.tf_gpus is not None else range(len(setup.devices)):
         details = tf.config.experimental.get_device_details(phys[i]) if i < len(phys) else {}
         names.append(details.get("device_name", "unknown GPU"))
     return names
@@ -222,13 +224,27 @@ def peak_flops(setup, precision: str) -> tuple[float, str]:
     return total, "table: " + ("; ".join(uniq) if len(uniq) > 1 else uniq[0]) + f" x {len(names)} GPU(s)"
 
 
-def utilisation(model, input_shape, precision: str, setup, images_per_sec: float) -> dict:
-    """The FLOP fields of summary.json."""
+def run_peak(setup, precision: str, workers: int = 1, hosts: int = 1) -> tuple[float, str]:
+    """The peak of every device of the run, all workers': ``images_per_sec`` counts every worker's images, so
+    its denominator must count every worker's devices. This worker's GPUs x ``workers`` (workers are assumed to
+    have the same GPUs, as MultiWorkerMirroredStrategy's equal split assumes); on CPU, the host's peak x the
+    distinct ``hosts`` (workers launched on one host share its cores)."""
+    peak, source = peak_flops(setup, precision)
+    times = workers if setup.kind == "GPU" else hosts
+    if times > 1 and peak == peak:
+        what = f"{workers} workers, assumed alike" if setup.kind == "GPU" else f"{hosts} hosts, assumed alike"
+        return peak * times, f"{source}; x {times} ({what})"
+    return peak, source
+
+
+def utilisation(model, input_shape, precision: str, setup, images_per_sec: float, workers: int = 1,
+                hosts: int = 1) -> dict:
+    """The FLOP fields of summary.json. ``images_per_sec`` is the whole run's (every worker's images)."""
     fwd, how = forward_flops(model, input_shape)
     per_example = training_flops_per_example(fwd) if fwd else math.nan
     achieved = per_example * images_per_sec if images_per_sec == images_per_sec else math.nan
     try:
-        peak, source = peak_flops(setup, precision)
+        peak, source = run_peak(setup, precision, workers, hosts)
     except Exception as e:  # noqa: BLE001 - no peak is a NaN MFU, not a failed run
         peak, source = math.nan, f"unavailable: {type(e).__name__}: {e}"
     mfu = achieved / peak if peak and peak == peak and achieved == achieved else math.nan

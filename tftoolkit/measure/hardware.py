@@ -35,8 +35,8 @@ from . import nvml as nvml_api
 # Keyed by the NVML/CUDA device name, which is what both NVML and TensorFlow report.
 # bf16/fp16 are tensor-core rates with FP32 accumulation (what TF's mixed precision uses). None = the GPU has no such
 # unit (V100/T4: no BF16, no TF32) or the figure is unconfirmed in the reference.
-# Left out on purpose, because the reference marks them unconfirmed: "H200 NVL" (NVML name unconfirmed), "NVIDIA A10G"
-# (its tensor figures are the A10's; AWS publishes none), AMD MI250X/MI300X (names unconfirmed; NVML cannot see them).
+# Left out on purpose, because the reference marks them unconfirmed: "NVIDIA A10G" (its tensor figures are the A10's; AWS
+# publishes none), AMD MI250X/MI300X (names unconfirmed; NVML cannot see them).
 # ----------------------------------------------------------------------------------------------------------------------
 PEAK_TFLOPS: dict[str, dict[str, float | None]] = {
     # name                               fp32           tf32            fp16            bf16            src
@@ -60,6 +60,28 @@ PEAK_TFLOPS: dict[str, dict[str, float | None]] = {
     # GeForce: FP32-accumulate tensor rate (half the FP16-accumulate one), per N8.
     "NVIDIA GeForce RTX 4090":  {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},    # LC, AW, FR, N8
     "NVIDIA GeForce RTX 3090":  {"fp32": 35.6, "tf32": 35.6, "fp16": 71.2, "bf16": 71.2},      # LC, G1, TR, N8
+    # Added 2026-12 (issue 26). Dense = the datasheet's figure without its "* with sparsity" (half the starred one).
+    #   D1 NVIDIA L40 / L40S datasheets, as reproduced by resellers (mullet.se product 355414: "L40 | L40S" table,
+    #      TF32 90.5|181* / 183|366*, BF16 181.05|362.1* / 362.05|733*); hmc-tech.com's tables agree (L40S TF32
+    #      183.21, FP16 366.43 with FP32 accumulate: the datasheet's 362.05 is taken, it is the lower).
+    #   D2 NVIDIA A40 datasheet (FP32 37.4, TF32 74.8|149.6*, BF16/FP16 149.7|299.4*); hmc-tech.com agrees.
+    #   D3 NVIDIA A10 datasheet as Lightning's throughput.py copies it (the reference's A10G row: 31.2, 62.5, 125).
+    #   D4 NVIDIA HGX B200 per-GPU specification (as tabled by zdszero.github.io from nvidia.com: TF32 2.2 PF*,
+    #      FP16/BF16 4.5 PF*, FP32 75 TF); glennklockwood.com/garden/processors/B200 gives the same dense 1100 / 2250
+    #      (and FP32 80 at 1,000 W: the lower, NVIDIA's 75, is taken).
+    #   D5 GH200's GPU is the H100 SXM part (132 SMs, same clocks): the H100 SXM dense rates (glennklockwood.com
+    #      garden/processors/h100: 66.9 / 494.7 / 989.4). NVML name "NVIDIA GH200 480GB" (the 96 GB HBM3 module;
+    #      the 144 GB HBM3e one is "NVIDIA GH200 144G HBM3e"): seen in public nvidia-smi logs, unconfirmed here.
+    #   D6 H200 NVL: only the 16-bit rate is in the reference (835.5, OC); FP32/TF32 unconfirmed, so None (as for
+    #      H100 NVL). NVML name unconfirmed.
+    "NVIDIA L40S":              {"fp32": 91.6, "tf32": 183.0, "fp16": 362.05, "bf16": 362.05},  # D1
+    "NVIDIA L40":               {"fp32": 90.5, "tf32": 90.5, "fp16": 181.05, "bf16": 181.05},   # D1
+    "NVIDIA A40":               {"fp32": 37.4, "tf32": 74.8, "fp16": 149.7, "bf16": 149.7},     # D2
+    "NVIDIA A10":               {"fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},     # D3
+    "NVIDIA B200":              {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0},  # D4
+    "NVIDIA GH200 480GB":       {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},   # D5
+    "NVIDIA GH200 144G HBM3e":  {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},   # D5
+    "NVIDIA H200 NVL":          {"fp32": None, "tf32": None, "fp16": 835.5, "bf16": 835.5},    # D6
 }
 
 # Keras precision policy names map onto the rate of the unit that does the matmuls.

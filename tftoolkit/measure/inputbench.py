@@ -47,7 +47,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     Warm passes continue one iterator over whole epochs until they add up to ``seconds`` (at least one epoch).
     ``cache=False``: the files are read again for every warm epoch (how fast the cold path alone streams).
     """
-    from ..engine import feed as feed_mod, session
+    from ..engine import feed as feed_mod, session, timer
 
     t0 = time.perf_counter()
     # The run's own set-up (seed, determinism, precision policy).
@@ -74,10 +74,11 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
             t1 = time.perf_counter()
             source.store("train")
             warm_s += time.perf_counter() - t1
-        t1, c1 = time.perf_counter(), time.process_time()
+        c1 = time.process_time()
         n = steps - 1 if epochs == 0 else steps  # the first epoch's first step was the trace
-        warm_n += int(pull(iterator, tf.constant(n)).numpy())
-        warm_s += time.perf_counter() - t1
+        pulled, pass_s = timer.timed(pull, iterator, tf.constant(n))
+        warm_n += int(pulled.numpy())
+        warm_s += pass_s
         warm_cpu += time.process_time() - c1
         epochs += 1
     traces = pull.experimental_get_tracing_count()

@@ -42,6 +42,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "mem_total_bytes": ("GPU memory total", "bytes"),
     "temp_c": ("GPU temperature", "°C"),
     "power_w": ("power draw", "W"),
+    # NVML's energy counter (nvmlDeviceGetTotalEnergyConsumption, Volta and newer), from the monitor's start. Power
+    # readings are a 1-second average on recent GPUs, so integrating them misses short bursts; the counter does not.
+    "energy_j": ("energy since the monitor started", "J"),
     "sm_clock_mhz": ("SM clock", "MHz"),
     "throttle_reasons": ("clock event (throttle) reasons, NVML bitmask", "bitmask"),
     "pcie_tx_mb_per_s": ("PCIe transmit", "MB/s"),
@@ -177,7 +180,7 @@ class Monitor:
                 # job owns would make this run's GPUs look unbalanced and others' look idle.
                 seen = gpus.visible()
                 visible = None if seen is None else gpus.nvml_indices(seen, nvml)
-                self._gpu_indices = list(range(count)) if visible is None else visible  # MIG: all, as a fallback
+                self._gpu_indices = list(range(count)) if visible is None else visible  # unmappable: all
         except DeviceError:
             raise
         except Exception as exc:
@@ -329,6 +332,15 @@ class Monitor:
         def power():
             return [("power_w", nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)]  # NVML reports milliwatts
 
+        def energy():
+            mj = int(nvml.nvmlDeviceGetTotalEnergyConsumption(h))  # millijoules since the driver loaded
+            prev = g.get("energy_prev")
+            # Summed reading to reading, so a counter that starts over (a driver reload) loses one interval, not
+            # the run's total.
+            g["energy_mj"] = g.get("energy_mj", 0) + (mj - prev if prev is not None and mj >= prev else 0)
+            g["energy_prev"] = mj
+            return [("energy_j", g["energy_mj"] / 1000.0)]
+
         def sm_clock():
             return [("sm_clock_mhz", nvml.nvmlDeviceGetClockInfo(h, getattr(nvml, "NVML_CLOCK_SM", _NVML_CLOCK_SM)))]
 
@@ -367,7 +379,7 @@ class Monitor:
                     ("nvlink_rx_mb_per_s", (rx - prev[2]) * 1024 / 1e6 / dt)]
 
         for probe, fn in (("utilisation", util), ("memory", memory), ("temperature", temperature), ("power", power),
-                          ("sm_clock", sm_clock), ("throttle_reasons", throttle)):
+                          ("energy", energy), ("sm_clock", sm_clock), ("throttle_reasons", throttle)):
             self._probe(dev, probe, fn, rows)
         if pcie_due:
             self._probe(dev, "pcie_throughput", pcie, rows)
@@ -491,7 +503,19 @@ def _series(df, device: str, metric: str):
     return s.sort_values("time_s")[["time_s", "value"]]
 
 
-def _energy_j(power) -> tuple[float | None, float | None]:
+def _energy_j(power, counter=None) -> tuple[float | None, float | None, str | None]:
+    """(energy in J, mean power in W, how): from NVML's energy counter where the GPU has one (the difference of its
+    first and last readings), else the trapezoid integral of the power samples."""
+    if counter is not None and len(counter) >= 2:
+        t, e = counter["time_s"].to_numpy(float), counter["value"].to_numpy(float)
+        if t[-1] > t[0] and e[-1] >= e[0]:
+            energy = float(e[-1] - e[0])
+            return energy, energy / float(t[-1] - t[0]), "energy counter"
+    energy, mean = _power_integral(power)
+    return energy, mean, ("power samples" if energy is not None else None)
+
+
+def _power_integral(power) -> tuple[float | None, float | None]:
     """Energy (J) as the trapezoid integral of power over the sample times, and the time-weighted mean power."""
     if power.empty:
         return None, None
@@ -542,7 +566,7 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
         mem = _series(df, g, "mem_used_bytes")["value"]
         mem_total = _series(df, g, "mem_total_bytes")["value"]
         temp = _series(df, g, "temp_c")["value"]
-        energy, mean_power = _energy_j(_series(df, g, "power_w"))
+        energy, mean_power, energy_source = _energy_j(_series(df, g, "power_w"), _series(df, g, "energy_j"))
         if duration_s is not None and mean_power is not None:
             energy = mean_power * duration
         thr = _series(df, g, "throttle_reasons")["value"].astype("int64")
@@ -560,6 +584,7 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
             "temp_max_c": float(temp.max()) if len(temp) else None,
             "power_mean_w": mean_power,
             "energy_j": energy,
+            "energy_source": energy_source,
             "idle_frac": idle.get(g),
             "idle": bool(idle.get(g) is not None and idle[g] > IDLE_TIME_FRAC),
             "throttle_frac": throttle_frac,

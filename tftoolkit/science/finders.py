@@ -276,6 +276,8 @@ class _Trials:
     def fits(self, b: int) -> bool:
         import tensorflow as tf
 
+        from ..engine import timer
+
         est = estimate_memory(self.eng.model, b, self.config.optimizer, self.config.precision)
         row = {"trial": len(self.rows) + 1, "per_replica_batch": b, "fits": False, "memory_bytes": float(est["total"]),
                "memory_source": "estimate", "reason": "", "seconds": 0.0}
@@ -294,8 +296,8 @@ class _Trials:
                 # (a static b would retrace it per trial, ~1 s each on CPU); the runtime shapes stay b.
                 it = iter(self.strategy.distribute_datasets_from_function(
                     lambda ctx: tf.data.Dataset.from_tensors(one).repeat().unbatch().batch(b)))
-                losses, _ = self.eng.train_loop(it, tf.constant(1, tf.int32))
-                losses.numpy()
+                # Synchronised: a GPU reports running out of memory when the step runs, not when it is queued.
+                timer.timed(self.eng.train_loop, it, tf.constant(1, tf.int32))
                 row["fits"] = True
                 if self.gpu:
                     row["memory_bytes"] = float(tf.config.experimental.get_memory_info(device)["peak"])

@@ -78,7 +78,9 @@ def _train_worker(config, cluster, out, *, force, quiet, data, model) -> dict:
         sess = session.start(config, data, setup=setup, strategy=strategy, model=model,
                              worker=(cluster.worker_id, cluster.workers))
         # Every worker reads summary.json after all have joined, when only the chief could have changed it.
-        summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers)
+        hosts = len({a.rsplit(":", 1)[0] for a in cluster.addresses})
+        summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers,
+                       hosts=hosts)
     finally:
         if lock is not None:
             lock.release()
@@ -86,7 +88,8 @@ def _train_worker(config, cluster, out, *, force, quiet, data, model) -> dict:
     return summary
 
 
-def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, workers: int = 1) -> dict:
+def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, workers: int = 1,
+         hosts: int = 1) -> dict:
     from .run import Run
 
     if worker_id == 0:
@@ -97,4 +100,4 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
         if previous.get("status") == "ok":
             log.info("%s already holds a finished run of this config; nothing to do", out)
             return previous
-    return Run(sess, out, quiet, worker_id=worker_id, workers=workers).execute()
+    return Run(sess, out, quiet, worker_id=worker_id, workers=workers, hosts=hosts).execute()

@@ -52,12 +52,14 @@ class Run:
     ``worker_id``: this process's place in a multi-worker run (0 = the chief, which alone writes files).
     """
 
-    def __init__(self, session: Session, out: Path, quiet: bool = False, worker_id: int = 0, workers: int = 1):
+    def __init__(self, session: Session, out: Path, quiet: bool = False, worker_id: int = 0, workers: int = 1,
+                 hosts: int = 1):
         self.session = session
         self.config, self.setup, self.source = session.config, session.setup, session.source
         self.derived = session.derived
         self.out, self.quiet = Path(out), quiet
         self.worker_id, self.chief = worker_id, worker_id == 0
+        self.hosts = hosts  # distinct hosts among the workers (the peak FLOP/s of CPU workers)
         self.rows: list[dict] = []
         self.evals: list[dict] = []
         self.loop_times: list[tuple[float, int]] = []   # per timed loop: (seconds, steps)
@@ -341,7 +343,10 @@ class Run:
         try:
             df = monitor.read_monitor(path)
             timed_s = sum(dt for dt, _ in self.loop_times)
-            images = thr["timed_steps"] * self.config.global_batch_size
+            # This host's GPUs processed only its replicas' share of every global batch: a multi-worker chief
+            # dividing all workers' images by its own GPUs' energy would overstate images per joule that many times.
+            share = self.setup.replicas / self.engine.strategy.num_replicas_in_sync
+            images = thr["timed_steps"] * self.config.global_batch_size * share
             return monitor.summarize(df, images=images or None, duration_s=timed_s or None, phase="train")
         except Exception as e:  # noqa: BLE001 - the monitor never fails a run
             log.warning("monitor summary skipped: %s", e)
@@ -382,7 +387,8 @@ class Run:
             "replicas_per_worker": setup.replicas,
             "device_kind": setup.kind,
             "devices": list(setup.devices),
-            "cross_device_ops": self.session.impl,
+            "cross_device_ops": self.session.cross_device_ops or self.session.impl,
+            "cross_device_ops_requested": config.cross_device_ops,
             "threads": devices.thread_settings(),
             "model": config.model,
             "params": int(self.engine.model.count_params()),
@@ -401,6 +407,10 @@ class Run:
             "optimizer": config.optimizer,
             "precision": config.precision,
             "jit": config.jit,
+            "jit_effective": self.session.jit,
+            "deterministic": self.session.deterministic,
+            "deterministic_reason": self.session.deterministic_reason,
+            "device_memory_peak_bytes": devices.memory_peaks(setup),
             "steps_per_epoch": spe,
             "steps": step,
             "epochs": step / spe,
@@ -427,7 +437,7 @@ class Run:
         if config.measure and self.status == "ok":
             from ..measure import breakdown  # after the timed loop, on a snapshot: the trained weights stay
 
-            summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary))
+            summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary, hosts=self.hosts))
         summary["monitor"] = self._monitor_summary(thr)
         self.wall["measurement_s"] += time.perf_counter() - t_measure
         summary["wall_time_s"] = time.time() - self.started
@@ -440,7 +450,7 @@ class Run:
         if self.chief:
             fileio.write_json(self.out / "summary.json", summary_schema.check(summary))
         if self.status == "ok":
-            log.info("done: %d steps, %.1f ± %.1f images/sec, final loss %.4f, val_accuracy %s -> %s",
+            log.info("done: %d steps, %.1f ± %.1f images/sec (%s), final loss %.4f, val_accuracy %s -> %s",
                      step, thr["images_per_sec"], thr["images_per_sec_uncertainty"] if thr["timed_steps"] > 1 else float("nan"),
-                     summary["final_loss"], f"{summary['val_accuracy']:.4f}", self.out)
+                     summary_schema.measured_with(summary), summary["final_loss"], f"{summary['val_accuracy']:.4f}", self.out)
         return summary

@@ -1,0 +1,532 @@
+"""``tftoolkit doctor``: does what the toolkit assumes hold on this machine? The first command on a new GPU server.
+
+Each check is a function that returns a ``Check``: pass, fail or skip, the figure it measured, what it saw, and
+what to do when it fails. On a machine without GPUs the checks that apply to CPU replicas run on simulated ones
+(``--replicas N``); the GPU-only ones say ``skip`` and why.
+
+    build           TensorFlow's build (tf.sysconfig.get_build_info) against the driver's CUDA, and cuDNN present
+    visibility      the GPUs TensorFlow sees are the GPUs NVML sees under CUDA_VISIBLE_DEVICES, in the same order
+    allreduce_sum   every all-reduce the toolkit offers sums exactly on every replica, at this replica count and at
+                    an odd one (or is refused there, as hierarchical_copy is)
+    equivalence     N replicas equal 1 device: a tiny model, 10 steps, the same global batch
+    placement       device-placed data lives on each replica's device; without GPUs, TensorFlow's kernel registry
+                    says the device path would stay in GPU memory (engine.kernels)
+    timing          one call timed with and without device synchronisation (engine.timer): both figures
+    peak            a measured matmul rate against the peak table for this device and precision (MFU's denominator)
+    nvml            power, energy, memory, temperature and clocks readable through NVML
+    nccl_transport  per GPU pair: NVLink / PCIe from the topology, and NCCL's own transport from its log
+
+The nvml and nccl_transport checks and their parsing import no TensorFlow (they run on a machine that has only
+the driver and nvidia-ml-py); the others set up devices first, so ``run`` must be the first thing that touches
+TensorFlow in the process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..errors import ConfigError
+
+log = logging.getLogger("tftoolkit")
+
+CHECKS = ("build", "visibility", "allreduce_sum", "equivalence", "placement", "timing", "peak", "nvml",
+          "nccl_transport")
+QUICK = tuple(c for c in CHECKS if c not in ("equivalence", "peak"))  # no training, no long timing
+EQUIVALENCE_STEPS = 10
+EQUIVALENCE_RTOL = 1e-4   # of the weight scale; float32 summation order differs between 1 and N replicas
+PEAK_TOO_HIGH = 1.05      # measured above 105% of the table: the table's figure is wrong for this device
+PEAK_TOO_LOW = 0.25       # below 25%: clocks, power capping or a wrong device name
+
+
+@dataclass
+class Check:
+    name: str
+    status: str                 # pass | fail | skip
+    figure: str = ""            # the number measured, with its unit
+    detail: str = ""            # what was seen
+    fix: str = ""               # what to do when it fails
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    """What the checks share: the replica count, the device set-up and the NVML report."""
+
+    replicas: int
+    setup: object = None
+    report: dict = field(default_factory=dict)   # measure.hardware.collect()
+
+
+# --- helpers that need no TensorFlow ----------------------------------------------------------------------
+def odd_count(replicas: int, available: int) -> int | None:
+    """An odd replica count above 1 to check beside ``replicas`` (itself when odd), or None when none fits."""
+    if replicas > 1 and replicas % 2:
+        return replicas
+    for n in (replicas - 1, replicas + 1, 3):
+        if 3 <= n <= available and n % 2:
+            return n
+    return None
+
+
+NCCL_EDGE = re.compile(r"(?:Channel|Ring)\s+\d+(?:/\d+)?\s*:\s*(\d+)\[([0-9a-fx]+)\]\s*->\s*(\d+)\[([0-9a-fx]+)\]"
+                       r"(?:\[\w+\])?\s+via\s+(\S+)", re.IGNORECASE)
+
+
+def parse_nccl_transports(log_text: str) -> dict[tuple[int, int], str]:
+    """{(rank, peer rank): transport} from an NCCL_DEBUG=INFO log: each "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"
+    line (or the older "Ring 00 : ..."). The transport is NCCL's own name, first part: P2P (NVLink or PCIe
+    peer-to-peer), SHM (through host memory), NET (a network, between hosts), CollNet/NVLS for switch offload."""
+    out: dict[tuple[int, int], str] = {}
+    for m in NCCL_EDGE.finditer(log_text):
+        a, b, how = int(m.group(1)), int(m.group(3)), m.group(5)
+        out.setdefault((min(a, b), max(a, b)), how)
+    return out
+
+
+def transport_verdict(link: str, transport: str) -> tuple[str, str]:
+    """(pass|fail, why) for one GPU pair: NVLink-connected GPUs should talk P2P; SHM means host memory."""
+    kind = transport.split("/", 1)[0].upper()
+    if link.startswith("NV") and kind != "P2P" and kind != "NVLS":
+        return "fail", f"NVLink ({link}) but NCCL uses {transport}"
+    if kind == "SHM":
+        return "pass", f"{link}: through host memory ({transport}); peer-to-peer is off or unsupported"
+    return "pass", f"{link}: {transport}"
+
+
+def check_nvml(ctx: Context) -> Check:
+    from . import nvml as nvml_api
+    from .. import gpus as visibility
+
+    try:
+        nvml = nvml_api.load()
+        nvml.nvmlInit()
+    except Exception as e:  # noqa: BLE001
+        return Check("nvml", "skip", detail=f"NVML unavailable ({nvml_api.error_text(e)}): no GPU metrics here")
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        seen = visibility.visible()
+        indices = list(range(count)) if seen is None else (visibility.nvml_indices(seen, nvml) or list(range(count)))
+        if not indices:
+            return Check("nvml", "skip", detail="NVML lists no GPU")
+        probes = {
+            "power": lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "energy": lambda h: nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0,
+            "memory": lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used,
+            "temperature": lambda h: nvml.nvmlDeviceGetTemperature(h, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
+            "sm_clock": lambda h: nvml.nvmlDeviceGetClockInfo(h, getattr(nvml, "NVML_CLOCK_SM", 1)),
+        }
+        missing, sample = [], {}
+        for i in indices:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            for name, fn in probes.items():
+                try:
+                    value = fn(h)
+                    sample.setdefault(name, value)
+                except Exception as e:  # noqa: BLE001
+                    missing.append(f"gpu{i} {name} ({nvml_api.error_text(e)})")
+        figure = (f"gpu{indices[0]}: {sample.get('power', math.nan):.0f} W, {sample.get('temperature', math.nan)} C, "
+                  f"{sample.get('sm_clock', math.nan)} MHz" if sample else "")
+        if missing:
+            only_energy = all(" energy " in f" {m} " for m in missing)
+            return Check("nvml", "pass" if only_energy else "fail", figure,
+                         f"{len(indices)} GPU(s); unreadable: {'; '.join(missing[:6])}"
+                         + (" (energy falls back to integrating power)" if only_energy else ""),
+                         "run as a user allowed to query the GPUs, or update the driver")
+        return Check("nvml", "pass", figure, f"{len(indices)} GPU(s): power, energy, memory, temperature, clocks")
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def check_nccl_transport(ctx: Context, nccl_log: str | None = None) -> Check:
+    report = ctx.report
+    gpus = report.get("gpus", [])
+    if len(gpus) < 2:
+        return Check("nccl_transport", "skip", detail=f"{len(gpus)} GPU(s): no pair to connect")
+    pairs = {tuple(p["gpus"]): p["link"] for p in report.get("topology", {}).get("pairs", [])}
+    if nccl_log is None:
+        nccl_log = nccl_probe_log()
+    transports = parse_nccl_transports(nccl_log or "")
+    if not transports:
+        return Check("nccl_transport", "fail", f"{len(pairs)} pair(s) in the topology",
+                     "NCCL logged no channel (NCCL_DEBUG=INFO): its all-reduce did not run",
+                     "install tensorflow[and-cuda] (NCCL), and check `tftoolkit env`'s nccl line")
+    # NCCL's ranks are the probe's GPUs in CUDA's order: the GPUs the mask leaves, numbered from 0; the topology
+    # is keyed by NVML's numbers.
+    from .. import gpus as visibility
+
+    mask = visibility.visible()
+    nvml_of = {r: (int(e) if e.isdigit() else r) for r, e in enumerate(mask)} if mask else {}
+    lines, bad = [], []
+    for (a, b), how in sorted(transports.items()):
+        na, nb = nvml_of.get(a, a), nvml_of.get(b, b)
+        status, why = transport_verdict(pairs.get((min(na, nb), max(na, nb)), "?"), how)
+        lines.append(f"{a}-{b} {why}")
+        if status == "fail":
+            bad.append(f"{a}-{b} {why}")
+    figure = ", ".join(sorted({h.split('/')[0] for h in transports.values()}))
+    if bad:
+        return Check("nccl_transport", "fail", figure, "; ".join(bad),
+                     "NVLink pairs should talk P2P: check NCCL_P2P_DISABLE / NCCL_P2P_LEVEL and the driver's P2P "
+                     "support (`nvidia-smi topo -p2p r`)")
+    return Check("nccl_transport", "pass", figure, "; ".join(lines))
+
+
+def nccl_probe_log(timeout: float = 120.0) -> str:
+    """Run one NCCL all-reduce over every visible GPU in a child process with NCCL_DEBUG=INFO; its stderr."""
+    code = ("from tftoolkit.measure.doctor import _nccl_probe; _nccl_probe()")
+    env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P,SHM,NET,GRAPH",
+           "TF_CPP_MIN_LOG_LEVEL": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"probe failed: {e}"
+    return done.stdout + done.stderr
+
+
+def _nccl_probe() -> None:  # the child of nccl_probe_log
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    strategy = tf.distribute.MirroredStrategy([d.name for d in gpus], cross_device_ops=tf.distribute.NcclAllReduce())
+    out = strategy.run(tf.function(lambda: tf.distribute.get_replica_context().all_reduce("SUM", tf.ones([1024]))))
+    got = {float(v.numpy()[0]) for v in strategy.experimental_local_results(out)}
+    if got != {float(len(gpus))}:
+        raise SystemExit(f"NCCL all-reduce gave {sorted(got)}, expected {len(gpus)} on every GPU")
+
+
+# --- checks that need TensorFlow ---------------------------------------------------------------------------
+def check_build(ctx: Context) -> Check:
+    import tensorflow as tf
+
+    info = tf.sysconfig.get_build_info()
+    cuda, cudnn = info.get("cuda_version"), info.get("cudnn_version")
+    figure = f"TensorFlow {tf.__version__}" + (f", built for CUDA {cuda}, cuDNN {cudnn}" if info.get("is_cuda_build")
+                                               else ", CPU build")
+    driver = ctx.report.get("driver", {})
+    if not ctx.report.get("gpus"):
+        return Check("build", "skip", figure, f"no GPU ({driver.get('reason') or 'NVML lists none'})")
+    if not info.get("is_cuda_build"):
+        return Check("build", "fail", figure, "GPUs present but this TensorFlow has no CUDA",
+                     "pip install 'tftoolkit[gpu]' (tensorflow[and-cuda])")
+    have = driver.get("cuda_driver_version")
+    if have and cuda and _version(have) < _version(cuda)[:2]:
+        return Check("build", "fail", figure + f"; driver supports CUDA {have}",
+                     f"the driver ({driver.get('driver_version')}) is older than the CUDA TensorFlow was built for",
+                     "update the NVIDIA driver to one that supports CUDA " + str(cuda))
+    if not tf.config.list_physical_devices("GPU"):
+        return Check("build", "fail", figure, "NVML sees GPUs but TensorFlow does not (CUDA or cuDNN libraries "
+                     "not found)", "pip install 'tensorflow[and-cuda]' in this environment; check LD_LIBRARY_PATH")
+    return Check("build", "pass", figure + (f"; driver {driver.get('driver_version')} (CUDA {have})" if have else ""))
+
+
+def _version(text) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", str(text))[:3])
+
+
+def check_visibility(ctx: Context) -> Check:
+    import tensorflow as tf
+
+    from .. import gpus as visibility
+
+    nvml_gpus = ctx.report.get("gpus", [])
+    tf_gpus = tf.config.list_physical_devices("GPU")
+    if not nvml_gpus and not tf_gpus:
+        return Check("visibility", "skip", detail="no GPU visible to NVML or TensorFlow")
+    mask = visibility.visible()
+    if mask is None:
+        expected = [g["name"] for g in nvml_gpus]
+        where = "all GPUs (CUDA_VISIBLE_DEVICES unset)"
+    else:
+        from . import nvml as nvml_api
+
+        nvml = nvml_api.load()
+        nvml.nvmlInit()
+        try:
+            indices = visibility.nvml_indices(mask, nvml) or []
+        finally:
+            nvml.nvmlShutdown()
+        by_index = {g["index"]: g["name"] for g in nvml_gpus}
+        expected = [by_index.get(i, "?") for i in indices]
+        where = f"CUDA_VISIBLE_DEVICES={os.environ.get(visibility.ENV)}"
+    seen = [tf.config.experimental.get_device_details(d).get("device_name", "?") for d in tf_gpus]
+    figure = f"TensorFlow {len(seen)}, NVML {len(expected)} under {where}"
+    order = os.environ.get(visibility.ORDER_ENV, "FASTEST_FIRST (CUDA's default)")
+    if seen != expected:
+        return Check("visibility", "fail", figure, f"TensorFlow sees {seen}, NVML under the mask {expected} "
+                     f"(CUDA_DEVICE_ORDER={order})",
+                     "set CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does; check the mask")
+    return Check("visibility", "pass", figure, f"same GPUs in the same order ({', '.join(seen)}; "
+                 f"CUDA_DEVICE_ORDER={order})")
+
+
+def _allreduce_impls(setup) -> list[str]:
+    from ..config import CROSS_DEVICE_OPS
+
+    return [i for i in CROSS_DEVICE_OPS if i != "auto" and (i != "nccl" or setup.kind == "GPU")]
+
+
+def check_allreduce_sum(ctx: Context) -> Check:
+    from ..engine import devices, strategy as strategy_mod
+    from . import allreduce
+
+    setup = ctx.setup
+    counts = [ctx.replicas]
+    available = len(setup.devices) if setup.kind == "GPU" else max(ctx.replicas, devices.MIN_CPU_DEVICES)
+    odd = odd_count(ctx.replicas, available)
+    if odd and odd not in counts:
+        counts.append(odd)
+    seen, bad, exact, refused = [], [], 0, 0
+    for n in counts:
+        sub = devices.DeviceSetup(setup.kind, tuple(_device_names(setup, n)), setup.gpu_indices, setup.host_cores,
+                                  setup.tf_gpus)
+        for impl in _allreduce_impls(setup):
+            try:
+                strategy_mod.choose_cross_device_ops(impl, sub)
+            except ConfigError:
+                # Refused by the toolkit; the sum it would give says why.
+                ok, why = allreduce.check_sum(strategy_mod.mirrored(sub.devices,
+                                                                    strategy_mod.cross_device_ops_object(impl)))
+                seen.append(f"{impl}@{n}: refused by the toolkit ({'exact here' if ok else why})")
+                refused += 1
+                continue
+            strategy, _ = strategy_mod.make_strategy(sub, impl)
+            ok, why = allreduce.check_sum(strategy)
+            seen.append(f"{impl}@{n}: {'exact' if ok else why}")
+            exact += ok
+            if not ok:
+                bad.append(f"{impl} at {n} replicas: {why}")
+    figure = (f"{exact} exact, {len(bad)} wrong, {refused} refused at {' and '.join(map(str, counts))} replicas")
+    if odd is None and ctx.replicas % 2 == 0 and ctx.replicas > 1:
+        seen.append("no odd replica count above 1 fits these devices")
+    if bad:
+        return Check("allreduce_sum", "fail", figure, "; ".join(bad), "use --cross-device-ops reduce_to_one (and "
+                     "report the implementation that lost values)")
+    return Check("allreduce_sum", "pass", figure, "; ".join(seen))
+
+
+def _device_names(setup, n: int) -> list[str]:
+    if setup.kind == "GPU":
+        return list(setup.devices[:n])
+    return [f"/cpu:{i}" for i in range(n)]
+
+
+def check_equivalence(ctx: Context) -> Check:
+    import numpy as np
+
+    if ctx.replicas == 1:
+        return Check("equivalence", "skip", detail="one replica: nothing to compare with (--replicas N)")
+    one, losses_one = _train_tiny(ctx, 1)
+    many, losses_many = _train_tiny(ctx, ctx.replicas)
+    scale = max(float(np.abs(w).max()) for w in one)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(one, many)) / scale
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(one, _train_tiny(ctx, 1, steps=0)[0])) / scale
+    loss_diff = float(np.max(np.abs(np.asarray(losses_one) - np.asarray(losses_many))))
+    figure = f"max |w_{ctx.replicas} - w_1| = {diff:.1e} of the weight scale after {EQUIVALENCE_STEPS} steps"
+    detail = f"losses differ by at most {loss_diff:.1e}; training moved the weights {moved:.2f} of their scale"
+    if diff > EQUIVALENCE_RTOL or not moved > 10 * EQUIVALENCE_RTOL:
+        return Check("equivalence", "fail", figure, detail, "run `tftoolkit doctor` with --replicas 2 and 3 to "
+                     "narrow it down; try --cross-device-ops reduce_to_one")
+    return Check("equivalence", "pass", figure, detail)
+
+
+def _train_tiny(ctx: Context, replicas: int, steps: int = EQUIVALENCE_STEPS):
+    """(weights, losses) of small_cnn after ``steps`` momentum-SGD steps at global batch 8 x replicas-to-check."""
+    from ..config import RunConfig
+    from ..data import pipeline, source as source_mod
+    from ..engine import loop, session
+    from ..engine.step import build_engine
+
+    setup = ctx.setup
+    sub = type(setup)(setup.kind, tuple(_device_names(setup, replicas)), setup.gpu_indices, setup.host_cores,
+                      setup.tf_gpus)
+    config = RunConfig(replicas=replicas, global_batch=8 * ctx.replicas, model="small_cnn", optimizer="momentum",
+                       base_lr=0.05, lr_rule="none", warmup_epochs=0.0, schedule="constant", steps=max(1, steps),
+                       seed=11, measure=False, deterministic=True, steps_per_loop=5)
+    x, y = source_mod.synthetic_arrays(16 * ctx.replicas * 4, 16, 10, seed=4)
+    sess = session.start(config, data=(x, y), setup=sub)
+    eng = build_engine(sess.config, sess.strategy, sess.source, sess.source.train_examples)
+    losses: list[float] = []
+    if steps:
+        loop.drive(eng.train_loop, lambda s: iter(pipeline.train_input(sess.strategy, sess.source, sess.config, s)),
+                   start=0, total=steps, steps_per_epoch=sess.derived["steps_per_epoch"], steps_per_loop=5,
+                   on_loop=lambda chunk: losses.extend(chunk.outputs[0].tolist()))
+    return [w.copy() for w in eng.model.get_weights()], losses
+
+
+def check_placement(ctx: Context) -> Check:
+    from ..engine import feed, kernels
+
+    problems = kernels.gpu_problems(feed.device_path_graph())
+    registry = ("TensorFlow's GPU kernel registry: the device path (placement, gather, unpacking, augmentation) "
+                + ("stays in device memory" if not problems else "leaves the device: " + "; ".join(problems[:3])))
+    if problems:
+        return Check("placement", "fail", f"{len(problems)} op(s) off the device", registry,
+                     "report it: --data-placement device would copy through the host on GPUs")
+    if ctx.setup.kind != "GPU":
+        return Check("placement", "pass", "0 ops off the device (kernel registry)", registry + "; no GPU here to "
+                     "place data on")
+    import numpy as np
+    import tensorflow as tf
+
+    from ..engine.strategy import make_strategy
+
+    strategy, _ = make_strategy(ctx.setup, "auto")
+    images, labels, _ = feed.resident_arrays(np.zeros((16, 8, 8, 3), np.uint8), np.zeros(16, np.int32))
+    with tf.device("/cpu:0"):
+        host = tf.constant(images), tf.constant(labels)
+    resident = strategy.experimental_distribute_values_from_function(lambda ctx_: feed.place(*host))
+    wrong = []
+    for device, (img, lab) in zip(ctx.setup.devices, strategy.experimental_local_results(resident)):
+        for t in (img, lab):
+            if "GPU" not in t.backing_device.upper() or not t.backing_device.upper().endswith(device.split(":")[-1]):
+                wrong.append(f"{device}: {t.dtype.name} on {t.backing_device}")
+    if wrong:
+        return Check("placement", "fail", f"{len(wrong)} tensor(s) off their device", "; ".join(wrong),
+                     "use --data-placement host, and report it")
+    return Check("placement", "pass", f"{2 * len(ctx.setup.devices)} tensors on their replicas' devices", registry)
+
+
+def check_timing(ctx: Context) -> Check:
+    import tensorflow as tf
+
+    from ..engine import timer
+    from ..engine.strategy import make_strategy
+
+    strategy, _ = make_strategy(ctx.setup, "auto")
+    n = 512 if ctx.setup.kind != "GPU" else 4096
+    # An argument, not a constant inside the function, so Grappler cannot fold the work away.
+    x0 = strategy.experimental_distribute_values_from_function(
+        lambda _: tf.random.stateless_uniform([n, n], seed=[1, 2]))
+
+    @tf.function(autograph=False)
+    def work(x):
+        def replica(y):
+            for _ in range(4):
+                y = tf.matmul(y, y) * (1.0 / n)
+            return tf.reduce_sum(y[:1, :1])
+        return strategy.run(replica, args=(x,))
+
+    timer.timed(work, x0)  # trace
+    t0 = time.perf_counter()
+    work(x0)
+    unsynced = time.perf_counter() - t0
+    timer.sync()
+    synced = timer.timed(work, x0)[1]
+    figure = f"synchronised {synced * 1e3:.2f} ms, unsynchronised {unsynced * 1e3:.2f} ms"
+    if ctx.setup.kind == "GPU":
+        detail = (f"without synchronisation the clock stops after {unsynced / synced:.0%} of the work: every timed "
+                  "region of the toolkit synchronises")
+    else:
+        detail = "CPU replicas run synchronously: both clocks agree; on GPUs they would not"
+    return Check("timing", "pass", figure, detail)
+
+
+def check_peak(ctx: Context) -> Check:
+    from . import flops
+
+    setup = ctx.setup
+    if setup.kind != "GPU":
+        rate, source = flops.cpu_matmul_peak("float32")
+        return Check("peak", "pass", f"{rate / 1e9:.0f} GFLOP/s float32 (measured)",
+                     f"the MFU denominator on CPU replicas: {source}")
+    table, source = flops.peak_flops(type(setup)(setup.kind, setup.devices[:1], setup.gpu_indices, setup.host_cores,
+                                                 setup.tf_gpus), "float32")
+    measured = gpu_matmul_rate(setup.devices[0])
+    figure = f"{measured / 1e12:.1f} TFLOP/s measured vs {table / 1e12:.1f} in the table" if table == table else \
+        f"{measured / 1e12:.1f} TFLOP/s measured; no table figure"
+    if not table == table:
+        return Check("peak", "fail", figure, source, "add this GPU's datasheet figures to "
+                     "tftoolkit/measure/hardware.py PEAK_TFLOPS, or MFU stays empty")
+    ratio = measured / table
+    if ratio > PEAK_TOO_HIGH:
+        return Check("peak", "fail", figure, f"measured {ratio:.0%} of the table: the table's figure is too low for "
+                     f"this device ({source})", "correct the figure in PEAK_TFLOPS (MFU would read above 100%)")
+    if ratio < PEAK_TOO_LOW:
+        return Check("peak", "fail", figure, f"measured {ratio:.0%} of the table ({source})",
+                     "check clocks and power capping (`nvidia-smi -q -d CLOCK,POWER`), and that the name matches")
+    return Check("peak", "pass", figure, f"{ratio:.0%} of the rated peak ({source})")
+
+
+def gpu_matmul_rate(device: str, n: int = 8192, repeats: int = 5) -> float:
+    """FLOP/s of an n x n float32 matmul (TF32 where TensorFlow enables it) on ``device``, timed synchronised."""
+    import tensorflow as tf
+
+    from ..engine import timer
+
+    with tf.device(device):
+        a = tf.random.stateless_uniform([n, n], seed=[1, 2])
+        b = tf.random.stateless_uniform([n, n], seed=[3, 4])
+        mm = tf.function(lambda x, y: tf.matmul(x, y), autograph=False)
+        timer.timed(mm, a, b)
+        best = min(timer.timed(mm, a, b)[1] for _ in range(repeats))
+    return 2.0 * n**3 / best
+
+
+RUNNERS = {"build": check_build, "visibility": check_visibility, "allreduce_sum": check_allreduce_sum,
+           "equivalence": check_equivalence, "placement": check_placement, "timing": check_timing,
+           "peak": check_peak, "nvml": check_nvml, "nccl_transport": check_nccl_transport}
+
+
+def run(replicas: int | None = None, only=None) -> list[Check]:
+    """Every check (or those named in ``only``), in CHECKS order. ``replicas``: simulated CPU replicas, or the
+    first N GPUs (default: every GPU, or 4 simulated replicas without one)."""
+    from ..engine import devices
+    from ..logs import ensure_logging
+    from . import hardware
+
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
+        raise ConfigError(f"--replicas must be an integer >= 1, got {replicas!r}")
+    names = list(CHECKS) if not only else [n for n in CHECKS if n in only]
+    unknown = sorted(set(only or ()) - set(CHECKS))
+    if unknown:
+        raise ConfigError(f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(CHECKS)}")
+    ensure_logging(quiet=True)
+    report = hardware.collect()
+    n = replicas if replicas is not None else (len(report.get("gpus", [])) or 4)
+    setup = devices.init(n)  # a DeviceError (exit 2) for more replicas than GPUs
+    ctx = Context(n, setup, report)
+    out = []
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            check = RUNNERS[name](ctx)
+        except Exception as e:  # noqa: BLE001 - a check that breaks is a failed check, with its reason
+            check = Check(name, "fail", detail=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                          fix="run with TFTOOLKIT_DEBUG=1 and report the traceback")
+        check.seconds = round(time.perf_counter() - t0, 2)
+        out.append(check)
+    return out
+
+
+def as_json(checks: list[Check]) -> str:
+    return json.dumps({"checks": [c.as_dict() for c in checks]}, indent=2)
+
+
+def format_table(checks: list[Check]) -> str:
+    rows = [("check", "result", "figure", "detail / what to do")]
+    for c in checks:
+        rows.append((c.name, c.status.upper() if c.status == "fail" else c.status, c.figure,
+                     (c.detail + (f" -> {c.fix}" if c.status == "fail" and c.fix else ""))))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for r in rows:
+        lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    failed = [c.name for c in checks if c.status == "fail"]
+    lines.append("")
+    lines.append(f"{len(checks) - len(failed)} of {len(checks)} checks passed or skipped"
+                 + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return "\n".join(lines)
