@@ -210,7 +210,7 @@ measured noise scale. Curves are drawn against epochs, the axis on which runs wi
 same data; diverged runs are marked with a red ✕ where they stopped, never hidden. Every run also measures the
 gradient noise scale, the batch size beyond which more examples per step stop cutting steps.
 
-""" + run_hint("02_batch_and_lr_scaling", " -p global_batches '[32, 256]'")),
+""" + run_hint("02_batch_and_lr_scaling", " -p global_batches '[32, 128]' -p warmup_epochs '[0.0]'")),
     params("""
 global_batches: list = [32, 128, 256]  # global batches to compare (each divides by replicas)
 lr_rules: list = ["none", "linear", "sqrt"]  # how the LR scales with the global batch
@@ -344,9 +344,10 @@ NOTEBOOKS["04_report"] = [
     md("""
 # 04 · Report
 
-What the runs found, then the figures that show it: data-parallel scaling, communication, and batch-size /
-learning-rate curves, each with a caption, and every point's status (failed, timed-out and diverged points are
-listed with their errors). It reads files only (no TensorFlow), so it also renders on a laptop from results
+What the runs found, then the figures that show it: data-parallel scaling, communication, batch-size /
+learning-rate curves, and whatever a sweep's own notebook recorded in `results.json` (a table, and each numeric
+result against each swept parameter), each figure with a caption; a section the results hold no data for is left
+out. Every point's status is listed (failed, timed-out and diverged points with their errors). It reads files only (no TensorFlow), so it also renders on a laptop from results
 copied off a GPU server. With no `sweep_dirs` it reports on every run or sweep folder next to `out_dir` (so,
 run after notebooks 01-03, on theirs). `tftoolkit sweep` runs it on each sweep into `SWEEP_DIR/report.html`,
 and `make demo` on the demo's sweeps; those pages show the results, not this code.
@@ -377,51 +378,17 @@ report.status_counts(res)
     code("""
 report.overview(res)
 """),
-    md("""
-## Data-parallel scaling
-
-With CPU-simulated replicas all replicas share the host's cores, so no speed-up is expected there: run the
-scaling sweep on GPUs for the real curve.
+    code("""
+report.section(res, "scaling", out / "figures")
 """),
     code("""
-report.show(res, "throughput", out / "figures")
+report.section(res, "communication", out / "figures")
 """),
     code("""
-report.show(res, "efficiency", out / "figures")
+report.section(res, "batch", out / "figures")
 """),
     code("""
-report.show(res, "step_breakdown", out / "figures")
-"""),
-    code("""
-report.show(res, "images_per_replica", out / "figures")
-"""),
-    code("""
-report.show(res, "monitor", out / "figures")
-"""),
-    md("## Communication"),
-    code("""
-report.show(res, "comm_vs_compute", out / "figures")
-"""),
-    code("""
-report.show(res, "allreduce_time", out / "figures")
-"""),
-    code("""
-report.show(res, "busbw", out / "figures")
-"""),
-    md("""
-## Batch size and learning rate
-
-A run whose loss sits at ln(classes) (2.30 for 10 classes) with chance accuracy learned nothing: its learning
-rate was too large for it to train without warmup, yet not so large that the loss blew up.
-"""),
-    code("""
-report.show(res, "loss_curves", out / "figures")
-"""),
-    code("""
-report.show(res, "val_accuracy", out / "figures")
-"""),
-    code("""
-report.show(res, "final_accuracy", out / "figures")
+report.section(res, "recorded", out / "figures")
 """),
     md("## Tables (written to `out_dir`: runs.csv, points.csv, scaling.csv)"),
     code("""
@@ -457,6 +424,7 @@ memory_limit_mb: float = 512.0  # batch finder: one replica's memory cap in MiB 
 interconnect: str = "nvlink4"  # link inside a host for the predictions: pcie4, pcie5, nvlink3 or nvlink4
 inter_host: str = "ib200"  # link between hosts: ib100, ib200 or ib400
 max_replicas: int = 64  # largest GPU count to advise on and predict for
+compute_ms: float = 0.0  # one GPU's compute per step in ms for the forecast (0: the run's own; on simulated CPU replicas the forecast is then refused, and says why)
 seed: int = 0  # seed for weights and data order
 smoke: bool = False  # shrink to a < 2 minute check on 2 CPU cores (synthetic data, a few steps)
 out_dir: str = "runs/05_batch_science"  # where the finders' folders, train/, the tables and figures/ go
@@ -515,15 +483,17 @@ fig
     md("""
 ## 3. Train with the gradient noise scale measured
 With `noise_scale=True` each step also takes the squared norms of every replica's gradient (B_small = per-replica
-batch) and of the all-reduced one (B_big = global batch), and keeps EMAs of the unbiased |G|² and tr(Σ)
-(McCandlish et al., app. A.1). It trains at the LR the sweep suggested.
+batch) and of the all-reduced one (B_big = global batch): each step's unbiased |G|² and tr(Σ) go to steps.csv
+(McCandlish et al., app. A.1). The run's noise scale is the ratio of the two averaged over the later half of the
+run, with a 90% interval, and the summary says when it cannot be trusted (a run at chance, too few steps, a wide
+interval). It trains at the LR the sweep suggested.
 """),
     code("""
 # Smoke's few steps leave the |G|^2 estimate at the mercy of the data order; 30 still take seconds.
 noise_steps = 30 if smoke else config.steps
 summary = tftoolkit.train(config.replace(noise_scale=True, base_lr=lr["base_lr_to_use"], steps=noise_steps),
                           out / "train", force=True)
-{k: summary.get(k) for k in ("status", "noise_scale", "noise_scale_grad_sq", "noise_scale_trace", "noise_scale_steps")}
+{k: summary.get(k) for k in ("status", "noise_scale", "noise_scale_interval", "noise_scale_reliable", "noise_scale_warnings")}
 """),
     code("""
 fig = batch_plots.noise_scale_trace(advise.read_run(out / "train")[1])
@@ -534,7 +504,7 @@ fig
 ## 4. Advice: global batch and GPU count from the noise scale
 Steps and examples to reach the same loss trade off as (S/S_min − 1)(E/E_min − 1) = 1 with B_crit ≈ B_simple;
 at B = B_crit both cost twice their minimum. With an interconnect, the scaling model adds the predicted time to
-the same loss.
+the same loss. Reasons not to trust the noise scale come first; without a positive one there is no recommendation.
 """),
     code("""
 advice = advise.advise(out / "train", out, max_replicas=max_replicas, interconnect=interconnect,
@@ -549,10 +519,13 @@ fig
     md("""
 ## 5. Scaling model: speedup and efficiency for 1…64 GPUs
 Step time = compute (from this run) + ring all-reduce of the gradients, 2(N−1)/N·S/B + 2(N−1)·α, for each link
-preset (figures and their sources in `tftoolkit.predict`), hierarchical across hosts of 8 GPUs.
+preset (figures and their sources in `tftoolkit.predict`), hierarchical across hosts of 8 GPUs. Compute measured
+on simulated CPU replicas says nothing about a GPU's step: there the forecast needs `compute_ms`, and without it
+says so instead. Where the forecast covers this run's replica count, the measured point is printed beside it.
 """),
     code("""
-prediction = predict.run(out / "train", out, inter_host=inter_host, max_replicas=max_replicas, figures=False)
+prediction = predict.run(out / "train", out, inter_host=inter_host, max_replicas=max_replicas, figures=False,
+                         compute_ms=compute_ms or None, on_refusal="report")
 print(predict.describe(prediction))
 """),
     code("""

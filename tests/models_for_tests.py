@@ -25,3 +25,15 @@ def dense_net(input_shape, num_classes):
     i = keras.Input(input_shape)
     x = keras.layers.Dense(16, activation="relu")(keras.layers.Flatten()(i))
     return keras.Model(i, keras.layers.Dense(num_classes)(x))
+
+
+def tiny_conv_bn(input_shape, num_classes):
+    """One convolution and one synchronized batch norm: the smallest model with both parts an empty replica breaks
+    (a zero-size Conv2D; statistics summed across replicas), fast to trace at 8 replicas."""
+    from tftoolkit.engine import models
+
+    i = keras.Input(input_shape)
+    x = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)(i)
+    x = keras.layers.ReLU()(models._sync_bn_layer()(momentum=0.9)(x))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(i, keras.layers.Dense(num_classes)(x))

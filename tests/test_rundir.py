@@ -141,3 +141,52 @@ def test_an_empty_folder_with_only_a_lock_is_a_new_run_directory(tmp_path):
 def test_a_folder_the_lock_made_for_a_run_that_never_began_is_removed(tmp_path):
     rundir.lock(tmp_path / "new").release()
     assert not (tmp_path / "new").exists()
+
+
+# Another valid value for every RunConfig field: the identity test below needs one for each, so a new field must be
+# listed here (and so decided: does it define the run?).
+OTHER_VALUE = {
+    "replicas": 2, "gpus": [0], "workers": 2, "cross_device_ops": "reduce_to_one", "per_replica_batch": 32,
+    "global_batch": 64, "base_lr": 0.01, "base_batch": 128, "lr_rule": "linear", "warmup_epochs": 0.5,
+    "schedule": "step", "optimizer": "sgd", "weight_decay": 0.1, "epochs": 2.0, "steps": 7, "model": "small_cnn_bn",
+    "dataset": "synthetic", "train_images": 100, "image_size": 16, "num_classes": 3, "augment": True,
+    "verify": "full", "input_sharding": "file", "data_memory_gb": 1.0, "data_placement": "device",
+    "last_batch": "partial", "precision": "mixed_bfloat16", "jit": True, "steps_per_loop": 3, "seed": 1,
+    "deterministic": False, "checkpoint_every": 5, "eval_every_epoch": False, "timing_warmup_steps": 2,
+    "divergence_factor": 3.0, "measure": False, "profile_steps": "2-3", "noise_scale": True,
+}
+
+
+def test_which_fields_define_a_run_is_decided_for_every_field_both_ways(tmp_path):
+    import dataclasses
+
+    from tftoolkit.config import NON_IDENTITY_KEYS
+
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    assert set(OTHER_VALUE) == set(fields), "list the new field in OTHER_VALUE"
+    base = RunConfig().to_dict()
+    out, _ = rundir.prepare(tmp_path / "r", base)
+    (out / "config.json").write_text(json.dumps({"config": base}))
+    for name, value in OTHER_VALUE.items():
+        changed = {**base, name: value}
+        assert changed != base, name
+        if name in NON_IDENTITY_KEYS:
+            assert rundir.prepare(out, changed) == (out, True), f"{name}: resumes"  # how it runs, not what
+        else:
+            with pytest.raises(RunDirError, match=rf"holds a different run \(it differs in {name} "):
+                rundir.prepare(out, changed)
+    # What cuts the same steps into other calls, or says how a run is measured and reported, is not the run.
+    assert {"steps_per_loop", "checkpoint_every", "measure", "timing_warmup_steps", "workers"} <= NON_IDENTITY_KEYS
+    assert not {"seed", "deterministic", "jit", "num_classes", "global_batch"} & NON_IDENTITY_KEYS
+
+
+@pytest.mark.slow
+def test_a_finished_run_is_left_as_it_is_and_says_what_a_changed_option_would_need(tmp_path, caplog):
+    out = tmp_path / "r"
+    tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    before = (out / "config.json").read_text()
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**{**TINY, "measure": True, "steps_per_loop": 1}), out)
+    assert s["status"] == "ok" and "compute_time_s" not in s
+    assert (out / "config.json").read_text() == before  # nothing ran, nothing rewritten
+    assert "nothing to do; it ran with measure=False, steps_per_loop=2" in caplog.text and "--force" in caplog.text

@@ -27,11 +27,14 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "lamb")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one", "collective")
 LAST_BATCH = ("drop", "partial")
+DEFAULT_PER_REPLICA_BATCH = 64  # when neither --per-replica-batch nor --global-batch is given
 
 
-def _f(default, help, choices=None, cli=True):
-    """A config field with its --help text (and allowed values) attached."""
-    return field(default=default, metadata={"help": help, "choices": choices, "cli": cli})
+def _f(default, help, choices=None, cli=True, identity=True):
+    """A config field with its --help text (and allowed values) attached. ``identity=False``: the field says how a
+    run is executed or reported, not what it computes, so changing it does not make a run directory hold a
+    different run (a rerun resumes it; see NON_IDENTITY_KEYS)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "cli": cli, "identity": identity})
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class RunConfig:
     gpus: list[int] | None = _f(None, "GPU indices to use, e.g. 0,2,5 (sets replicas to their count)")
     workers: int = _f(1, "worker processes (hosts) sharing the replicas; --replicas then counts all workers' "
                          "replicas. > 1 trains with MultiWorkerMirroredStrategy on the cluster TF_CONFIG or Slurm "
-                         "describes, or starts the workers on this machine (like tftoolkit launch)")
+                         "describes, or starts the workers on this machine (like tftoolkit launch)", identity=False)
     cross_device_ops: str = _f("auto", "gradient all-reduce implementation; auto = NCCL on multi-GPU Linux, "
                                        "reduce_to_one on CPU replicas; collective = MirroredStrategy's own "
                                        "CollectiveAllReduce (ring on CPU, NCCL on GPUs: what multi-worker runs and "
@@ -55,7 +58,9 @@ class RunConfig:
     # the toolkit's former default, stays near chance on small_vgg (0.19 after 5 epochs at 4 x 100: with no
     # normalisation layer to condition it, it plateaus); it remains one flag away, and the batch-size study
     # (sweeps/batch_lr.yaml) uses it on small_cnn_bn, whose batch norm it needs, as Goyal et al. did.
-    per_replica_batch: int = _f(64, "examples per replica per step; global batch = this x replicas")
+    per_replica_batch: int | None = _f(None, f"examples per replica per step; global batch = this x replicas "
+                                             f"(default: {DEFAULT_PER_REPLICA_BATCH}, or --global-batch / replicas; "
+                                             "given with --global-batch, the two must agree)")
     global_batch: int | None = _f(None, "global batch instead of --per-replica-batch; must divide by replicas")
     base_lr: float = _f(0.004, "learning rate at --base-batch; the LR rule scales it to the global batch")
     base_batch: int = _f(256, "global batch at which --base-lr was tuned")
@@ -76,12 +81,13 @@ class RunConfig:
                                    "with a manifest.json (data/README.md)")
     train_images: int | None = _f(None, "use only the first N training images (default: all)")
     image_size: int = _f(32, "image side in pixels: of synthetic data, and what class-folder images are resized to")
-    num_classes: int = _f(10, "classes for synthetic data")
+    num_classes: int | None = _f(None, "classes: of synthetic data (default 10); every other dataset's count is taken "
+                                       "from the data (its labels, class folders or manifest), and recorded here")
     augment: bool = _f(False, "random flip and pad-and-crop augmentation on training images")
     verify: str = _f("cached", "check TFRecord shards before use: full (framing, record counts and sha256 of every "
                      "shard), cached (the same, skipping shards whose size and mtime match their last passed check, "
                      "recorded in verified.json beside the manifest), off (only that the shards exist)",
-                     ("full", "cached", "off"))
+                     ("full", "cached", "off"), identity=False)
     input_sharding: str = _f("exact", "what each worker of a multi-worker run reads: exact (every worker computes every "
                              "global batch's order and gathers its replicas' slices: bit-equal to one process), "
                              "file (each worker reads only its own TFRecord shards, as TensorFlow's "
@@ -89,32 +95,32 @@ class RunConfig:
                              "differ from one process's; needs at least one shard per worker)", ("exact", "file"))
     data_memory_gb: float | None = _f(None, "decode an image folder into memory only when its pixels take at most "
                                       "this many GB (default: a quarter of the RAM available); a larger folder "
-                                      "streams from disk, decoded batch by batch as it trains (same pixels)")
+                                      "streams from disk, decoded batch by batch as it trains (same pixels)", identity=False)
     data_placement: str = _f("auto", "where the training split lives while training: host (tf.data gathers each "
                              "replica's batch on the CPU), device (one uint8 copy on every replica's device, "
                              "batches gathered there: only indices cross from the host), auto (device on GPUs when "
                              "the split takes at most a quarter of each GPU's memory, by NVML; host otherwise and on "
-                             "CPU). Same examples, same results in every placement", ("host", "device", "auto"))
+                             "CPU). Same examples, same results in every placement", ("host", "device", "auto"), identity=False)
     last_batch: str = _f("drop", "a final batch smaller than the global batch: drop it (count reported) or "
                                  "train on it split evenly across replicas", LAST_BATCH)
     # --- numerics and speed ---------------------------------------------------------------------
     precision: str = _f("float32", "float32, or mixed precision (float16 uses dynamic loss scaling)", PRECISIONS)
     jit: bool = _f(False, "compile the training step with XLA")
-    steps_per_loop: int = _f(10, "training steps per tf.function call (cuts host overhead)")
+    steps_per_loop: int = _f(10, "training steps per tf.function call (cuts host overhead)", identity=False)
     seed: int = _f(0, "seed for weights, data order and augmentation")
     deterministic: bool | None = _f(None, "make TensorFlow ops deterministic (same seed -> same result); unset: on "
                                           "for CPU replicas, where it is free, off on GPUs, where deterministic "
                                           "kernels cost throughput (summary.json records what ran)")
     # --- run control ----------------------------------------------------------------------------
-    checkpoint_every: int = _f(0, "write a checkpoint every K steps (0 = only at the end); a rerun resumes")
+    checkpoint_every: int = _f(0, "write a checkpoint every K steps (0 = only at the end); a rerun resumes", identity=False)
     eval_every_epoch: bool = _f(True, "evaluate on the held-out split after each epoch")
-    timing_warmup_steps: int = _f(10, "steps excluded from throughput statistics (tracing, autotuning)")
+    timing_warmup_steps: int = _f(10, "steps excluded from throughput statistics (tracing, autotuning)", identity=False)
     divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
     measure: bool = _f(True, "time compute / all-reduce / input separately after training (a few extra steps), "
-                             "and count FLOPs for MFU; adds the breakdown fields to summary.json")
+                             "and count FLOPs for MFU; adds the breakdown fields to summary.json", identity=False)
     profile_steps: str | None = _f(None, "capture a TensorFlow profiler trace of steps A-B (e.g. 20-25) into "
                                          "RUN_DIR/tensorboard (view: TensorBoard's Profile tab, pip install "
-                                         "'tftoolkit[profile]'); those steps are left out of the throughput figures")
+                                         "'tftoolkit[profile]'); those steps are left out of the throughput figures", identity=False)
     noise_scale: bool = _f(False, "measure the gradient noise scale B_simple = tr(Sigma)/|G|^2 (McCandlish et al. "
                                   "2018) from the per-replica and all-reduced gradients (one replica: two half "
                                   "batches); adds noise_scale to steps.csv and summary.json")
@@ -138,7 +144,7 @@ class RunConfig:
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise ConfigError(f"{name} must be > 0, got {v}")
-        if self.num_classes < 2:
+        if self.num_classes is not None and self.num_classes < 2:
             raise ConfigError(f"num_classes must be >= 2, got {self.num_classes}")
         for name in ("base_lr", "epochs", "divergence_factor"):
             v = getattr(self, name)
@@ -162,13 +168,18 @@ class RunConfig:
         if self.global_batch is not None and self.replicas is not None and self.global_batch % self.replicas:
             raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}; "
                               f"use a multiple of {self.replicas}")
+        if self.global_batch is not None and self.per_replica_batch is not None and self.replicas is not None \
+                and self.per_replica_batch * self.replicas != self.global_batch:
+            raise ConfigError(f"global_batch={self.global_batch} and per_replica_batch={self.per_replica_batch} disagree "
+                              f"on {self.replicas} replica(s) ({self.per_replica_batch} x {self.replicas} = "
+                              f"{self.per_replica_batch * self.replicas}); give one or the other")
         if self.profile_steps is not None:
             self.profile_range()  # checks the form; the run checks the range against its steps
         if self.noise_scale:
             # The small batch is a replica's (on one replica: half the batch). A batch of 1 cannot be halved,
             # and on several replicas one example per replica makes |G_small|^2 a single per-example norm,
             # the noisiest estimate there is: refuse both rather than report a number that has not settled.
-            small = (self.per_replica_batch if self.global_batch is None
+            small = ((self.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) if self.global_batch is None
                      else self.global_batch // self.replicas if self.replicas else None)
             if small is not None and small < 2:
                 raise ConfigError(f"noise_scale needs a per-replica batch of at least 2, got {small}; raise "
@@ -207,6 +218,11 @@ class RunConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def replace(self, **changes) -> "RunConfig":
+        # The batch is given one way: setting one of the two re-derives the other (a resolved config records both).
+        if "global_batch" in changes and "per_replica_batch" not in changes and changes["global_batch"] is not None:
+            changes["per_replica_batch"] = None
+        elif "per_replica_batch" in changes and "global_batch" not in changes and changes["per_replica_batch"] is not None:
+            changes["global_batch"] = None
         return dataclasses.replace(self, **changes)
 
     # --- derived quantities (the only place they are computed) -----------------------------------
@@ -218,7 +234,9 @@ class RunConfig:
     @property
     def global_batch_size(self) -> int:
         n = self._need_replicas()
-        return self.global_batch if self.global_batch is not None else self.per_replica_batch * n
+        if self.global_batch is not None:
+            return self.global_batch
+        return (self.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * n
 
     @property
     def per_replica_batch_size(self) -> int:
@@ -275,13 +293,16 @@ class RunConfig:
         }
 
 
-# Keys that describe how a run is executed or reported, not what it computes: changing them does not
-# make a run directory belong to a different run.
-NON_IDENTITY_KEYS = frozenset({"timing_warmup_steps", "measure", "profile_steps", "data_placement", "verify",
-                               "data_memory_gb"})
-# How many processes share the replicas does not change what a run computes (tests/test_multiworker.py:
-# 2 workers x 2 replicas end where 1 process x 4 replicas ends), so a run may resume on another host count.
-NON_IDENTITY_KEYS = NON_IDENTITY_KEYS | {"workers"}
+# Fields whose None means "decided at set-up" (from the data, the devices, the other batch option): a run directory
+# records what they were decided to be, and a rerun that leaves them unset matches it (rundir.prepare).
+AUTO_KEYS = ("num_classes", "deterministic", "per_replica_batch")
+
+# Keys that describe how a run is executed or reported, not what it computes (``identity=False`` on the field):
+# changing them does not make a run directory belong to a different run. The chunking of the loop
+# (steps_per_loop, checkpoint_every) cuts the same steps into other calls (tests/engine/test_equivalence.py), and
+# how many processes share the replicas does not change what a run computes (tests/cluster/test_multiworker.py),
+# so a run may resume with other values of these. tests/test_rundir.py checks every field both ways.
+NON_IDENTITY_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig) if not f.metadata.get("identity", True))
 
 
 def cli_fields():

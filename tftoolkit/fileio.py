@@ -23,6 +23,28 @@ from .errors import RunDirError
 DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
 
 
+def ensure_dir(path, what: str = "output folder") -> Path:
+    """Make folder ``path`` (and its parents) or say in one line why it cannot be: a file where the folder or one
+    of its parents should be, no permission, a read-only or full filesystem (RunDirError: exit 2 from the CLI).
+    Every folder the toolkit writes into (run directories, sweeps, finders' folders, notebooks' out_dir) is
+    made here."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    except FileExistsError:
+        raise RunDirError(f"{path} is a file, not a folder: give the {what} a name that is free or a folder") from None
+    except NotADirectoryError:
+        parent = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        raise RunDirError(f"cannot make {path}: {parent} is a file, not a folder; give the {what} a path under a "
+                          "folder") from None
+    except OSError as e:
+        if e.errno in DISK_ERRNOS or e.errno in (errno.EACCES, errno.EPERM):
+            raise RunDirError(f"cannot make {path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); the {what} "
+                              "must be writable: choose another folder") from None
+        raise
+
+
 def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -40,7 +62,7 @@ def replacing(path, *, public: bool = True):
     path = Path(path)
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(path.parent, "folder of " + path.name)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         yield Path(tmp)

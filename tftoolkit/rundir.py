@@ -32,9 +32,9 @@ import threading
 import time
 from pathlib import Path
 
-from .config import NON_IDENTITY_KEYS
+from .config import AUTO_KEYS, NON_IDENTITY_KEYS
 from .errors import RunDirError
-from .fileio import DISK_ERRNOS, read_json, remove_stale_temps
+from .fileio import DISK_ERRNOS, ensure_dir, read_json, remove_stale_temps
 
 log = logging.getLogger("tftoolkit")
 
@@ -43,8 +43,15 @@ HEARTBEAT_S = 5.0      # how often a holder refreshes its record
 STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
 
 
-def identity(config_dict: dict) -> dict:
-    return {k: v for k, v in config_dict.items() if k not in NON_IDENTITY_KEYS}
+def identity(config_dict: dict, like: dict | None = None) -> dict:
+    """What defines the run: every field but NON_IDENTITY_KEYS; with ``like`` (the run it is compared with), an
+    AUTO_KEYS field left unset (None) takes ``like``'s value, which is what it was decided to be there."""
+    out = {k: v for k, v in config_dict.items() if k not in NON_IDENTITY_KEYS}
+    if like is not None:
+        for k in AUTO_KEYS:
+            if out.get(k) is None and k in like:
+                out[k] = like[k]
+    return out
 
 
 def _config_defaults() -> dict:
@@ -70,13 +77,14 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
             old = {**_config_defaults(), **old}
         except (OSError, ValueError):
             old = None
-        if old is not None and identity(old) == identity(config_dict):
+        if old is not None and identity(old) == identity(config_dict, like=old):
             return out, True
         if not force:
             if old is None:
                 why = "its config.json is unreadable"
             else:
-                diff = sorted(k for k in set(old) | set(config_dict) if old.get(k) != config_dict.get(k))
+                a, b = identity(old), identity(config_dict, like=old)
+                diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 why = "it differs in " + ", ".join(f"{k} ({old.get(k)!r} there, {config_dict.get(k)!r} now)" for k in diff)
             raise RunDirError(f"{out} holds a different run ({why}); choose another --out or pass --force to overwrite it")
         clear(out)
@@ -84,7 +92,7 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
         raise RunDirError(f"{out} exists and is not a tftoolkit run directory; choose another --out or pass --force")
     elif out.exists() and force:
         clear(out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "run directory")
     return out, False
 
 
@@ -163,7 +171,7 @@ class Lock:
     def acquire(self) -> "Lock":
         try:
             self._created = not self.folder.exists()
-            self.folder.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.folder, self.what)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:

@@ -34,6 +34,11 @@ _ALL = (
         ("error", "", "what went wrong, one line; None when status is ok"),
         ("resumed_from_step", "", "the checkpointed step this run resumed from (0: a fresh run)"),
         ("wall_time_s", "s", "wall time of this process's run, from set-up (devices, data) to the summary"),
+        ("segments", "", "every process that trained this run, oldest first: from_step, to_step, workers, replicas, "
+                         "status, wall_time_s, images_per_sec, timed_steps (one segment for a run never resumed; a "
+                         "segment killed before writing a summary has only its steps and status 'interrupted'); the "
+                         "throughput and wall-time fields above are the last segment's"),
+        ("run_wall_time_s", "s", "wall time of all segments together (what segments record)"),
         ("wall_breakdown", "s", "wall_time_s split into: import_s (importing TensorFlow, when the run's set-up did), setup_s "
                                 "(devices, data read, model, restore, data placement, building the input pipeline), "
                                 "tracing_s (the first loop call beyond its steps' share), train_steps_s (the compiled "
@@ -73,6 +78,7 @@ _ALL = (
     + _fields("data", [
         ("dataset", "", "dataset name (shapes16k, synthetic, arrays, a folder's name)"),
         ("train_examples", "", "training examples per epoch"),
+        ("num_classes", "", "classes of the dataset (from the data: labels 0..num_classes-1), the model's outputs"),
         ("examples_per_replica", "", "examples each replica trained on, counted on the devices (a list)"),
         ("dropped_examples", "", "examples of partial last batches left out (last_batch=drop), all epochs"),
         ("input_sharding", "", "what each worker read: exact (every global batch, its replicas' slices kept) or file "
@@ -139,7 +145,15 @@ _ALL = (
         ("mfu", "1", "model FLOPs utilisation: achieved_flops / peak_flops"),
     ])
     + _fields("gradient noise scale (noise_scale=True)", [
-        ("noise_scale", "", "B_simple = tr(Sigma) / |G|^2 from the bias-corrected EMAs (McCandlish et al. 2018)"),
+        ("noise_scale", "", "B_simple = tr(Sigma) / |G|^2 (McCandlish et al. 2018): the ratio of the per-step unbiased "
+                            "estimates averaged over the later half of the run; NaN when the averaged |G|^2 is not "
+                            "positive"),
+        ("noise_scale_interval", "", "90% interval of noise_scale, [lo, hi] (bootstrap over blocks of 10 steps)"),
+        ("noise_scale_reliable", "", "false when the run stayed near chance, too few steps were measured, the |G|^2 "
+                                     "estimate is not positive or the interval spans more than a factor of 3"),
+        ("noise_scale_warnings", "", "why noise_scale is not reliable (a list; empty when it is)"),
+        ("noise_scale_window_steps", "", "valid steps in the later half that noise_scale averages"),
+        ("noise_scale_ema", "", "the ratio of the EMAs at the end (steps.csv's noise_scale, last row)"),
         ("noise_scale_grad_sq", "", "EMA of the unbiased |G|^2"),
         ("noise_scale_trace", "", "EMA of the unbiased tr(Sigma)"),
         ("noise_scale_steps", "", "steps that entered the EMAs"),

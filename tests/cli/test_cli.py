@@ -9,7 +9,7 @@ import pytest
 from tftoolkit import cli
 from tftoolkit.config import cli_fields
 
-from helpers import FAST_ARGS
+from helpers import FAST_ARGS, ROOT
 
 
 def run_cli(*args, timeout=600):
@@ -49,9 +49,19 @@ def test_train_help_documents_every_option(capsys):
     (["train", "--out", "X", "--gpus", "0,x"], "expected comma-separated integers"),
     (["train", "--out", "X", "--replicas", "3", "--cross-device-ops", "hierarchical_copy", "--dataset", "synthetic"],
      "hierarchical_copy at 3 replicas: TensorFlow's hierarchical copy splits the devices into two groups"),
+    (["train", "--out", "X", "--replicas", "2", "--global-batch", "64", "--per-replica-batch", "16"],
+     "global_batch=64 and per_replica_batch=16 disagree on 2 replica(s) (16 x 2 = 32); give one or the other"),
+    (["train", "--out", "X", "--dataset", "synthetic", "--train-images", "999999"],
+     "--train-images 999999: synthetic has 16000 training images; give at most 16000"),
+    (["train", "--out", "FILE", "--dataset", "synthetic"], "is a file, not a folder: give the run directory a name"),
+    (["train", "--out", "FILE/sub", "--dataset", "synthetic"], "FILE is a file, not a folder; give the run directory a path"),
+    (["find-lr", "--out", "X", "--steps", "5"], "unrecognized arguments: --steps 5"),
+    (["find-lr", "--out", "X", "--noise-scale"], "unrecognized arguments: --noise-scale"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
-    argv = [str(tmp_path / "X") if a == "X" else a for a in argv]
+    (tmp_path / "FILE").write_text("a file where a folder is asked for")
+    argv = [str(tmp_path / "X") if a == "X" else a.replace("FILE", str(tmp_path / "FILE")) for a in argv]
+    match = match.replace("FILE", str(tmp_path / "FILE"))
     with pytest.raises(SystemExit) as e:
         code = cli.main(argv)
         raise SystemExit(code)
@@ -125,3 +135,32 @@ def test_env_command_runs_without_gpu():
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["gpus"] == []
+
+
+def test_the_demo_s_time_is_stated_once_and_the_readme_says_the_same(capsys):
+    # The figure lives in experiments/demo.py (MINUTES); --help reads it, and the README must quote it.
+    from tftoolkit.experiments import demo
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert f"about {demo.MINUTES} minutes" in " ".join(capsys.readouterr().out.split())
+    readme = (ROOT / "README.md").read_text()
+    assert f"(about {demo.MINUTES} minutes on a quiet 2-core machine" in readme
+    assert "about 10 min" not in readme
+
+
+def test_a_sweep_rerun_exits_0_when_nothing_new_failed_and_lists_kept_failures(monkeypatch, capsys, tmp_path):
+    from tftoolkit.experiments import sweep as sweep_mod
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("notebook: x.ipynb\n")
+    monkeypatch.setattr("tftoolkit.experiments.sweep_spec.load", lambda path: object())
+    counts = {"ok": 2, "diverged": 0, "failed": 1, "timeout": 0, "cancelled": 0, "pending": 0, "queued": 0,
+              "running": 0}
+    for new, code in ((0, 0), (1, 1)):
+        monkeypatch.setattr(sweep_mod, "run", lambda *a, **k: {"counts": counts, "new_failures": new,
+                                                               "results": "r.csv", "report": None,
+                                                               "report_error": None})
+        assert cli.main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--quiet"]) == code
+        out = capsys.readouterr().out
+        assert ("1 point(s) failed, timed out or were cancelled in an earlier run" in out) == (new == 0)

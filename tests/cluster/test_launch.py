@@ -170,3 +170,24 @@ def test_workers_with_different_replica_counts_are_refused(tmp_path, no_leftover
     assert ("workers run different numbers of replicas: worker 0 has 2 (CPU-simulated), worker 1 has 1 "
             "(CPU-simulated)") in msg
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("code, says", [(2, "Its message above says what to fix; then run the command again"),
+                                        (1, "Run the same command again to resume from the last checkpoint."),
+                                        (-9, "Run the same command again to resume from the last checkpoint.")])
+def test_after_a_failed_worker_the_launcher_says_what_will_help(tmp_path, no_leftovers, code, says):
+    # Exit code 2 is a usage error (a bad --dataset found after joining, say): a rerun would meet it again, so the
+    # launcher does not suggest resuming; a crash or a kill may resume.
+    import io
+
+    d = str(tmp_path)
+    joined = "import os, pathlib, sys, time\n" + "".join(
+        f"pathlib.Path({d!r}, '{m}-{{k}}').touch()\n" for m in ("started", "joined"))
+    fail = joined.format(k=1) + ("os.kill(os.getpid(), 9)" if code < 0 else f"print('error: bad', file=sys.stderr); sys.exit({code})")
+    wait = joined.format(k=0) + "time.sleep(600)"
+    err = io.StringIO()
+    rc = launch.spawn([_py(wait), _py(fail)], _envs(2, d), d, join_timeout=60, err=err)
+    assert rc == launch.exit_code(code)  # the failed worker's code (137 after SIGKILL), as --help says
+    assert says in err.getvalue()
+    if code < 0:
+        assert rc == 128 + 9

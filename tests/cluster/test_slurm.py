@@ -195,9 +195,11 @@ def test_a_sweep_as_a_slurm_job_array_records_failures_and_resumes_without_resub
         assert rec["slurm"]["job_id"] == jobs[0]["job_id"] and rec["slurm"]["task"] == i
         assert (out / "slurm" / f"{jobs[0]['job_id']}_{i}.out").exists()
         assert (out / "runs" / pid / "mine.ipynb").exists()  # the point's outputs stay in its folder
-    # Again: everything is finished, so nothing is submitted.
+    # Again: everything is finished, so nothing is submitted; the failure was reported by the run above, so this
+    # one exits 0 and lists it as kept.
     r = _sweep(slurm_cluster, spec, out)
-    assert r.returncode == 1 and "nothing to submit" in r.stderr and len(_jobs(out)) == 1
+    assert r.returncode == 0 and "nothing to submit" in r.stderr and len(_jobs(out)) == 1
+    assert "1 point(s) failed, timed out or were cancelled in an earlier run" in r.stdout
     # --rerun-failed submits the failed point alone, as a new array.
     r = _sweep(slurm_cluster, spec, out, "--rerun-failed")
     jobs = _jobs(out)

@@ -264,6 +264,7 @@ def test_image_folder_skips_and_reports_bad_files(tmp_path, caplog):
     assert src.class_names == ["cat", "dog", "owl"] and src.num_classes == 3
     assert src.train_examples == 6 and src.input_shape == (12, 12, 3) and src.val is None
     info = src.info
+    assert info["val_shards"] == 0 and "no validation split" in info["note"]  # not "1 shard" of nothing
     assert (info["skipped_files"], info["skipped_unreadable"], info["skipped_not_image"]) == (3, 2, 1)
     assert info["per_class"] == {"cat": 3, "dog": 2, "owl": 1}
     assert "skipped 3 file(s)" in caplog.text and "dog/broken.jpg" in caplog.text and "cat/notes.txt" in caplog.text

@@ -101,3 +101,33 @@ def test_training_summary_counts_what_each_replica_trained_on(prepared, tmp_path
     assert sum(s["examples_per_replica"]) + s["dropped_examples"] == N
     assert s["steps"] == (3 if last_batch == "drop" else 4)
     assert np.isfinite(s["val_loss"]) == (last_batch == "partial")  # evaluated on the 40 val images
+
+
+@pytest.mark.parametrize("replicas", range(1, 9))
+def test_every_remainder_is_split_once_over_any_replica_count(replicas):
+    # The one split every batch goes through (training, --last-batch partial, evaluation): replica counts 1-8 and
+    # every remainder 0..R-1 of a short last batch. Each replica's pieces, gathered in replica order, are the batch
+    # order itself; a short batch's slices differ by at most one example, and one of fewer examples than replicas
+    # leaves the first replicas empty (the step pads those: engine.step.pad_empty).
+    import tensorflow as tf
+
+    per = 3
+    for rest in range(replicas):
+        n = 2 * per * replicas + rest
+        order = tf.range(n, dtype=tf.int64)
+        pieces = [list(pipeline._pieces(order, per * replicas, replicas, r, 1, True).as_numpy_iterator())
+                  for r in range(replicas)]
+        steps = 2 + (1 if rest else 0)
+        assert all(len(p) == steps for p in pieces)
+        for step in range(steps):
+            got = np.concatenate([pieces[r][step] for r in range(replicas)])
+            start = step * per * replicas
+            np.testing.assert_array_equal(got, np.arange(start, min(start + per * replicas, n)))
+        if rest:
+            sizes = [len(pieces[r][-1]) for r in range(replicas)]
+            assert sum(sizes) == rest and max(sizes) - min(sizes) <= 1
+            assert sizes.count(0) == max(0, replicas - rest)
+        # Without partial batches the short one is left out, the full ones are the same.
+        dropped = [list(pipeline._pieces(order, per * replicas, replicas, r, 1, False).as_numpy_iterator())
+                   for r in range(replicas)]
+        assert all(len(p) == 2 for p in dropped)

@@ -159,6 +159,7 @@ def test_images_pack_into_int64_words_and_back_exactly(shape):
     assert packed and labels.dtype == np.int64
 
 
+@pytest.mark.slow  # two trainings
 def test_host_placement_prefetches_to_gpus_and_trains_the_same(tmp_path, monkeypatch):
     import tensorflow as tf
 

@@ -106,11 +106,20 @@ def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, replicas):
     assert s["noise_scale_big_batch"] == 64 and s["noise_scale_small_batch"] == (16 if replicas == 4 else 32)
     assert s["noise_scale_trace"] == pytest.approx(truth_tr, rel=TOLERANCE)
     assert s["noise_scale_grad_sq"] == pytest.approx(truth_g2, rel=TOLERANCE)
-    assert s["noise_scale"] == pytest.approx(truth_tr / truth_g2, rel=TOLERANCE)  # 26.0
+    assert s["noise_scale_ema"] == pytest.approx(truth_tr / truth_g2, rel=TOLERANCE)  # 26.0
+    # The run's figure: the averaged estimates of the later half (64 steps), with an interval around the truth.
+    assert s["noise_scale"] == pytest.approx(truth_tr / truth_g2, rel=TOLERANCE) and s["noise_scale_window_steps"] == 64
+    lo, hi = s["noise_scale_interval"]
+    assert lo < truth_tr / truth_g2 < hi
+    # The LR is 1e-9: the loss stays at ln(4), and the summary says the figure cannot guide a batch choice.
+    assert s["noise_scale_reliable"] is False and "near ln(4)" in s["noise_scale_warnings"][0]
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")
-    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s", "noise_scale"]
-    assert steps["noise_scale"].iloc[-1] == pytest.approx(s["noise_scale"], rel=1e-5)
-    assert steps["noise_scale"].notna().all()
+    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s", "noise_grad_sq",
+                                   "noise_trace", "noise_scale"]
+    assert steps["noise_scale"].iloc[-1] == pytest.approx(s["noise_scale_ema"], rel=1e-5)
+    assert steps[["noise_grad_sq", "noise_trace", "noise_scale"]].notna().all().all()
+    est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
+    assert est["noise_scale"] == pytest.approx(s["noise_scale"], rel=1e-6)  # what advise recomputes from the file
 
 
 def test_noise_scale_does_not_change_what_is_trained(tmp_path):

@@ -64,6 +64,7 @@ def test_determinism_is_on_where_it_is_free_and_off_where_it_costs():
     assert not on and "XLA" in why and "ignored" in why
 
 
+@pytest.mark.slow
 def test_a_run_records_what_determinism_and_jit_it_ran_with(tmp_path):
     import tftoolkit
 

@@ -5,6 +5,7 @@ under papermill in smoke mode and writes what it promises (the slow tests).
 import ast
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -116,14 +117,26 @@ def test_smoke_shrinks_configs_and_lists_and_nothing_otherwise():
 _EXECUTED: dict = {}
 
 
-def _execute(name: str, out_root: Path, **parameters) -> tuple[Path, nbformat.NotebookNode]:
-    """Run notebook ``name`` once per session in smoke mode (cwd = the repository root, as papermill users do)."""
+def hint_args(name: str) -> list[str]:
+    """The papermill arguments the notebook's own first cell tells a user to smoke-run it with (README shows the
+    same): ``-p smoke True`` and whatever that command adds."""
+    nb = nbformat.read(str(ROOT / "notebooks" / f"{name}.ipynb"), as_version=4)
+    m = re.search(rf"`papermill notebooks/{name}\.ipynb out\.ipynb (-p smoke True[^`]*)`", nb.cells[0].source)
+    assert m, f"{name}: no smoke command in its first cell"
+    return shlex.split(m.group(1))
+
+
+def _execute(name: str, out_root: Path) -> tuple[Path, nbformat.NotebookNode]:
+    """Run notebook ``name`` once per session exactly as its first cell (and the README) says: the papermill
+    command line with its own smoke parameters, from the repository root; only ``out_dir`` is added, to keep the
+    results in the test's folder."""
     if name not in _EXECUTED:
         out = out_root / name
         executed = out_root / f"{name}.ipynb"
-        papermill.execute_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"), str(executed),
-                                   parameters={"smoke": True, "out_dir": str(out), **parameters},
-                                   cwd=str(ROOT), progress_bar=False)
+        done = subprocess.run([str(Path(sys.executable).parent / "papermill"), f"notebooks/{name}.ipynb", str(executed),
+                               *hint_args(name), "-p", "out_dir", str(out)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
         _EXECUTED[name] = (out, nbformat.read(str(executed), as_version=4))
     return _EXECUTED[name]
 
@@ -146,7 +159,7 @@ def _shows_images(nb) -> int:
 
 @pytest.mark.slow
 def test_00_environment_smoke(out_root):
-    out, nb = _execute("00_environment", out_root, replicas=2)
+    out, nb = _execute("00_environment", out_root)
     env = json.loads((out / "env.json").read_text())
     assert "host" in env and "gpus" in env
     # Doctor first: its quick checks, each passing or skipped with the reason on these CPU replicas.
@@ -161,28 +174,22 @@ def test_00_environment_smoke(out_root):
 
 @pytest.mark.slow
 def test_01_scaling_smoke_through_the_papermill_cli(out_root):
-    # Exactly as a user would: the papermill CLI, a list parameter given as text.
-    out = out_root / "01_cli"
-    executed = out_root / "01_cli.ipynb"
-    done = subprocess.run([str(Path(sys.executable).parent / "papermill"), "notebooks/01_data_parallel_scaling.ipynb",
-                           str(executed), "-p", "smoke", "True", "-p", "replicas", "[1, 2]", "-p", "out_dir", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # Exactly as a user would: the papermill CLI, a list parameter given as text (README's command).
+    assert hint_args("01_data_parallel_scaling") == ["-p", "smoke", "True", "-p", "replicas", "[1, 2]"]
+    out, nb = _execute("01_data_parallel_scaling", out_root)
     table = pd.read_csv(out / "scaling.csv")
     assert table["replicas"].tolist() == [1, 2] and (table["status"] == "ok").all()
     assert table["images_per_sec"].gt(0).all() and table.loc[0, "speedup"] == pytest.approx(1.0)
     _figures(out, "throughput", "efficiency", "images_per_replica", "monitor")
     assert (out / "runs.csv").exists()
-    nb = nbformat.read(str(executed), as_version=4)
     assert _shows_images(nb) >= 4  # figures render inline, so they reach the HTML report too
-    _EXECUTED["01_data_parallel_scaling"] = (out, nb)
 
 
 @pytest.mark.slow
 def test_02_batch_and_lr_smoke(out_root):
-    out, nb = _execute("02_batch_and_lr_scaling", out_root, replicas=2, warmup_epochs=[0.0])
+    out, nb = _execute("02_batch_and_lr_scaling", out_root)
     table = pd.read_csv(out / "results.csv")
-    # Smoke keeps the first two batches and rules: four runs, each recorded with its status.
+    # Its smoke command's two batches, smoke's first two rules, no warmup: four runs, each recorded with its status.
     assert sorted(zip(table["global_batch"], table["lr_rule"])) == [(32, "linear"), (32, "none"), (128, "linear"),
                                                                      (128, "none")]
     # Every run measured the gradient noise scale (6 smoke steps can leave the |G|^2 estimate below zero, which
@@ -194,7 +201,7 @@ def test_02_batch_and_lr_smoke(out_root):
 
 @pytest.mark.slow
 def test_03_communication_smoke(out_root):
-    out, nb = _execute("03_communication", out_root, replicas=[1, 2])
+    out, nb = _execute("03_communication", out_root)
     table = pd.read_csv(out / "allreduce.csv")
     assert table["payload"].astype(str).str.startswith("grads:small_cnn").any()  # the model's own gradients
     compute = pd.read_csv(out / "compute" / "scaling.csv")
@@ -206,10 +213,9 @@ def test_03_communication_smoke(out_root):
 def test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root):
     from tftoolkit.experiments import sweep
 
-    scaling_out, _ = _EXECUTED.get("01_data_parallel_scaling") or _execute("01_data_parallel_scaling", out_root,
-                                                                            replicas=[1, 2])
-    batch_out, _ = _execute("02_batch_and_lr_scaling", out_root, replicas=2, warmup_epochs=[0.0])
-    comm_out, _ = _execute("03_communication", out_root, replicas=[1, 2])
+    scaling_out, _ = _execute("01_data_parallel_scaling", out_root)
+    batch_out, _ = _execute("02_batch_and_lr_scaling", out_root)
+    comm_out, _ = _execute("03_communication", out_root)
     # The way `tftoolkit sweep` and `tftoolkit demo` run it: its own process, then HTML.
     html, error = sweep.render_report(ROOT / "notebooks" / "04_report.ipynb", [scaling_out, batch_out, comm_out],
                                       out_root / "rep", timeout=300)
@@ -266,9 +272,8 @@ def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
     arguments through papermill, the test below)."""
     from tftoolkit.experiments import report
 
-    for name, parameters in (("02_batch_and_lr_scaling", {"replicas": 2, "warmup_epochs": [0.0]}),
-                             ("03_communication", {"replicas": [1, 2]})):
-        _EXECUTED.get(name) or _execute(name, out_root, **parameters)
+    for name in ("02_batch_and_lr_scaling", "03_communication"):
+        _execute(name, out_root)
     from tftoolkit.experiments import findings
 
     # Its own folder holds results too once it has run (here: an all-reduce table); it is still left out.

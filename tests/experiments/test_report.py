@@ -167,3 +167,62 @@ def test_discover_finds_result_folders_next_to_the_output(tmp_path):
     assert [p.name for p in found] == ["01_scaling", "sweep"]
     assert report.discover(["a", "b"], tmp_path) == [Path("a"), Path("b")]
     assert report.discover([], tmp_path / "nowhere" / "x") == []
+
+
+def _foreign_sweep(root: Path) -> Path:
+    """A sweep of a user's own notebook: no training runs, each point wrote results.json (score, loss)."""
+    root.mkdir(parents=True)
+    (root / "sweep.json").write_text(json.dumps({"identity": {"notebook": "mine.ipynb", "points": []}}))
+    rows = []
+    for i, (lr, batch) in enumerate([(0.1, 32), (0.1, 64), (0.01, 32), (0.01, 64)]):
+        pid = f"0{i}_lr-{lr}_batch-{batch}"
+        pdir = root / "runs" / pid
+        pdir.mkdir(parents=True)
+        ok = i != 3
+        (pdir / "point.json").write_text(json.dumps({"id": pid, "status": "ok" if ok else "failed",
+                                                     "recorded": ["score", "loss"] if ok else []}))
+        rows.append({"id": pid, "lr": lr, "batch": batch, "status": "ok" if ok else "failed",
+                     "error": None if ok else "ValueError: boom", "wall_s": 3.0,
+                     "score": 0.5 + 0.1 * i if ok else None, "loss": 1.0 - 0.1 * i if ok else None})
+    pd.DataFrame(rows).to_csv(root / "results.csv", index=False)
+    return root
+
+
+def test_a_sweep_of_a_user_notebook_reports_what_it_recorded(tmp_path, monkeypatch):
+    from tftoolkit.experiments import findings
+
+    res = report.load([_foreign_sweep(tmp_path / "mine")])
+    table = report.overview(res)
+    assert {"lr", "batch", "status", "error", "score", "loss"} <= set(table.columns)
+    assert table.loc[table["status"] == "ok", "error"].tolist() == ["", "", ""]  # no NaN where nothing went wrong
+    text = findings.markdown(res)
+    assert "**score** (mine, 3 finished point(s)): from 0.5 (lr=0.1, batch=32) to 0.7 (lr=0.01, batch=32)" in text
+    assert "1 of 4 did not finish normally" in text and "Scaling" not in text
+    # Sections: only the one the results have data for; each figure saved; nothing printed as a Python object.
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    for name in report.SECTIONS:
+        report.section(res, name, tmp_path / "figures")
+    headings = [o.data for o in shown if hasattr(o, "data") and isinstance(o.data, str) and o.data.startswith("## ")]
+    assert headings == ["## Recorded results\n\nWhat each point's notebook recorded in `results.json`, by parameter."]
+    assert (tmp_path / "figures" / "recorded.png").stat().st_size > 5000
+    written = report.save_tables(res, tmp_path / "tables")
+    assert "PosixPath" not in written._repr_markdown_() and "points.csv" in written._repr_markdown_()
+    assert "score" in pd.read_csv(written["points"]).columns
+
+
+def test_a_tie_is_not_called_a_best_rule(tmp_path):
+    from tftoolkit.experiments import findings
+
+    runs = pd.DataFrame({"global_batch": [32, 32, 32, 256, 256], "lr_rule": ["none", "linear", "sqrt", "none", "linear"],
+                         "warmup_epochs": 0.0, "val_accuracy": [0.33, 0.33, 0.33, 0.40, 0.90], "status": "ok"})
+    res = report.Results([], pd.DataFrame(), runs.assign(source="s", run=[f"r{i}" for i in range(5)]))
+    monkey = findings.report.batch_frames
+    try:
+        findings.report.batch_frames = lambda r: (pd.DataFrame(), pd.DataFrame(), runs)
+        line = findings.batch_and_lr(res)[0]
+    finally:
+        findings.report.batch_frames = monkey
+    assert "32: no rule better than another (all 33%)" in line and "256: linear (90%)" in line

@@ -192,6 +192,7 @@ def test_failures_are_isolated_recorded_and_resume_skips_finished_points(tmp_pat
     out = tmp_path / "out"
     s = sweep.run(path, out, quiet=True)
     assert (s["counts"]["ok"], s["counts"]["failed"], s["counts"]["diverged"], s["counts"]["timeout"]) == (1, 1, 1, 0)
+    assert s["new_failures"] == 1
     rows = {r["id"]: r for _, r in results(out).iterrows()}
     points = load_spec(path).points
     ok, raised, diverged = (rows[p.id] for p in points)
@@ -210,6 +211,7 @@ def test_failures_are_isolated_recorded_and_resume_skips_finished_points(tmp_pat
     _set_status(out, ok["id"], "running")
     s2 = sweep.run(path, out, quiet=True)
     assert s2["ran"] == 1 and s2["counts"]["ok"] == 1
+    assert s2["new_failures"] == 0  # the kept failure is not this run's: the CLI exits 0 and lists it
     after = {p.id: sweep.read_record(out, p)["finished"] for p in points}
     assert [k for k in before if before[k] != after[k]] == [ok["id"]]
 

@@ -82,7 +82,7 @@ def test_collective_strategies_in_one_process_do_not_share_keys(cpu_devices):
     for impl, size in (("tf_default", 16384), ("collective", 4096), ("tf_default", 8192)):
         strategy, options, _ = allreduce.make_strategy(impl, cpu_devices)
         t = allreduce.time_allreduce(strategy, [(size // 4,)], options=options, repeats=1, warmup=1, iters=1)
-        assert t["time_s"] > 0
+        assert t["time_raw_s"] > 0 and t["time_s"] >= 0  # the call's overhead subtracted can leave ~0 at 4 KiB
 
 
 def test_bench_cli_on_four_replicas_with_a_models_gradients(tmp_path, capsys):

@@ -436,3 +436,16 @@ def test_replay_recorded_fixture_through_the_monitor(path, tmp_path, monkeypatch
             recorded = {s[i]["nvmlDeviceGetUtilizationRates"]["gpu"] for s in fixture["samples"]}
             assert set(df[(df["device"] == f"gpu{i}") & (df["metric"] == "util_gpu_pct")]["value"]) <= recorded
     json.dumps(monitor.summarize(df))
+
+
+def test_summarize_takes_a_path_or_a_frame_and_says_what_else_it_needs(tmp_path):
+    rows = [(t / 2, "gpu0", "power_w", 100.0, "train") for t in range(5)]
+    df = frame(rows)
+    df.to_csv(tmp_path / "monitor.csv", index=False)
+    by_frame = monitor.summarize(df)
+    assert monitor.summarize(tmp_path / "monitor.csv") == by_frame  # the file
+    assert monitor.summarize(str(tmp_path)) == by_frame              # its run directory, as text
+    with pytest.raises(DataError, match="a monitor frame .* or the path of a monitor.csv"):
+        monitor.summarize({"time_s": [0.0]})
+    with pytest.raises(DataError, match="lacks column"):
+        monitor.summarize(pd.DataFrame({"time_s": [0.0]}))

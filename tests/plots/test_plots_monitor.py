@@ -3,6 +3,7 @@
 import io
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
@@ -89,3 +90,22 @@ def test_heatmap_of_cpu_only_run_shows_cores():
     assert fig.axes[1].get_ylabel() == "CPU core utilisation (%)"
     with pytest.raises(DataError):
         plots.plot_utilisation_heatmap(_frame(gpus=False).query("metric != 'cpu_util_pct'"))
+
+
+def test_heatmap_phase_names_never_run_into_each_other_and_no_column_is_blank():
+    # The end of a run: a long train, a short eval, train again for one sample, and a stop sample 1 ms after the
+    # last one. Names used to overlap ("evtrain") and the stop sample left an empty column.
+    rows = []
+    times = [k * 0.5 for k in range(40)] + [19.501]
+    for k, t in enumerate(times):
+        phase = "train" if k < 36 else "eval" if k < 39 else "train"
+        rows += [(t, g, "util_gpu_pct", 80.0, phase) for g in ("gpu0", "gpu1")]
+    fig = plots.plot_utilisation_heatmap(pd.DataFrame(rows, columns=COLUMNS))
+    ax = fig.axes[0]
+    mesh = ax.collections[0].get_array()
+    assert not np.isnan(np.asarray(mesh, dtype=float)).any()
+    fig.canvas.draw()
+    labels = [t for t in ax.texts if t.get_text() in ("train", "eval")]
+    assert [t.get_text() for t in labels] == ["train", "eval", "train"]
+    boxes = [t.get_window_extent() for t in labels]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])

@@ -17,7 +17,7 @@ def _run_dir(tmp_path, name="run", steps=True, **fields):
     d = tmp_path / name
     d.mkdir()
     s = {"replicas": 2, "per_replica_batch": 32, "global_batch": 64, "noise_scale": 500.0, "noise_scale_steps": 120,
-         "params": 1_000_000, "compute_time_s": 0.05, **fields}
+         "params": 1_000_000, "compute_time_s": 0.05, "device_kind": "GPU", **fields}
     (d / "summary.json").write_text(json.dumps(s))
     if steps:
         pd.DataFrame({"step": range(1, 21), "loss": np.linspace(2, 1, 20),
@@ -94,9 +94,59 @@ def test_cli_advise_bad_run_directories(tmp_path, capsys):
     assert main(["advise", str(no_ns)]) == 2
     assert "lacks field(s) noise_scale (train with --noise-scale)" in capsys.readouterr().err
     nan_ns = _run_dir(tmp_path, "nan", noise_scale=math.nan)
-    assert main(["advise", str(nan_ns)]) == 2
-    assert "the noise scale is nan" in capsys.readouterr().err
+    assert main(["advise", str(nan_ns)]) == 1  # nothing to recommend from: said, exit 1, no made-up batch
+    out = capsys.readouterr().out
+    assert "NOT RELIABLE: the averaged |G|^2 estimate is not positive" in out and "no recommendation" in out
+    assert json.loads((nan_ns / "advice.json").read_text())["recommended"] is None
     assert main(["advise", str(tmp_path / "missing")]) == 2
     assert "has no summary.json" in capsys.readouterr().err
     with pytest.raises(RunDirError):
         advise.read_run(tmp_path / "missing")
+
+
+def _per_step_run(tmp_path, name, grad_sq, trace, final_loss=1.0, classes=10):
+    d = _run_dir(tmp_path, name, steps=False, final_loss_mean10=final_loss, num_classes=classes)
+    n = len(grad_sq)
+    pd.DataFrame({"step": range(1, n + 1), "loss": np.full(n, final_loss), "noise_grad_sq": grad_sq,
+                  "noise_trace": trace, "noise_scale": np.asarray(trace) / np.asarray(grad_sq)}).to_csv(
+        d / "steps.csv", index=False)
+    return d
+
+
+def test_advise_takes_the_ratio_of_averages_over_the_later_half_with_an_interval(tmp_path):
+    rng = np.random.default_rng(0)
+    # Per-step unbiased estimates scatter (|G|^2 around 0.02 with noise 0.01); their means give B = 250.
+    g = 0.02 + 0.01 * rng.standard_normal(400)
+    t = 5.0 + 1.0 * rng.standard_normal(400)
+    run = _per_step_run(tmp_path, "good", g, t)
+    r = advise.advise(run, figures=False)
+    assert r["reliable"] and r["warnings"] == [] and r["noise_scale_steps"] == 200
+    assert r["noise_scale"] == pytest.approx(t[200:].mean() / g[200:].mean())
+    lo, hi = r["noise_scale_interval"]
+    assert lo < r["noise_scale"] < hi and hi / lo < 3 and r["recommended"]["replicas"] == 8
+
+
+def test_advise_does_not_recommend_from_a_run_that_did_not_learn(tmp_path, capsys):
+    # The run: at chance (loss 2.307 ~ ln 10), per-step ratios swinging from 97 to 10865 with NaN rows, and a
+    # last value (1234) that advise used to take as B_crit.
+    rng = np.random.default_rng(1)
+    g = 0.001 + 0.004 * rng.standard_normal(300)
+    t = 2.0 + 0.5 * rng.standard_normal(300)
+    g[::37] = np.nan
+    run = _per_step_run(tmp_path, "chance", g, t, final_loss=2.307, classes=10)
+    assert main(["advise", str(run)]) in (0, 1)
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("NOT RELIABLE: the loss stayed near ln(10) = 2.303")
+    advice = json.loads((run / "advice.json").read_text())
+    assert advice["reliable"] is False and any("factor of 3" in w or "not positive" in w for w in advice["warnings"])
+    if advice["recommended"] is not None:  # a recommendation, if any, comes after every warning
+        assert out.index("recommended:") > max(out.index(w[:40]) for w in advice["warnings"])
+
+
+def test_too_few_steps_are_not_reliable():
+    from tftoolkit import noise_scale
+
+    est = noise_scale.robust_estimate(np.full(40, 0.02), np.full(40, 5.0))
+    assert est["noise_scale"] == pytest.approx(250.0) and est["steps"] == 20
+    assert any("only 20 valid steps" in w for w in noise_scale.reliability(est))

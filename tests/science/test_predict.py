@@ -19,7 +19,7 @@ RESNET50_BYTES = 25.6e6 * 4  # ~25.6 M parameters in float32
 def _run_dir(tmp_path, name="run", **fields):
     d = tmp_path / name
     d.mkdir()
-    s = {"replicas": 1, "per_replica_batch": 64, "params": 1_000_000, "step_time_s": 0.1, **fields}
+    s = {"replicas": 1, "per_replica_batch": 64, "params": 1_000_000, "step_time_s": 0.1, "device_kind": "GPU", **fields}
     (d / "summary.json").write_text(json.dumps(s))
     return d
 
@@ -202,3 +202,29 @@ def test_star_model_for_reduce_to_one():
     assert fit["algorithm"] == "star"
     with pytest.raises(ConfigError, match="algorithm must be one of ring, star"):
         predict.allreduce_time(1e6, 2, 1, link, algorithm="tree")
+
+
+def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(tmp_path, capsys):
+    # The issue's run: 2 CPU-simulated replicas, compute 12.56 ms/step on shared cores, communication 4.3% measured.
+    run = _run_dir(tmp_path, replicas=2, per_replica_batch=64, compute_time_s=0.01256, step_time_s=0.0131,
+                   step_time_no_input_s=0.0131, device_kind="CPU-simulated", communication_fraction=0.043,
+                   gradient_bytes=4e5)
+    assert main(["predict", str(run), "--interconnect", "pcie4"]) == 2
+    err = capsys.readouterr().err
+    assert "measured on CPU-simulated replicas" in err and "--compute-ms" in err
+    # With the step time given, the forecast is made and says where its compute came from.
+    assert main(["predict", str(run), "--interconnect", "pcie4", "--inter-host", "ib200", "--compute-ms", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("calibration: compute 2 ms/step given (--compute-ms)")
+    # Its own replica count is in the forecast: the measured point is shown beside it, with the error.
+    assert "measured at 2 replica(s) (CPU-simulated): step 13.10 ms against pcie4 + ib200's" in out
+    assert "communication 4% measured" in out
+    result = json.loads((run / "prediction.json").read_text())
+    assert result["calibration"]["given"] is True and result["measured_point"]["replicas"] == 2
+    # The simulated replicas themselves can still be modelled (shared devices), labelled as measured there.
+    r = predict.run(run, tmp_path / "shared", interconnects="pcie4", devices="shared", figures=False, max_replicas=8)
+    assert "measured on CPU-simulated" in r["calibration"]["source"]
+    # A notebook gets the refusal as a result that says why, not an exception.
+    r = predict.run(run, tmp_path / "nb", interconnects="pcie4", on_refusal="report", figures=True)
+    assert "measured on CPU-simulated" in r["refused"] and predict.describe(r).startswith("no forecast: ")
+    assert (tmp_path / "nb" / "efficiency_vs_replicas.png").exists()

@@ -120,3 +120,59 @@ def test_greyscale_images_of_any_size_with_the_default_model(tmp_path):
     s = tftoolkit.train(RunConfig(replicas=1, per_replica_batch=16, steps=2, num_classes=4, measure=False),
                         tmp_path / "grey", quiet=True, data=tf.data.Dataset.from_tensor_slices((x, y)))
     assert s["status"] == "ok" and s["model"] == RunConfig().model
+
+
+def _three_classes(n=96, size=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8), rng.integers(0, 3, n)
+
+
+@pytest.mark.parametrize("kind", ["arrays", "dataset"])
+@pytest.mark.slow
+def test_the_class_count_is_taken_from_the_data_and_recorded(tmp_path, kind):
+    # 3 classes, nothing said about it: 3 logits (starting loss ~ ln 3, not ln 10), and config.json says 3.
+    import tensorflow as tf
+
+    x, y = _three_classes()
+    data = (x, y) if kind == "arrays" else tf.data.Dataset.from_tensor_slices((x, y))
+    cfg = {k: v for k, v in CFG.items() if k != "num_classes"}
+    s = tftoolkit.train(RunConfig(replicas=1, **{**cfg, "steps": 2, "base_lr": 1e-6}), tmp_path / kind, quiet=True,
+                        model=cell_model, data=data)
+    assert s["num_classes"] == 3 and abs(s["initial_loss"] - np.log(3)) < 0.3
+    assert json.loads((tmp_path / kind / "config.json").read_text())["config"]["num_classes"] == 3
+    # Said, and contradicted by the labels: refused, before anything trains.
+    with pytest.raises(DataError, match=r"label out of range: labels span \[0, 2\] but there are 2 classes"):
+        tftoolkit.train(RunConfig(replicas=1, **{**cfg, "num_classes": 2}), tmp_path / "bad", quiet=True,
+                        model=cell_model, data=data)
+
+
+def test_a_validation_split_of_another_shape_is_refused_before_training(tmp_path):
+    x, y = _three_classes(size=8)
+    vx, vy = _three_classes(n=32, size=12)
+    with pytest.raises(DataError, match=r"validation images must have the training images' shape \(N, 8, 8, 3\)"):
+        tftoolkit.train(RunConfig(replicas=1, **CFG), tmp_path / "r", quiet=True, data=(x, y, vx, vy))
+    assert not (tmp_path / "r" / "summary.json").exists()
+    import tensorflow as tf
+
+    with pytest.raises(DataError, match=r"validation data: images of shape \(12, 12, 3\), but the training images"):
+        tftoolkit.train(RunConfig(replicas=1, **CFG), tmp_path / "d", quiet=True,
+                        data=(tf.data.Dataset.from_tensor_slices((x, y)), tf.data.Dataset.from_tensor_slices((vx, vy))))
+
+
+@pytest.mark.slow
+def test_a_model_ending_in_softmax_is_warned_about(tmp_path, caplog):
+    import keras
+
+    def probabilities(input_shape, num_classes):
+        i = keras.Input(input_shape)
+        return keras.Model(i, keras.layers.Dense(num_classes, activation="softmax")(keras.layers.Flatten()(i)))
+
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        tftoolkit.train(RunConfig(replicas=1, **{**CFG, "steps": 1}), tmp_path / "r", quiet=True, model=probabilities,
+                        data=_dataset(64))
+    assert "ends in a softmax, but the loss takes logits" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        tftoolkit.train(RunConfig(replicas=1, **{**CFG, "steps": 1}), tmp_path / "ok", quiet=True, model=cell_model,
+                        data=_dataset(64))
+    assert "softmax" not in caplog.text

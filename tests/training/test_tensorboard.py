@@ -123,9 +123,78 @@ def test_the_tensorboard_command_serves_a_run(profiled, tmp_path):
             assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()[-2000:]
             time.sleep(0.5)
         assert "train" in runs and "validation" in runs
+        # SIGTERM to the command stops TensorBoard and its data server with it (they used to run on under init).
+        import psutil
+
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children
+        proc.send_signal(15)
+        assert proc.wait(timeout=30) == 0
+        gone, alive = psutil.wait_procs(children, timeout=15)
+        assert not alive, [p.cmdline() for p in alive]
     finally:
         import os
         import signal
 
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
+
+
+def _sessions(run_dir):
+    """(trial ids of the HParams sessions, final/* tags) in a run's train events, over every event file."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    ids, finals = [], set()
+    for f in sorted((run_dir / "tensorboard" / "train").glob("events.out.tfevents.*")):
+        acc = _accumulator(f)
+        try:
+            contents = acc.PluginTagToContent("hparams").values()
+        except KeyError:  # this event file holds no HParams
+            contents = []
+        for content in contents:
+            data = plugin_data_pb2.HParamsPluginData.FromString(content)
+            if data.HasField("session_start_info"):
+                ids.append(data.session_start_info.group_name)
+        finals |= {t for t in acc.Tags()["tensors"] if t.startswith("final/")}
+    return ids, finals
+
+
+@pytest.mark.slow
+def test_every_run_of_a_sweep_is_its_own_hparams_row(tmp_path):
+    # Every sweep point's run folder is called "run": the trial id (which TensorBoard groups sessions by) used to be
+    # that name, so a whole sweep became one row. Now it is the run's own path.
+    for point in ("p0", "p1"):
+        tftoolkit.train(RunConfig(**{**SMALL, "steps": 2, "seed": int(point[1])}), tmp_path / point / "run", quiet=True)
+    a, _ = _sessions(tmp_path / "p0" / "run")
+    b, _ = _sessions(tmp_path / "p1" / "run")
+    assert len(a) == len(b) == 1 and a != b and a[0].endswith("p0/run")
+
+
+@pytest.mark.slow
+def test_a_failed_run_writes_no_final_figures_and_a_resumed_run_one_session(tmp_path, monkeypatch):
+    from tftoolkit.training import run as run_mod
+
+    out = tmp_path / "run"
+    cfg = RunConfig(**{**SMALL, "checkpoint_every": 4, "steps_per_loop": 2})
+    real = run_mod.Run._diverged
+
+    def crash(self, losses, first_step):  # a fault at step 8, after the step-4 checkpoint
+        if first_step + len(losses) >= 8:
+            raise RuntimeError("a node went away")
+        return real(self, losses, first_step)
+
+    monkeypatch.setattr(run_mod.Run, "_diverged", crash)
+    with pytest.raises(RuntimeError):
+        tftoolkit.train(cfg, out, quiet=True)
+    ids, finals = _sessions(out)
+    assert len(ids) == 1 and finals == set()  # failed: no "final" metrics
+    monkeypatch.undo()
+    s = tftoolkit.train(cfg, out, quiet=True)  # resumes from the step-4 checkpoint
+    ids, finals = _sessions(out)
+    assert len(ids) == 1 and "final/val_accuracy" in finals  # one session, final figures once it finished
+    segs = s["segments"]
+    assert [(g["from_step"], g["to_step"], g["status"]) for g in segs] == [(0, 8, "failed"), (4, 12, "ok")]
+    assert s["run_wall_time_s"] == pytest.approx(segs[0]["wall_time_s"] + segs[1]["wall_time_s"])

@@ -136,3 +136,13 @@ def test_run_directory_from_before_a_new_config_field_still_resumes(tmp_path):
     del written["config"]["divergence_factor"]  # as if written by a version without that field (default 5.0)
     path.write_text(json.dumps(written))
     assert tftoolkit.train(cfg, tmp_path / "old", quiet=True)["status"] == "ok"
+
+
+def test_too_few_timed_steps_say_why_there_is_no_rate(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(replicas=1, steps=2, steps_per_loop=2, timing_warmup_steps=10,
+                                      eval_every_epoch=False, **{k: v for k, v in SMALL.items() if k != "steps_per_loop"}),
+                            tmp_path / "r")
+    assert math.isnan(s["images_per_sec"]) and s["timed_steps"] == 0
+    assert "images/sec not measured: all 2 steps fell in the timing warm-up (--timing-warmup-steps 10" in caplog.text
+    assert "nan ± nan" not in caplog.text

@@ -3,7 +3,7 @@
 The CLI parses options, calls the same function the Python API and the notebooks call, and prints what
 the command has to say; it holds no other logic, and nothing imports it. One module per thing a user does:
 
-    train        train                      measure      env, scale, bench allreduce | input
+    train        train                      measure      env, doctor, scale, bench allreduce | input
     data         data prepare               experiments  sweep, demo
     science      find-lr, find-batch, advise, predict    cluster  launch
 

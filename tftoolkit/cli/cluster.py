@@ -14,8 +14,10 @@ def add(sub) -> None:
     p = sub.add_parser("launch", help="run a train command as K worker processes here (MultiWorkerMirroredStrategy)",
                        description="Start K workers of `tftoolkit train` on this machine (free localhost ports, "
                                    "worker 0 is the chief and writes the run directory), stream their output with a "
-                                   "[worker k] prefix and return the chief's exit code. If one worker fails the "
-                                   "others are stopped. With --print-tf-config, print each host's TF_CONFIG instead.",
+                                   "[worker k] prefix. Exit code: the chief's when every worker ends on its own; "
+                                   "if one fails first, the others are stopped and the exit code is the failed "
+                                   "worker's (128 + N when signal N killed it: 137 after SIGKILL). With "
+                                   "--print-tf-config, print each host's TF_CONFIG instead.",
                        usage="tftoolkit launch --workers K [--replicas-per-worker N] [--join-timeout S] "
                              "[--base-port P] -- train [train options] --out RUN_DIR")
     p.add_argument("--workers", type=int, metavar="K", help="worker processes to start")

@@ -12,7 +12,12 @@ EXIT_USAGE = 2
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what is wrong and where to look), exit code 2."""
+    """argparse, but a usage error is one line (what is wrong and where to look), exit code 2, and no option is
+    taken for a prefix of another (``find-lr --steps 5`` would otherwise silently set --steps-per-loop)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -13,7 +13,9 @@ def add(sub) -> None:
                        description="Run SPEC's notebook once per point of its parameter grid (grid: crossed, zip: "
                                    "paired, fixed: shared), each point in its own process and folder "
                                    "OUT/runs/<id>/; write OUT/results.csv and the report (OUT/report.html). "
-                                   "Running the same command again resumes: finished points are skipped.")
+                                   "Running the same command again resumes: finished points are skipped. Exit code "
+                                   "1 when a point this command ran failed, timed out or was cancelled, or the report "
+                                   "failed; failures kept from an earlier run are listed, not counted again.")
     p.add_argument("spec", metavar="SPEC.yaml", help="sweep spec: notebook, report, fixed, grid, zip (see sweeps/)")
     p.add_argument("--out", required=True, help="sweep folder; rerunning the same spec there resumes it")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -50,7 +52,10 @@ def add(sub) -> None:
                    help="submit, print the job id and return; the same command later collects and resumes")
     p.set_defaults(func=sweep)
 
-    p = sub.add_parser("demo", help="the main job: data, scaling and batch/LR sweeps, report (about 10 min on CPU)",
+    from ..experiments.demo import MINUTES
+
+    p = sub.add_parser("demo", help=f"the main job: data, scaling and batch/LR sweeps, report (about {MINUTES} minutes "
+                                    "on 2 CPU cores)",
                        description="Prepare shapes16k if needed, run the scaling sweep (all GPUs, or 4 simulated CPU "
                                    "replicas), a small batch-size x LR-rule sweep and a short all-reduce bench, render "
                                    "the report and print where report.html is. Running it again resumes.")
@@ -117,7 +122,12 @@ def sweep(args) -> int:
         print(f"report: {s['report']}" + (f" (report notebook failed: {s['report_error']})" if s["report_error"] else ""))
     elif s["report_error"]:
         print(f"report failed: {s['report_error']}", file=sys.stderr)
-    return 0 if not (c["failed"] or c["timeout"] or c["cancelled"] or s["report_error"]) else 1
+    kept = c["failed"] + c["timeout"] + c["cancelled"] - s["new_failures"]
+    if kept > 0:
+        print(f"{kept} point(s) failed, timed out or were cancelled in an earlier run and are kept as they are "
+              "(--rerun-failed runs them again)")
+    # Exit 1 when something run now failed (or the report did); failures kept from earlier runs were reported then.
+    return 0 if not (s["new_failures"] or s["report_error"]) else 1
 
 
 def demo(args) -> int:
@@ -155,4 +165,29 @@ def tensorboard(args) -> int:
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", args.host,
            "--port", str(args.port)]
     print(f"TensorBoard on {logdir}: http://{args.host}:{args.port}/  (Ctrl-C stops it)", flush=True)
-    return subprocess.call(cmd)
+    return run_in_group(cmd)
+
+
+def run_in_group(cmd: list[str]) -> int:
+    """Run ``cmd`` in a process group of its own until it ends, or until this process gets SIGTERM or SIGINT:
+    then the whole group goes (TensorBoard starts a data server of its own, which a signal to TensorBoard alone
+    left running), and the child dies with this process if it is SIGKILLed."""
+    import signal
+    import subprocess
+
+    from ..cluster.procs import die_with_parent, stop_group
+
+    proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent)
+    stopped = []
+
+    def stop(signum, frame):
+        stopped.append(signum)
+        stop_group(proc, grace_s=5.0)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if stopped else code

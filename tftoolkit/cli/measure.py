@@ -1,4 +1,5 @@
-"""tftoolkit env, scale and bench: what the machine offers, how training scales, one part measured alone."""
+"""tftoolkit env, doctor, scale and bench: what the machine offers, whether the toolkit can be trusted on it, how
+training scales, one part measured alone."""
 
 from __future__ import annotations
 

@@ -11,7 +11,12 @@ def add(sub) -> None:
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
                                    "recommended global batch and GPU count (B_crit ~ B_simple, McCandlish et al. "
-                                   "2018) and plot the steps-vs-examples trade-off.")
+                                   "2018) and plot the steps-vs-examples trade-off. The noise scale is the ratio of "
+                                   "the per-step |G|^2 and tr(Sigma) estimates averaged over the later half of the "
+                                   "run, with a 90%% interval; reasons not to trust it (a run at chance, too few "
+                                   "steps, an interval wider than a factor of 3) are printed before any "
+                                   "recommendation and kept in advice.json (reliable, warnings). Exit code 1 when "
+                                   "there is no positive noise scale to recommend from.")
     p.add_argument("run_dir", help="run directory of a run trained with --noise-scale")
     p.add_argument("--out", help="where to write advice.json, tradeoff.csv, tradeoff.png (default: RUN_DIR)")
     p.add_argument("--per-replica-batch", type=int, help="per-replica batch to plan with (default: the run's; "
@@ -40,7 +45,7 @@ def add(sub) -> None:
                                 "estimated training memory stays under it; on GPUs an extra cap on the measured peak")
             p.add_argument("--max-batch", type=int, default=finders.MAX_BATCH,
                            help=f"stop doubling here (default: {finders.MAX_BATCH})")
-        add_config_options(p)
+        add_config_options(p, skip=FINDER_SKIP[name])
         p.set_defaults(func=fn)
 
     p = sub.add_parser("predict", help="predict speedup and efficiency for 1..64 GPUs from a measured run",
@@ -67,6 +72,10 @@ def add(sub) -> None:
     p.add_argument("--gpus-per-host", type=int, default=predict.DEFAULT_GPUS_PER_HOST, help="default: 8")
     p.add_argument("--nics-per-host", type=int, default=1, help="NICs per host for the inter-host link (default: 1)")
     p.add_argument("--measured", nargs="+", help="run directories or scaling.csv to compare the prediction with")
+    p.add_argument("--compute-ms", type=float, metavar="MS",
+                   help="the step's compute on one GPU at the run's per-replica batch, in ms, instead of the run's "
+                        "own: needed to forecast GPUs from a run on CPU-simulated replicas (refused otherwise: a "
+                        "GPU computes far faster, so communication would weigh more than such a forecast says)")
     p.add_argument("--algorithm", choices=tuple(predict.ALGORITHMS), default="ring",
                    help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
                         "NCCL) (default: ring)")
@@ -79,14 +88,25 @@ def advise_command(args) -> int:
     result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
                            max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host)
     print(advise.describe(result))
-    print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv, tradeoff.png")
-    return 0
+    print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv"
+          + (", tradeoff.png" if result["recommended"] is not None else ""))
+    return 0 if result["recommended"] is not None else 1
+
+
+# Training options a finder does not use, so it does not offer them (an option taken and ignored is a promise
+# broken): neither trains to a length (--lr-steps, one step per trial) nor checkpoints, profiles, measures or
+# evaluates; the LR sweep replaces the schedule; find-batch runs one step on a batch of its own.
+_NOT_FOR_FINDERS = ("steps", "epochs", "checkpoint_every", "profile_steps", "noise_scale", "measure",
+                    "eval_every_epoch", "timing_warmup_steps", "divergence_factor", "warmup_epochs", "schedule",
+                    "base_lr", "data_placement", "workers", "input_sharding")
+FINDER_SKIP = {"find-lr": _NOT_FOR_FINDERS,
+               "find-batch": _NOT_FOR_FINDERS + ("lr_rule", "base_batch", "augment", "last_batch", "steps_per_loop")}
 
 
 def find_lr_command(args) -> int:
     from ..science import finders
 
-    r = finders.find_lr(config_from_args(args), args.out, lr_min=args.lr_min, lr_max=args.lr_max, steps=args.lr_steps,
+    r = finders.find_lr(config_from_args(args, skip=FINDER_SKIP["find-lr"]), args.out, lr_min=args.lr_min, lr_max=args.lr_max, steps=args.lr_steps,
                         blowup=args.blowup, quiet=args.quiet)
     if r["suggested_lr"] == r["suggested_lr"]:
         print(f"suggested LR {r['suggested_lr']:.4g} for global batch {r['global_batch']} ({r['suggestion']}); "
@@ -100,7 +120,7 @@ def find_lr_command(args) -> int:
 def find_batch_command(args) -> int:
     from ..science import finders
 
-    r = finders.find_batch(config_from_args(args), args.out, memory_limit_mb=args.memory_limit_mb,
+    r = finders.find_batch(config_from_args(args, skip=FINDER_SKIP["find-batch"]), args.out, memory_limit_mb=args.memory_limit_mb,
                            max_batch=args.max_batch, quiet=args.quiet)
     print(f"largest per-replica batch that fits: {r['max_per_replica_batch']}"
           f"{' (the --max-batch cap)' if r['capped_at_max_batch'] else ''}; global batch "
@@ -115,7 +135,8 @@ def predict_command(args) -> int:
     result = predict.run(args.run_dir, args.out, interconnects=args.interconnect, inter_host=args.inter_host,
                          allreduce_csv=args.allreduce_csv, impl=args.impl, mode=args.mode, devices=args.devices,
                          overlap=args.overlap, max_replicas=args.max_replicas, gpus_per_host=args.gpus_per_host,
-                         nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm)
+                         nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm,
+                         compute_ms=args.compute_ms)
     print(predict.describe(result))
     print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
     return 0

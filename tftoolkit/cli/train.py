@@ -17,9 +17,12 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
+    from ..cluster.spec import cluster_from_env
     from ..training import train
 
     summary = train(config_from_args(args), args.out, force=args.force, quiet=args.quiet)
-    print(f"{args.out}/summary.json: status {summary['status']}"
-          + (f" ({summary['error']})" if summary.get("error") else ""))
+    cluster = cluster_from_env()
+    if cluster is None or cluster.is_chief:  # the chief speaks for a multi-worker run (it wrote the summary)
+        print(f"{args.out}/summary.json: status {summary['status']}"
+              + (f" ({summary['error']})" if summary.get("error") else ""))
     return 0 if summary["status"] == "ok" else 1

@@ -5,7 +5,8 @@
 starts two ``tftoolkit train`` processes, each with its own TF_CONFIG (free localhost ports, worker 0 is
 the chief), ``--workers 2 --replicas 4`` added to the train options, and their share of the host's cores
 for TensorFlow's thread pools (or their own GPUs where the machine has enough). Their output is streamed
-with a ``[worker k]`` prefix; the exit code is the chief's.
+with a ``[worker k]`` prefix. The exit code is the chief's when every worker ends on its own; when one fails first,
+it is that worker's (128 + N for a worker killed by signal N: 137 after a SIGKILL), and the others are stopped.
 
 Nothing is left running: each worker is its own process group, killed as a group when the launch ends,
 and a worker whose launcher dies is killed by the kernel (PR_SET_PDEATHSIG). If a worker fails, the
@@ -157,6 +158,14 @@ def exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def after_failure(code: int) -> str:
+    """What to do after a worker failed: exit code 2 is an error in what it was asked to do (a bad --dataset, say),
+    which its own one-line message names and which a rerun would meet again; anything else may resume."""
+    if code == 2:
+        return "Its message above says what to fix; then run the command again"
+    return "Run the same command again to resume from the last checkpoint."
+
+
 def describe(code: int) -> str:
     if code < 0:
         try:
@@ -168,7 +177,8 @@ def describe(code: int) -> str:
 
 def spawn(commands: list[list[str]], envs: list[dict], launch_dir: str, join_timeout: float,
           out=None, err=None) -> int:
-    """Run one command per worker until they end; returns the chief's exit code (see module docstring).
+    """Run one command per worker until they end; returns the chief's exit code, or that of the first worker to
+    fail (see module docstring).
 
     ``launch_dir`` is where workers leave their started/joined/finished markers (workers.mark).
     """
@@ -195,7 +205,7 @@ def spawn(commands: list[list[str]], envs: list[dict], launch_dir: str, join_tim
                                        f"{w.last_words()}")
                 with lock:
                     err.write(f"tftoolkit launch: worker {w.k} failed ({describe(code)}); stopping the other "
-                              "workers. Run the same command again to resume from the last checkpoint.\n")
+                              f"workers. {after_failure(code)}\n")
                 return exit_code(code)
             if all(c is not None for c in codes):
                 return exit_code(codes[0])
@@ -227,7 +237,8 @@ def launch(train_argv: list[str], config, workers: int, replicas_per_worker: int
            join_timeout: float = spec.DEFAULT_JOIN_TIMEOUT_S, base_port: int | None = None,
            out=None, err=None) -> int:
     """Start ``workers`` workers of ``tftoolkit <train_argv>`` (which parses to ``config``) here; returns the
-    chief's exit code. The workers' output goes to ``out`` / ``err`` (default: this process's)."""
+    chief's exit code, or the first failed worker's (spawn). The workers' output goes to ``out`` / ``err``
+    (default: this process's)."""
     if not join_timeout > 0:
         raise ConfigError(f"--join-timeout must be > 0 seconds, got {join_timeout}")
     p = plan(train_argv, config, workers, replicas_per_worker)
@@ -277,7 +288,7 @@ def train_here(config, out, *, force: bool = False, quiet: bool = False) -> dict
         if code == 0 or s.get("status") != "ok":
             return s
     raise ClusterError(f"the {config.workers}-worker run in {out} failed (exit code {code}); the workers' output "
-                       "above says why; run it again to resume from the last checkpoint")
+                       f"above says why. {after_failure(code)}")
 
 
 def tf_config_lines(hosts: str, workers: int | None, base_port: int | None) -> str:

@@ -176,7 +176,7 @@ def load(path, image_size: int, memory_gb: float | None = None):
         not_images += v_not
         unreadable += v_bad
         val = (vx, vy) if len(vx) else None
-    info = {"path": str(path), "format": "image folder", "shards": 1, "val_shards": 1,
+    info = {"path": str(path), "format": "image folder", "shards": 1, "val_shards": 1 if val is not None else 0,
             "per_class": {c: int(n) for c, n in zip(classes, np.bincount(y, minlength=len(classes)))},
             "streamed": stream, "decoded_bytes": int(pixels), "memory_budget_bytes": int(budget),
             **_report_skipped(path, not_images, unreadable)}

@@ -53,6 +53,7 @@ class DataSource:
 # a convolutional model with global pooling separates the classes within an epoch or two.
 SYNTHETIC_TRAIN = 16000
 SYNTHETIC_VAL = 4000
+SYNTHETIC_CLASSES = 10  # synthetic data's classes unless num_classes says otherwise
 # Examples are drawn in blocks, each from its own seeded stream: example i depends on (seed, i) only, so the
 # first n of the set are the same whatever n, and a run with --train-images n draws just those n (drawing all
 # 16000 at 32 px took 2 s of every run's set-up, most of a short run's).
@@ -91,9 +92,24 @@ def from_arrays(x, y, name="arrays", val: tuple | None = None, num_classes: int 
         raise DataError(f"labels must have shape ({x.shape[0]},) to match the images, got {y.shape}")
     if not np.issubdtype(y.dtype, np.integer):
         raise DataError(f"labels must be integers, got {y.dtype}")
-    k = int(num_classes if num_classes is not None else y.max() + 1)
-    if y.min() < 0 or y.max() >= k:
-        raise DataError(f"label out of range: labels span [{y.min()}, {y.max()}] but there are {k} classes")
+    if val is not None:
+        # Checked now, before anything trains: a validation split of another shape used to fail in Keras after
+        # the first epoch.
+        vx, vy = np.asarray(val[0]), np.asarray(val[1])
+        if vx.ndim != 4 or vx.shape[1:] != x.shape[1:]:
+            raise DataError(f"validation images must have the training images' shape (N, {', '.join(map(str, x.shape[1:]))}),"
+                            f" got {vx.shape}; resize them alike")
+        if vy.shape != (vx.shape[0],) or not np.issubdtype(vy.dtype, np.integer):
+            raise DataError(f"validation labels must be {vx.shape[0]} integers to match the validation images, got "
+                            f"{vy.dtype} {vy.shape}")
+        if vx.dtype != x.dtype:
+            raise DataError(f"validation images are {vx.dtype} but training images {x.dtype}: give both the same dtype "
+                            "(uint8 0-255, or float in [0, 1])")
+    labels = np.concatenate([y, np.asarray(val[1])]) if val is not None else y
+    # The class count comes from the labels (training and validation) unless it is given.
+    k = int(num_classes if num_classes is not None else labels.max() + 1)
+    if labels.min() < 0 or labels.max() >= k:
+        raise DataError(f"label out of range: labels span [{labels.min()}, {labels.max()}] but there are {k} classes")
 
     def ds(xa, ya, offset=0):
         ids = np.arange(offset, offset + len(xa), dtype=np.int64)
@@ -123,11 +139,19 @@ def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = 
     import tensorflow as tf
 
     ds, n, k = _checked(ds, "data", num_classes)
+    shape = tuple(int(d) for d in ds.element_spec[0].shape)
     if val is not None:
-        val, n_val, k_val = _checked(val, "validation data", k)
+        val, n_val, k_val = _checked(val, "validation data", None)
+        if num_classes is None and k_val > k:
+            k = k_val  # a class seen in validation only still has an output
+        elif k_val > k:
+            raise DataError(f"validation data: labels up to {k_val - 1} but there are {k} classes")
+        val_shape = tuple(int(d) for d in val.element_spec[0].shape)
+        if val_shape != shape:
+            raise DataError(f"validation data: images of shape {val_shape}, but the training images are {shape}; "
+                            "resize them alike")
     else:
         n_val = 0
-    shape = tuple(int(d) for d in ds.element_spec[0].shape)
 
     def with_ids(d):
         # (image, label, id): the id lets a test audit the split across replicas, as for every other source.
@@ -178,14 +202,19 @@ def _checked(ds, what: str, num_classes: int | None):
 def synthetic(config) -> DataSource:
     """The synthetic set a config describes (image_size, num_classes, seed)."""
     n = min(SYNTHETIC_TRAIN, config.train_images or SYNTHETIC_TRAIN)  # the first n: what limit() would keep
-    x, y = synthetic_arrays(n, config.image_size, config.num_classes, config.seed)
-    vx, vy = synthetic_arrays(SYNTHETIC_VAL, config.image_size, config.num_classes, config.seed + 1)
-    return from_arrays(x, y, name="synthetic", val=(vx, vy), num_classes=config.num_classes)
+    k = config.num_classes or SYNTHETIC_CLASSES
+    x, y = synthetic_arrays(n, config.image_size, k, config.seed)
+    vx, vy = synthetic_arrays(SYNTHETIC_VAL, config.image_size, k, config.seed + 1)
+    return from_arrays(x, y, name="synthetic", val=(vx, vy), num_classes=k)
 
 
 def limit(source: DataSource, n: int | None) -> DataSource:
-    """The first ``n`` training examples of ``source`` (all of them when ``n`` is None or larger)."""
-    if n is None or n >= source.train_examples:
+    """The first ``n`` training examples of ``source`` (all of them when ``n`` is None); more than it has is refused
+    (it would train on fewer than asked, without a word)."""
+    if n is not None and n > source.train_examples:
+        raise DataError(f"--train-images {n}: {source.name} has {source.train_examples} training images; give at most "
+                        f"{source.train_examples}, or leave it out to use them all")
+    if n is None or n == source.train_examples:
         return source
     source.train = source.train.take(n)
     source.train_examples = n

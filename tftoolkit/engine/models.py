@@ -7,6 +7,7 @@ float32 logits (so mixed precision never computes the loss in half precision).
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Callable
 
 from ..errors import ModelError
@@ -40,6 +41,38 @@ def names() -> list[str]:
 
 
 _LAYERS: dict = {}
+
+# Per-example weights of the batch being traced (1 for an example, 0 for the padding an empty replica computes on,
+# engine.step.pad_empty), read by layers whose statistics span the replicas (SyncBatchNorm): set while the step
+# calls the model and read while tracing. Per thread: MirroredStrategy traces each replica's function in a thread
+# of its own, concurrently, so a shared stack would hand one replica another's weights.
+_LOCAL = threading.local()
+
+
+def _weights_stack() -> list:
+    if not hasattr(_LOCAL, "stack"):
+        _LOCAL.stack = []
+    return _LOCAL.stack
+
+
+class example_weights:  # noqa: N801 - a context manager
+    """``with example_weights(w): model(images)``: batch statistics across replicas count example i with w[i]."""
+
+    def __init__(self, weights):
+        self.weights = weights
+
+    def __enter__(self):
+        _weights_stack().append(self.weights)
+        return self.weights
+
+    def __exit__(self, *exc):
+        _weights_stack().pop()
+
+
+def current_example_weights():
+    """The weights of the innermost ``example_weights`` on this thread, or None."""
+    stack = _weights_stack()
+    return stack[-1] if stack else None
 
 
 def _standardize_layer():
@@ -123,8 +156,23 @@ def _sync_bn_layer():
             axes = list(self._reduction_axes)
             x = inputs  # BatchNormalization.call has cast float16 inputs up to float32 already
             count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), x.dtype)
-            local = tf.concat([tf.reshape(tf.reduce_sum(x, axes), [-1]),
-                               tf.reshape(tf.reduce_sum(tf.square(x), axes), [-1]), [count]], 0)
+            x_sum, x_squares = tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes)
+            weights = current_example_weights()
+            if weights is not None and axes and axes[0] == 0:
+                # A replica with no example of a short batch computes on one padding example of weight 0: it
+                # must add nothing to the sums and the count. Only then (a cond): an ordinary batch's arithmetic
+                # stays exactly Keras'.
+                w = tf.cast(weights, x.dtype)
+                padded = tf.reduce_min(w) < 1
+
+                def weighted():
+                    wb = tf.reshape(w, [-1] + [1] * (len(x.shape) - 1))
+                    per_example = count / tf.cast(tf.shape(x)[0], x.dtype)
+                    return (tf.reduce_sum(x * wb, axes), tf.reduce_sum(tf.square(x) * wb, axes),
+                            tf.reduce_sum(w) * per_example)
+
+                x_sum, x_squares, count = tf.cond(padded, weighted, lambda: (x_sum, x_squares, count))
+            local = tf.concat([tf.reshape(x_sum, [-1]), tf.reshape(x_squares, [-1]), [count]], 0)
             channels = self.moving_mean.shape.num_elements()
             total_sum, total_squares, total_count = tf.split(all_sum(local), [channels, channels, 1])
             shape = self.moving_mean.shape
@@ -264,7 +312,27 @@ def build(name, input_shape, num_classes: int):
     out = model.output_shape
     if not (isinstance(out, tuple) and out[-1] == num_classes):
         raise ModelError(f"model {label!r} outputs shape {out}; expected (batch, {num_classes}) logits")
+    if ends_in_softmax(model):
+        import logging
+
+        logging.getLogger("tftoolkit").warning(
+            "model %r ends in a softmax, but the loss takes logits (SparseCategoricalCrossentropy(from_logits=True)): "
+            "it would train on the log of probabilities, slowly and wrongly scaled; remove the final softmax "
+            "(Dense(num_classes) with no activation)", label)
     return model
+
+
+def ends_in_softmax(model) -> bool:
+    """Whether the layer producing the model's output is a softmax (an activation or a Softmax layer)."""
+    import keras
+
+    layer = model.layers[-1] if getattr(model, "layers", None) else None
+    if layer is None:
+        return False
+    if isinstance(layer, keras.layers.Softmax):
+        return True
+    activation = getattr(layer, "activation", None)
+    return activation is not None and getattr(activation, "__name__", "") == "softmax"
 
 
 def _call(fn, label: str, input_shape, num_classes):

@@ -1,31 +1,5 @@
-"""Gradient noise scale B_simple = tr(Σ)/|G|², measured for free in data-parallel training.
-
-McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training"): the critical batch size, past which
-a bigger batch stops cutting the number of optimizer steps, is about B_simple = tr(Σ)/|G|², where G is the
-true gradient and Σ the per-example gradient covariance. A gradient averaged over B examples has
-E|G_B|² = |G|² + tr(Σ)/B, so two batch sizes give two equations in the two unknowns (their appendix A.1):
-
-    tr(Σ) ≈ (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)
-    |G|²  ≈ (B_big·|G_big|² − B_small·|G_small|²) / (B_big − B_small)   (= |G_big|² − tr(Σ)/B_big)
-
-Data parallelism computes both gradients anyway: each replica's own gradient is a small-batch gradient
-(B_small = per-replica batch) and the all-reduced one is the big-batch gradient (B_big = global batch).
-So with ``--noise-scale`` the step adds only squared norms (one pass over the gradients on each replica,
-one over the reduced gradient) and four scalars to the all-reduce it already does; no second backward
-pass. With one replica there is no smaller batch, so the step runs forward/backward on the two halves of
-the batch and adds their gradients (the same total work; the sum is the full-batch gradient, exactly for
-models without batch statistics; with batch norm the statistics become per-half, as in ghost batch norm).
-
-|G_small|² is the mean over replicas (or halves) of the squared norm of each one's batch-*mean* gradient.
-With uneven small batches b_i the mean of E|G_i|² is |G|² + tr(Σ)·mean(1/b_i), so 1/B_small is taken as
-mean(1/b_i); for equal batches that is the formula above.
-
-Each step's two estimates are unbiased but noisy (|G|² can even come out negative), so the run keeps a
-separate exponential moving average of each and reports their ratio: steps.csv ``noise_scale`` per step,
-summary.json ``noise_scale`` at the end with the components ``noise_scale_grad_sq`` (|G|²) and
-``noise_scale_trace`` (tr Σ), bias-corrected like Adam's moments (the ratio needs no correction: both
-share the factor). Steps where a replica's batch is empty or uneven (a partial last batch), or whose
-gradients are not finite (float16 overflow), are left out of the averages.
+"""The gradient noise scale inside the training step (TensorFlow); the estimator itself, its derivation and the
+run-level estimate are in tftoolkit/noise_scale.py (NumPy, shared with advise, the report and notebook 05).
 """
 
 from __future__ import annotations
@@ -33,51 +7,11 @@ from __future__ import annotations
 import logging
 import math
 
-import numpy as np
+
+from ..noise_scale import (  # noqa: F401 - the arithmetic, re-exported for the step's callers
+    EMA_DECAY, SUMMARY_FIELDS, b_simple, ema, estimate_from_gradients, reliability, robust_estimate, unbiased)
 
 log = logging.getLogger("tftoolkit")
-
-# EMA decay of the two estimates: 0.99 averages over roughly the last 100 steps, long enough to tame the
-# per-step noise of |G|² (its standard error is of the order of tr(Σ)/B_big per step), short enough to
-# follow the noise scale as it grows during training.
-EMA_DECAY = 0.99
-
-SUMMARY_FIELDS = ("noise_scale", "noise_scale_grad_sq", "noise_scale_trace", "noise_scale_steps",
-                  "noise_scale_ema_decay", "noise_scale_small_batch", "noise_scale_big_batch")
-
-
-# --- the estimator (plain arithmetic: the same function serves NumPy, floats and TensorFlow tensors) -------
-def unbiased(small_sq, inv_small, big_sq, big_batch):
-    """(|G|², tr Σ) from the mean squared norm ``small_sq`` of small-batch mean gradients (batches of mean
-    reciprocal size ``inv_small`` = mean 1/b_i) and the squared norm ``big_sq`` of the big-batch gradient."""
-    trace = (small_sq - big_sq) / (inv_small - 1.0 / big_batch)
-    grad_sq = big_sq - trace / big_batch
-    return grad_sq, trace
-
-
-def estimate_from_gradients(small_grads, small_batches, big_grad, big_batch):
-    """NumPy version of one step: ``small_grads`` are the small batches' mean gradients (flat arrays),
-    ``big_grad`` the big batch's mean gradient. Returns (|G|², tr Σ)."""
-    small_sq = float(np.mean([np.dot(g, g) for g in small_grads]))
-    inv_small = float(np.mean([1.0 / b for b in small_batches]))
-    big = np.asarray(big_grad, dtype=float)
-    return unbiased(small_sq, inv_small, float(big @ big), float(big_batch))
-
-
-def ema(values, decay: float = EMA_DECAY) -> np.ndarray:
-    """Bias-corrected exponential moving average of a series; NaN entries are skipped (carry the last)."""
-    out, acc, count = [], 0.0, 0
-    for v in np.asarray(values, dtype=float):
-        if math.isfinite(v):
-            acc = decay * acc + (1.0 - decay) * v
-            count += 1
-        out.append(acc / (1.0 - decay**count) if count else math.nan)
-    return np.array(out)
-
-
-def b_simple(grad_sq, trace) -> float:
-    """tr(Σ)/|G|²; NaN when the |G|² estimate is not positive (the gradient is lost in the noise)."""
-    return float(trace / grad_sq) if grad_sq > 0 and math.isfinite(trace) else math.nan
 
 
 # --- in the training step (TensorFlow) ---------------------------------------------------------------------
@@ -197,14 +131,24 @@ class NoiseScale:
         self.ema.assign(tf.where(ok, new, self.ema))
         self.count.assign_add(tf.cast(ok, tf.int64))
         ema = self.ema.read_value()
-        ratio = tf.where(ema[0] > 0, ema[1] / tf.where(ema[0] > 0, ema[0], 1.0), tf.constant(math.nan, tf.float64))
-        return tf.cast(tf.stack([grad_sq, trace, ratio]), tf.float32)
+        nan = tf.constant(math.nan, tf.float64)
+        ratio = tf.where(ema[0] > 0, ema[1] / tf.where(ema[0] > 0, ema[0], 1.0), nan)
+        # The step's own estimates for steps.csv (NaN where the step did not count): what robust_estimate averages.
+        return tf.cast(tf.stack([tf.where(ok, grad_sq, nan), tf.where(ok, trace, nan), ratio]), tf.float32)
 
-    def summary(self, small_batch: float, big_batch: int) -> dict:
+    def summary(self, small_batch: float, big_batch: int, grad_sq=(), trace=(), final_loss=None,
+                classes=None) -> dict:
+        """summary.json's noise fields: the robust estimate over the run's per-step ``grad_sq`` / ``trace`` (the
+        headline ``noise_scale``, its interval and whether it can be trusted), and the EMAs' ratio at the end."""
         count = int(self.count.numpy())
         g2, tr = (float(x) for x in self.ema.numpy())
         corr = 1.0 - self.decay**count if count else math.nan
         g2, tr = (g2 / corr, tr / corr) if count else (math.nan, math.nan)
-        return {"noise_scale": b_simple(g2, tr), "noise_scale_grad_sq": g2, "noise_scale_trace": tr,
+        est = robust_estimate(grad_sq, trace)
+        warnings = reliability(est, final_loss, classes)
+        return {"noise_scale": est["noise_scale"], "noise_scale_interval": est["interval"],
+                "noise_scale_reliable": not warnings, "noise_scale_warnings": warnings,
+                "noise_scale_window_steps": est["steps"], "noise_scale_ema": b_simple(g2, tr),
+                "noise_scale_grad_sq": g2, "noise_scale_trace": tr,
                 "noise_scale_steps": count, "noise_scale_ema_decay": self.decay,
                 "noise_scale_small_batch": small_batch, "noise_scale_big_batch": big_batch}

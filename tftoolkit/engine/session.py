@@ -34,6 +34,9 @@ def resolve(config: RunConfig | dict) -> RunConfig:
     if config.replicas is None:
         # replicas counts every worker's: each runs the GPUs named, or all it has, or 1 replica on CPU
         config = config.replace(replicas=config.workers * devices.resolve_replicas(None, config.gpus))
+    if config.per_replica_batch is None:
+        # Recorded as the run uses it (config.json): the global batch's share, or the default.
+        config = config.replace(per_replica_batch=config.per_replica_batch_size, global_batch=config.global_batch)
     return config
 
 
@@ -132,6 +135,11 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
     source = catalog.load_source(config, data, cache=cache, worker=worker) if load_data else None
+    if source is not None and config.num_classes != source.num_classes:
+        if config.num_classes is not None:
+            raise ConfigError(f"num_classes={config.num_classes}, but {source.name} has {source.num_classes} classes; "
+                              "leave num_classes unset (it is taken from the data)")
+        config = config.replace(num_classes=source.num_classes)  # what config.json records: the data's count
     jit = jit_effective(config, setup.kind, setup.replicas)
     if config.jit and not jit:
         log.warning("--jit ignored: XLA cannot compile one step across several simulated CPU replicas "
@@ -140,6 +148,8 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     if config.deterministic and not deterministic:
         log.warning("ops are not deterministic for this run: %s", why)
     apply_global_settings(config, setup, deterministic)
+    # What ran, recorded as the run's config (config.json, the run's identity): unset means auto, resolved here.
+    config = config.replace(deterministic=deterministic)
     if strategy is None:
         strategy = make_strategy(setup, config.cross_device_ops)
     effective = effective_cross_device_ops(strategy[1], setup, jit)

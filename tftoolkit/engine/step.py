@@ -46,6 +46,30 @@ def jit_effective(config, kind: str, replicas: int) -> bool:
     return bool(config.jit) and (kind == "GPU" or replicas == 1)
 
 
+def pad_empty(images, labels):
+    """(images, labels, weights): a replica's batch, with one zero example of weight 0 when it has none.
+
+    A short batch (the last of a validation split, ``--last-batch partial``) with fewer examples than replicas
+    leaves some replicas an empty slice (data.pipeline splits every batch, short or not, the same way). A model
+    cannot run on a zero-size batch: TensorFlow's Conv2D returns its input's shape for an empty batch ("input
+    depth must be evenly divisible by filter depth: 3 vs 32" at the next layer), and batch norm's moments are
+    undefined. Such a replica computes on one zero example instead, weighted 0: in the loss, the accuracy and
+    synchronized batch norm's statistics (models.example_weights), so it adds nothing and still takes part in
+    every collective. Per-replica batch norm (keras.applications) does see it in that replica's statistics for
+    that step. A non-empty batch goes through untouched (a cond, not a copy).
+    """
+    import tensorflow as tf
+
+    n = tf.shape(labels)[0]
+
+    def dummy():
+        return (tf.zeros(tf.concat([[1], tf.shape(images)[1:]], 0), images.dtype), tf.zeros([1], labels.dtype))
+
+    images, labels = tf.cond(n > 0, lambda: (images, labels), dummy)
+    weights = tf.cast(tf.range(tf.maximum(n, 1)) < n, tf.float32)
+    return images, labels, weights
+
+
 def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
                  schedule=None, model=None, feed=None) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
@@ -77,9 +101,11 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     noise = noise_mod.NoiseScale(replicas, model=model) if config.noise_scale and allreduce else None
 
     def forward_backward(images, labels, denom, reg_share=1.0):
+        images, labels, weights = pad_empty(images, labels)
         with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            per_example = loss_fn(labels, logits)
+            with models.example_weights(weights):
+                logits = model(images, training=True)
+            per_example = loss_fn(labels, logits) * weights
             # Sum over this replica / global batch: summing these over replicas gives the global mean.
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=denom)
             if model.losses:
@@ -161,11 +187,11 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         return losses.stack(), all_counts(counts)
 
     def replica_eval(element):
-        images, labels = to_float(element[0]), element[1]
+        images, labels, weights = pad_empty(to_float(element[0]), element[1])
         logits = model(images, training=False)
-        per_example = loss_fn(labels, logits)
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
-        return tf.reduce_sum(per_example), correct, tf.cast(tf.shape(labels)[0], tf.float32)
+        per_example = loss_fn(labels, logits) * weights
+        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
+        return tf.reduce_sum(per_example), tf.reduce_sum(hits * weights), tf.reduce_sum(weights)
 
     def replica_add(total, element):
         return total + tf.stack(replica_eval(element))

@@ -7,7 +7,8 @@
 4. a short all-reduce bench (``tftoolkit bench allreduce``) into OUT/allreduce;
 5. the report (notebook 04 on all three) into OUT/report.ipynb and OUT/report.html, whose path is printed.
 
-About 10 minutes on a 2-core machine without GPU. Running it again resumes: finished points are kept.
+About MINUTES minutes on a quiet 2-core machine without GPU (BENCHMARKS.md; the CLI's help and the README say
+the same, and a test keeps them in step). Running it again resumes: finished points are kept.
 The sweeps are the example specs in sweeps/, so what the demo runs is what a user reads there; on GPUs a few
 values are changed to suit them (replica counts, a larger model and batch), and printed.
 """
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: sweeps/ and notebo
 SWEEPS = ROOT / "sweeps"
 REPORT_NOTEBOOK = ROOT / "notebooks" / "04_report.ipynb"
 POINT_TIMEOUT_S = 900  # a point that hangs is recorded as timed out; the demo goes on
+MINUTES = 5  # its wall time on a quiet 2-core machine without GPU, measured (BENCHMARKS.md): the one statement of it
 
 
 def replica_counts(gpus: int) -> list[int]:

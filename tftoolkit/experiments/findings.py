@@ -91,8 +91,19 @@ def batch_and_lr(res: report.Results) -> list[str]:
     if ok.empty:
         return []
     out = []
-    best = ok.loc[ok.groupby("global_batch")["val_accuracy"].idxmax()].sort_values("global_batch")
-    parts = [f"{int(r['global_batch'])}: {_label(r)} ({r['val_accuracy']:.0%})" for _, r in best.iterrows()]
+    parts = []
+    for batch, g in ok.groupby("global_batch"):
+        top = g["val_accuracy"].max()
+        # Runs within half a point of the best tie (a shorter run's accuracy moves in steps of 1/val examples):
+        # naming one of them "best" would claim a difference the data does not show.
+        tied = g[g["val_accuracy"] >= top - 0.005]
+        labels = list(dict.fromkeys(_label(r) for _, r in tied.iterrows()))
+        if len(labels) == 1:
+            parts.append(f"{int(batch)}: {labels[0]} ({top:.0%})")
+        elif len(labels) == len({_label(r) for _, r in g.iterrows()}):
+            parts.append(f"{int(batch)}: no rule better than another (all {top:.0%})")
+        else:
+            parts.append(f"{int(batch)}: a tie between {', '.join(labels)} ({top:.0%})")
     out.append("**Best LR rule per global batch** (final validation accuracy): " + "; ".join(parts) + ".")
     noise = _noise_scale(res)
     out += _linear_regime(ok, noise[1] if noise else None)
@@ -148,9 +159,18 @@ def _linear_regime(ok: pd.DataFrame, noise_scale: float | None = None) -> list[s
 
 
 def _noise_scale(res: report.Results) -> tuple[str, float] | None:
+    """The runs' noise scale (noise_scale.robust_estimate, as summary.json records it), from the reliable runs only;
+    when every measured run is unreliable, a sentence that says so and no figure."""
     if res.runs.empty or "noise_scale" not in res.runs.columns:
         return None
     ns = res.runs.dropna(subset=["noise_scale"])
+    if "noise_scale_reliable" in ns.columns:
+        measured = len(res.runs[res.runs["noise_scale_reliable"].notna()])
+        ns = ns[ns["noise_scale_reliable"].fillna(False).astype(bool)]
+        if ns.empty and measured:
+            return (f"**Gradient noise scale:** measured in {measured} run(s), reliable in none (too few steps, a "
+                    "run at chance, or an interval wider than a factor of 3: each run's noise_scale_warnings say "
+                    "which): no critical batch to compare with.", None)
     ns = ns[ns["noise_scale"] > 0]
     if ns.empty:
         return None
@@ -172,8 +192,32 @@ def failures(res: report.Results) -> list[str]:
     return [f"**{len(bad)} of {len(df)} did not finish normally:** " + "; ".join(items) + "."]
 
 
+def recorded(res: report.Results) -> list[str]:
+    """For a sweep of any notebook: the range of each numeric result it recorded, and the point at each end (which
+    end is better is the notebook's to say)."""
+    table = report.recorded(res)
+    if table.empty:
+        return []
+    out = []
+    ok = table[table["status"] == "ok"] if "status" in table.columns else table
+    for src, g in ok.groupby("source", sort=False):
+        params = res.point_params.get(src, [])
+        for col in res.recorded.get(src, []):
+            values = pd.to_numeric(g[col], errors="coerce")
+            if values.notna().sum() < 1:
+                continue
+
+            def where(i):
+                return ", ".join(f"{p}={g.loc[i, p]}" for p in params) or str(g.loc[i, "id"])
+
+            lo, hi = values.idxmin(), values.idxmax()
+            out.append(f"**{col}** ({src}, {int(values.notna().sum())} finished point(s)): from {values[lo]:.4g} "
+                       f"({where(lo)}) to {values[hi]:.4g} ({where(hi)}).")
+    return out
+
+
 def all_findings(res: report.Results) -> list[str]:
-    return scaling(res) + communication(res) + batch_and_lr(res) + failures(res)
+    return scaling(res) + communication(res) + batch_and_lr(res) + recorded(res) + failures(res)
 
 
 NOTHING = ("**Nothing to report yet:** no run, sweep or all-reduce folder was found. Run notebooks 01-03, a "
@@ -183,7 +227,7 @@ NOTHING = ("**Nothing to report yet:** no run, sweep or all-reduce folder was fo
 def markdown(res: report.Results) -> str:
     """The findings as a Markdown list under a heading; a clear sentence when there is nothing to report."""
     found = all_findings(res)
-    if not found and res.runs.empty and res.allreduce.empty:
+    if not found and res.runs.empty and res.allreduce.empty and res.points.empty:
         return "## What we found\n\n" + NOTHING
     if not found:
         found = ["These results hold no scaling, communication or batch-size comparison to draw a finding from."]

@@ -86,9 +86,9 @@ def start(out_dir: str, quiet: bool = False) -> Path:
     if root is not None and Path.cwd().resolve() != root:
         os.chdir(root)
         log.info("working directory: %s (the repository root)", root)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    from ..fileio import ensure_dir
+
+    return ensure_dir(out_dir, "out_dir")
 
 
 def training_config(smoke: bool, **config) -> dict:

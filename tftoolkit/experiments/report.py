@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .. import fileio
@@ -44,6 +45,7 @@ class Results:
     evals: pd.DataFrame = field(default_factory=pd.DataFrame)
     allreduce: pd.DataFrame = field(default_factory=pd.DataFrame)
     point_params: dict = field(default_factory=dict)   # source -> the parameter columns its sweep set
+    recorded: dict = field(default_factory=dict)       # source -> the result columns its notebook wrote (results.json)
 
     def __repr__(self) -> str:
         return (f"Results({len(self.sources)} source(s), {len(self.points)} sweep point(s), {len(self.runs)} run(s), "
@@ -124,7 +126,7 @@ def load(paths) -> Results:
     if missing:
         raise DataError(f"nothing to report: {', '.join(missing)} not found (run a sweep or a notebook first)")
     points, runs, steps, evals, allreduce = [], [], [], [], []
-    point_params = {}
+    point_params, recorded = {}, {}
     for src in sources:
         src = src.resolve()
         if (src / "results.csv").exists() and (src / "sweep.json").exists():
@@ -134,6 +136,11 @@ def load(paths) -> Results:
                 # results.csv puts the point's parameters between 'id' and 'status'.
                 point_params[src.name] = cols[cols.index("id") + 1:cols.index("status")] \
                     if {"id", "status"} <= set(cols) else []
+                # What each point's notebook wrote to results.json (its point.json names the columns).
+                names = set()
+                for pid in p.get("id", pd.Series(dtype=str)).astype(str):
+                    names |= set(_read_json(src / "runs" / pid / "point.json").get("recorded") or [])
+                recorded[src.name] = [c for c in cols if c in names]
                 points.append(p.assign(source=src.name))
         run_dirs = sorted({s.parent for s in src.rglob("summary.json") if ".ipynb_checkpoints" not in s.parts})
         for rd in run_dirs:
@@ -151,7 +158,7 @@ def load(paths) -> Results:
     res = Results(sources, pd.concat(points, ignore_index=True) if points else pd.DataFrame(), runs_df,
                   _with_run_info(pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), runs_df),
                   _with_run_info(pd.concat(evals, ignore_index=True) if evals else pd.DataFrame(), runs_df),
-                  pd.concat(allreduce, ignore_index=True) if allreduce else pd.DataFrame(), point_params)
+                  pd.concat(allreduce, ignore_index=True) if allreduce else pd.DataFrame(), point_params, recorded)
     log.info("report: %r", res)
     return res
 
@@ -383,6 +390,90 @@ CAPTIONS = {
 }
 
 
+# The report's sections, in order: a title and the figures that belong to it. A section whose figures have no data
+# in these results is left out entirely (no heading, no "not in these results" lines).
+SECTIONS = {
+    "scaling": ("Data-parallel scaling", ["throughput", "efficiency", "step_breakdown", "images_per_replica", "monitor"]),
+    "communication": ("Communication", ["comm_vs_compute", "allreduce_time", "busbw"]),
+    "batch": ("Batch size and learning rate", ["loss_curves", "val_accuracy", "final_accuracy"]),
+    "recorded": ("Recorded results", []),  # what a sweep's own notebook wrote to results.json
+}
+
+
+def _section_notes(res: Results, name: str) -> list[str]:
+    """Paragraphs a section needs for these results only (none when they do not apply)."""
+    notes = []
+    if name == "scaling":
+        runs = scaling_runs(res)
+        if not runs.empty and (runs.get("device_kind") == "CPU-simulated").any():
+            notes.append("These replicas were simulated on CPU and share the host's cores, so no speed-up is "
+                         "expected: the figures show the method; run the scaling sweep on GPUs for the real curve.")
+    if name == "batch":
+        runs = batch_runs(res)
+        if not runs.empty and {"final_loss_mean10", "num_classes"} <= set(runs.columns):
+            chance = runs[runs["final_loss_mean10"] >= 0.9 * np.log(runs["num_classes"].clip(lower=2))]
+            if len(chance):
+                notes.append(f"{len(chance)} run(s) ended with the loss near ln(classes) (chance): they learned "
+                             "nothing; their learning rate was too large to train without warmup, yet not so large "
+                             "that the loss blew up.")
+    return notes
+
+
+def section(res: Results, name: str, save_to=None) -> None:
+    """Display one section of the report (in a notebook): its title, what applies to these results, and each figure
+    with its caption; nothing at all when the results hold no data for it."""
+    from IPython.display import Markdown, display
+
+    if name not in SECTIONS:
+        raise DataError(f"unknown section {name!r}; choose one of {', '.join(SECTIONS)}")
+    title, names = SECTIONS[name]
+    if name == "recorded":
+        table = recorded(res)
+        if table.empty:
+            return
+        display(Markdown(f"## {title}\n\nWhat each point's notebook recorded in `results.json`, by parameter."))
+        display(table)
+        fig = _recorded_figure(res, table, save_to)
+        if fig is not None:
+            _display_figure(fig, "recorded", save_to)
+            display(Markdown("*Figure: each numeric result against each swept parameter; a red x is a point that did "
+                             "not finish.*"))
+        return
+    figs = [(n, figure(res, n, save_to)) for n in names]
+    figs = [(n, f) for n, f in figs if f is not None]
+    if not figs:
+        return
+    display(Markdown("\n\n".join([f"## {title}"] + _section_notes(res, name))))
+    for n, fig in figs:
+        _display_figure(fig, n, save_to)
+        display(Markdown(f"*Figure: {CAPTIONS[n]}*"))
+
+
+def _recorded_figure(res: Results, table: pd.DataFrame, save_to=None):
+    from ..plots import results as results_plots
+
+    params = [c for src in table["source"].unique() for c in res.point_params.get(src, [])]
+    cols = [c for src in table["source"].unique() for c in res.recorded.get(src, [])]
+    try:
+        fig = results_plots.recorded(table, list(dict.fromkeys(params)), list(dict.fromkeys(cols)))
+    except DataError as e:
+        log.info("figure recorded skipped: %s", e)
+        return None
+    if save_to is not None:
+        from ..plots.theme import save_figure
+
+        save_figure(fig, save_to, "recorded")
+    return fig
+
+
+def _display_figure(fig, name: str, save_to=None) -> None:
+    from IPython.display import display
+    import matplotlib.pyplot as plt
+
+    display(_saved_png(Path(save_to) / f"{name}.png") if save_to is not None else fig)
+    plt.close(fig)
+
+
 def show(res: Results, name: str, save_to=None) -> None:
     """Display figure ``name`` with its caption below it (in a notebook), or a line saying why it is not there."""
     from IPython.display import Markdown, display
@@ -477,12 +568,18 @@ def overview(res: Results) -> pd.DataFrame:
     if not res.points.empty:
         df = res.points
         params = [c for src in df["source"].unique() for c in res.point_params.get(src, [])]
-        cols = ["source", "id"] + params + ["status", "error"] + [c for c in KEY_FIGURES if c in df.columns]
-        return df[[c for c in dict.fromkeys(cols) if c in df.columns]]
-    if res.runs.empty:
+        results = [c for src in df["source"].unique() for c in res.recorded.get(src, [])]
+        cols = ["source", "id"] + params + ["status", "error"] + results + [c for c in KEY_FIGURES if c in df.columns]
+        out = df[[c for c in dict.fromkeys(cols) if c in df.columns]]
+    elif res.runs.empty:
         return pd.DataFrame(columns=["source", "run", "status", "error"])
-    cols = ["source", "run", "status", "error"] + KEY_FIGURES
-    return res.runs[[c for c in cols if c in res.runs.columns]]
+    else:
+        cols = ["source", "run", "status", "error"] + KEY_FIGURES
+        out = res.runs[[c for c in cols if c in res.runs.columns]]
+    out = out.copy()
+    if "error" in out.columns:
+        out["error"] = out["error"].fillna("")  # a finished point has no error (not "NaN")
+    return out.dropna(axis=1, how="all")  # a figure no row has is not a column of this table
 
 
 def status_counts(res: Results) -> pd.DataFrame:
@@ -493,10 +590,37 @@ def status_counts(res: Results) -> pd.DataFrame:
     return df.groupby(["source", "status"]).size().rename("count").reset_index()
 
 
-def save_tables(res: Results, out_dir) -> dict[str, Path]:
+class Written(dict):
+    """{table name: path} of what save_tables wrote; in a notebook it shows as one line naming the files (a report
+    never prints a Python object)."""
+
+    def _repr_markdown_(self) -> str:
+        if not self:
+            return "*No tables: nothing to report.*"
+        folder = Path(next(iter(self.values()))).parent
+        return f"Written to `{folder}`: " + ", ".join(f"`{p.name}`" for p in self.values())
+
+    def __repr__(self) -> str:
+        return self._repr_markdown_().replace("`", "").replace("*", "")
+
+
+def recorded(res: Results) -> pd.DataFrame:
+    """One row per sweep point with its parameters, status and what its notebook recorded (results.json)."""
+    if res.points.empty or not any(res.recorded.values()):
+        return pd.DataFrame()
+    rows = []
+    for src, g in res.points.groupby("source", sort=False):
+        cols = res.recorded.get(src, [])
+        if cols:
+            keep = ["source", "id"] + res.point_params.get(src, []) + ["status"] + cols
+            rows.append(g[[c for c in dict.fromkeys(keep) if c in g.columns]])
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def save_tables(res: Results, out_dir) -> Written:
     """runs.csv, points.csv, scaling.csv (when there are scaling runs) into ``out_dir``, atomically."""
     out = Path(out_dir)
-    written = {}
+    written = Written()
     runs = res.runs.drop(columns=[c for c in ("examples_per_replica",) if c in res.runs.columns]) if not res.runs.empty else res.runs
     tables = {"runs": runs, "points": overview(res), "scaling": scaling_frame(res)}
     for name, frame in tables.items():

@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 
 from .. import summary as summary_schema
-from ..config import RunConfig
+from ..config import DEFAULT_PER_REPLICA_BATCH, RunConfig
 from ..errors import ConfigError
 
 log = logging.getLogger("tftoolkit")
@@ -78,13 +78,15 @@ def configs(base: RunConfig, replicas, mode: str = "weak") -> list[RunConfig]:
             raise ConfigError("weak scaling keeps the per-replica batch; give --per-replica-batch, not --global-batch "
                               "(or use --mode strong)")
         return [base.replace(replicas=n) for n in counts]
-    global_batch = base.global_batch if base.global_batch is not None else base.per_replica_batch * counts[0]
+    global_batch = (base.global_batch if base.global_batch is not None
+                    else (base.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * counts[0])
     bad = [n for n in counts if global_batch % n]
     if bad:
         raise ConfigError(f"strong scaling keeps the global batch {global_batch}, which does not divide by "
                           f"{bad} replicas; choose a global batch that all of {counts} divide (e.g. "
                           f"{math.lcm(*counts) * max(1, global_batch // math.lcm(*counts))})")
-    return [base.replace(replicas=n, global_batch=global_batch) for n in counts]
+    # The per-replica batch follows the global one at each count (each run records its own).
+    return [base.replace(replicas=n, global_batch=global_batch, per_replica_batch=None) for n in counts]
 
 
 def table(rows: list[dict], mode: str):

@@ -121,7 +121,7 @@ def open_dir(spec: Spec, out: Path, force: bool, create: bool = True) -> bool:
         raise SweepError(f"{out} is not empty and holds no {SWEEP_JSON}: it is not a sweep folder; choose a new or "
                          "empty --out")
     if create:
-        out.mkdir(parents=True, exist_ok=True)
+        fileio.ensure_dir(out, "sweep folder")
         fileio.write_json(sweep_json, {
             "identity": ident,
             "spec": {"notebook": str(spec.notebook), "report": str(spec.report) if spec.report else None,
@@ -314,8 +314,10 @@ def finish_point(out: Path, job: _Job, timeout: float | None) -> dict:
     runs = collect_runs(pdir)
     if status == "ok" and runs["run_status"] != "ok":
         status, error = runs["run_status"], runs["run_error"]
-    runs["figures"].update(recorded_values(pdir))
+    recorded = recorded_values(pdir)
+    runs["figures"].update(recorded)
     record = {"id": job.point.id, "params": job.point.params, "status": status, "error": error,
+              "recorded": sorted(recorded),  # which columns of results.csv the notebook itself wrote (the report's)
               "started": job.started, "finished": time.time(), "wall_s": round(time.time() - job.started, 2),
               "gpus": job.gpus, "runs": runs["runs"], "run_dir": runs["run_dir"], "figures": runs["figures"],
               **(job.extra or {})}
@@ -377,9 +379,8 @@ def _run_locked(spec, out, slots, devices, *, timeout, rerun_failed, force, gpus
     log.info("sweep %s: %d points, %d to run%s; %s", spec.notebook.name, len(spec.points), len(todo),
              f" ({', '.join(f'{n} {s}' for s, n in kept.items() if n)} kept)" if resuming else "",
              "GPU sets " + " | ".join(",".join(s) for s in slots) if slots[0] is not None
-             else "no GPUs: points run one after another")
-    if gpus_per_run and not devices:
-        log.info("--gpus-per-run %d ignored: no GPUs visible, points run one after another on CPU", gpus_per_run)
+             else "no GPUs: points run one after another"
+             + (f" (--gpus-per-run {gpus_per_run} ignored)" if gpus_per_run and not devices else ""))
     failed_kept = kept["failed"] + kept["timeout"] + kept["cancelled"]
     if failed_kept and not rerun_failed:
         log.info("%d failed/timed-out point(s) kept as they are; pass --rerun-failed to run them again", failed_kept)
@@ -389,10 +390,29 @@ def _run_locked(spec, out, slots, devices, *, timeout, rerun_failed, force, gpus
     final = {p.id: point_status(out, p) for p in spec.points}
     summary = {"out": str(out), "points": len(spec.points), "ran": len(todo),
                "counts": counts_of(final),
-               "results": str(results), "report": None, "report_error": None, "ran_counts": counts}
+               "results": str(results), "report": None, "report_error": None, "ran_counts": counts,
+               "new_failures": new_failures(spec, out)}
     if report and spec.report is not None:
         summary["report"], summary["report_error"] = render_report(spec.report, [out], out, timeout=timeout)
     return summary
+
+
+BAD_STATUSES = ("failed", "timeout", "cancelled")
+REPORTED_JSON = ".reported.json"  # when a sweep command last told its caller about the folder's failures
+
+
+def new_failures(spec: Spec, out: Path) -> int:
+    """Points that failed, timed out or were cancelled since the last sweep command over ``out`` reported: what
+    this command's exit code is about. A failure kept from an earlier run was reported by the command that saw it
+    end (a Slurm point submitted with --no-wait is reported by the command that collects it). Marks them reported."""
+    since = (fileio.read_json(out / REPORTED_JSON).get("at", 0.0) if (out / REPORTED_JSON).exists() else 0.0)
+    count = 0
+    for point in spec.points:
+        rec = read_record(out, point) or {}
+        if rec.get("status") in BAD_STATUSES and float(rec.get("finished") or 0.0) > since:
+            count += 1
+    fileio.write_json(out / REPORTED_JSON, {"at": time.time()})
+    return count
 
 
 def counts_of(status: dict[str, str]) -> dict[str, int]:

@@ -172,6 +172,7 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
         results = sweep.write_results(spec, out)
         final = {p.id: sweep.point_status(out, p) for p in spec.points}
         summary = {"out": str(out), "points": len(spec.points), "ran": len(todo), "counts": sweep.counts_of(final),
+                   "new_failures": sweep.new_failures(spec, out),
                    "results": str(results), "report": None, "report_error": None,
                    "jobs": [submitted["job_id"]] if submitted else [], "in_flight": sorted(_points_of(jobs, active))}
         if report and spec.report is not None and not summary["in_flight"]:

@@ -550,7 +550,18 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
     ``images``: images processed over the same span, for images per joule. ``duration_s``: the wall time
     those images took; when given, energy is mean power x duration_s, so images/J covers exactly that window
     even if the samples span a little more or less. ``phase``: only rows of that phase (e.g. "train").
+    ``df`` may also be a path: a monitor.csv or the run directory holding one (read with read_monitor).
     """
+    import pandas as pd
+
+    if isinstance(df, (str, Path)):
+        df = read_monitor(df)
+    elif not isinstance(df, pd.DataFrame):
+        raise DataError(f"summarize takes a monitor frame (read_monitor) or the path of a monitor.csv or run "
+                        f"directory, got {type(df).__name__}")
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"summarize: the frame lacks column(s) {', '.join(missing)}; read monitor.csv with read_monitor")
     if phase is not None:
         df = df[df["phase"] == phase]
     span = float(df["time_s"].max() - df["time_s"].min()) if len(df) else 0.0

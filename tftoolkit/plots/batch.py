@@ -21,6 +21,13 @@ _CUR = "black"
 def tradeoff(frame: pd.DataFrame) -> Figure:
     """Left: the predicted (S/S_min − 1)(E/E_min − 1) = 1 curve with each replica count's global batch on
     it. Right: steps and examples relative to their minimum against global batch, B_crit marked."""
+    if frame is not None and len(frame) == 0 and frame.attrs.get("why"):
+        # advise made no recommendation (no positive noise scale): say why instead of an empty plot.
+        fig, ax = new_figure(1, width=11.0, height=2.2)
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No steps-vs-examples trade-off to draw: " + frame.attrs["why"], ha="center",
+                va="center", wrap=True, fontsize=10)
+        return fig
     require(frame, ["global_batch", "replicas", "steps_ratio", "examples_ratio", "b_crit"], "steps vs examples")
     b_crit = float(frame["b_crit"].iloc[0])
     fig, (ax, ax2) = new_figure(2, width=11.0, height=4.4)

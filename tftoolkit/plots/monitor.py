@@ -131,6 +131,9 @@ def plot_utilisation_heatmap(df: pd.DataFrame) -> Figure:
     binned = rows.assign(t_bin=((rows["time_s"] - t0) / width).round().astype(int).clip(0, bins - 1))
     wide = binned.pivot_table(index="device", columns="t_bin", values="value", aggfunc="mean")
     wide = wide.reindex(index=_device_order(wide.index), columns=range(bins))
+    # Irregular sampling (the sample taken at stop, a slow one) can leave a column with no sample: it shows the
+    # utilisation last read rather than a blank stripe.
+    wide = wide.ffill(axis=1).bfill(axis=1)
 
     fig = Figure(figsize=(9, 0.45 * len(wide) + 1.8), layout="constrained")
     ax = fig.subplots()
@@ -141,9 +144,17 @@ def plot_utilisation_heatmap(df: pd.DataFrame) -> Figure:
     ax.set_xticklabels([f"{t:g}" for t in ticks], rotation=0)
     ax.set_xlabel("time since monitor start (s)")
     ax.set_ylabel(what.lower())
+    # Phase names above the map; one too close to the previous name to fit beside it goes a line higher, so
+    # short phases ("eval" just before "train") never run into each other.
+    columns_per_char = bins / (9.0 * 72 / (8 * 0.62))  # 8 pt characters across the 9-inch figure
+    ends = []  # per label line: the column where its last name ends
     for k, (ph, start, _) in enumerate(phase_spans(df)):
         x = max(0.0, (start - t0) / width)  # the left edge of the phase's first column
         if k:
             ax.axvline(x, color="white", lw=1.2, ls="--")
-        ax.text(x, -0.1, ph, fontsize=8, ha="left", va="bottom", clip_on=False)
+        line = next((i for i, end in enumerate(ends) if x >= end), len(ends))
+        if line == len(ends):
+            ends.append(0.0)
+        ends[line] = x + (len(ph) + 1) * columns_per_char
+        ax.text(x, -0.1 - 0.75 * line, ph, fontsize=8, ha="left", va="bottom", clip_on=False)
     return fig

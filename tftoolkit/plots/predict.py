@@ -18,6 +18,12 @@ from .theme import IDEAL_STYLE, new_figure, replicas_axis, require, themed
 def efficiency(frame: pd.DataFrame) -> Figure:
     """Predicted scaling efficiency against replicas, one line per interconnect scenario; a marker where
     the all-reduce first takes longer than the compute; hosts boundaries shaded."""
+    if frame is not None and len(frame) == 0 and frame.attrs.get("why"):
+        # predict refused the forecast: say why instead of an empty plot.
+        fig, ax = new_figure(1, width=11.0, height=2.2)
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No forecast: " + frame.attrs["why"], ha="center", va="center", wrap=True, fontsize=9)
+        return fig
     require(frame, ["scenario", "replicas", "efficiency", "comm_exceeds_compute"], "efficiency vs replicas")
     fig, (ax, ax2) = new_figure(2, width=11.0, height=4.2)
     for name, g in frame.groupby("scenario", sort=False):

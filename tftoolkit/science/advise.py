@@ -33,7 +33,8 @@ from ..errors import ConfigError, RunDirError
 DEFAULT_MAX_REPLICAS = 64
 
 # The summary.json fields the advice is made from.
-READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_batch", "replicas", "global_batch")
+READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_batch", "replicas", "global_batch",
+                             "final_loss_mean10", "num_classes", "noise_scale_ema")
 
 def steps_ratio(batch, b_crit):
     """S/S_min = 1 + B_crit/B."""
@@ -127,31 +128,71 @@ def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
     return s, steps
 
 
+def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
+    """The run's noise scale, its 90% interval and the reasons not to trust it: noise_scale.robust_estimate over
+    the per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
+    written before steps.csv kept them, the summary's figure, flagged."""
+    from .. import noise_scale as noise
+
+    if steps is not None and {"noise_grad_sq", "noise_trace"} <= set(steps.columns):
+        est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
+        warnings = noise.reliability(est, s.get("final_loss_mean10"), s.get("num_classes"))
+        source = "ratio of the per-step estimates averaged over the later half of the run"
+    else:
+        value = s.get("noise_scale_ema", s.get("noise_scale"))
+        value = float(value) if isinstance(value, (int, float)) else math.nan
+        est = {"noise_scale": value if value > 0 else math.nan, "interval": [math.nan, math.nan],
+               "steps": int(s.get("noise_scale_steps") or 0)}
+        warnings = noise.reliability(est, s.get("final_loss_mean10"), s.get("num_classes"))
+        warnings.insert(0, "steps.csv has no per-step |G|^2 and tr(Sigma) (a run from an older version): this is the "
+                           "EMAs' ratio at the end of the run, without an interval")
+        source = "the EMAs' ratio at the end of the run"
+    return {"noise_scale": est["noise_scale"], "interval": est["interval"], "window_steps": est["steps"],
+            "source": source, "reliable": not warnings, "warnings": warnings}
+
+
 def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
            interconnect: str | None = None, inter_host: str = "ib200", gpus_per_host: int = 8,
            figures: bool = True) -> dict:
-    """``tftoolkit advise``: advice.json, tradeoff.csv and figures in ``out`` (default: RUN_DIR)."""
+    """``tftoolkit advise``: advice.json, tradeoff.csv and figures in ``out`` (default: RUN_DIR).
+
+    The advice says first whether it can be trusted (``reliable``, ``warnings``); without a positive noise scale
+    there is no recommendation (``recommended`` is None), rather than one made from noise."""
     from .. import fileio
 
     s, steps = read_run(run_dir)
-    b_crit = s["noise_scale"]
-    if not (isinstance(b_crit, (int, float)) and math.isfinite(b_crit) and b_crit > 0):
-        raise RunDirError(f"{run_dir}: the noise scale is {b_crit!r}: the |G|^2 estimate never came out positive, "
-                          "the gradient is lost in the noise at this point of training. Train longer (or on more "
-                          "steps) with --noise-scale and try again")
+    est = estimate(s, steps)
+    b_crit = est["noise_scale"]
     b = int(per_replica_batch or s["per_replica_batch"])
-    rec = recommend(b_crit, b, max_replicas)
     current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"]))
-    frame = tradeoff_frame(b_crit, b, max_replicas, current=(int(s["replicas"]), current_batch),
-                           recommended=(rec["replicas"], rec["global_batch"]))
-    if interconnect:
-        frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+    usable = math.isfinite(b_crit) and b_crit > 0
+    time_refused = None
+    if usable:
+        rec = recommend(b_crit, b, max_replicas)
+        frame = tradeoff_frame(b_crit, b, max_replicas, current=(int(s["replicas"]), current_batch),
+                               recommended=(rec["replicas"], rec["global_batch"]))
+        if interconnect:
+            from . import predict
+
+            refusal = predict.gpu_forecast_refusal(predict.calibrate_summary(s, "summary.json"), "dedicated")
+            if refusal:
+                time_refused = f"no time-to-loss model over {interconnect}: {refusal}"
+                interconnect = None
+            else:
+                frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+        current = {"replicas": s["replicas"], "global_batch": current_batch,
+                   "steps_ratio": float(steps_ratio(current_batch, b_crit)),
+                   "examples_ratio": float(examples_ratio(current_batch, b_crit))}
+    else:
+        rec, current = None, {"replicas": s["replicas"], "global_batch": current_batch}
+        frame = pd.DataFrame(columns=["replicas", "global_batch", "steps_ratio", "examples_ratio", "b_crit",
+                                      "current", "recommended"])
+        frame.attrs["why"] = est["warnings"][-1] if est["warnings"] else "no noise scale"
     result = {
-        "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit,
-        "noise_scale_steps": s.get("noise_scale_steps"), "per_replica_batch": b, "max_replicas": max_replicas,
-        "current": {"replicas": s["replicas"], "global_batch": current_batch,
-                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
-                    "examples_ratio": float(examples_ratio(current_batch, b_crit))},
+        "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit, "noise_scale_interval": est["interval"],
+        "noise_scale_source": est["source"], "reliable": est["reliable"], "warnings": est["warnings"],
+        "noise_scale_steps": est["window_steps"], "per_replica_batch": b, "max_replicas": max_replicas,
+        "current": current,
         "recommended": rec,
         "notes": [
             "B_crit is taken as the measured B_simple = tr(Sigma)/|G|^2 (McCandlish et al. 2018); it can be off by a "
@@ -161,7 +202,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
             "(tftoolkit find-lr).",
         ],
     }
-    if interconnect:
+    if time_refused:
+        result["time_model_refused"] = time_refused
+    if interconnect and usable:
         fastest = frame.loc[frame["time_ratio"].idxmin()]
         result["time_model"] = {"interconnect": interconnect, "inter_host": inter_host,
                                 "fastest_replicas": int(fastest["replicas"]),
@@ -173,7 +216,8 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         from ..plots import batch as bplots
         from ..plots.theme import save_figure
 
-        save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
+        if usable:
+            save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
         if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
             save_figure(bplots.noise_scale_trace(steps), out, "noise_scale", formats=("png",))
     result["frame"] = frame
@@ -181,14 +225,23 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
 
 
 def describe(result: dict) -> str:
+    """What ``advise`` found, the reasons not to trust it first (before any recommendation)."""
     rec, cur = result["recommended"], result["current"]
-    lines = [
-        f"noise scale B_simple = {result['noise_scale']:.4g} (over {result.get('noise_scale_steps')} steps) ~ critical batch",
+    lines = [f"NOT RELIABLE: {w}" for w in result.get("warnings", [])]
+    lo, hi = result.get("noise_scale_interval") or [math.nan, math.nan]
+    interval = f", 90% interval {lo:.3g} to {hi:.3g}" if lo == lo and hi == hi else ""
+    if rec is None:
+        return "\n".join(lines + ["no recommendation: there is no positive noise scale to make one from"])
+    lines += [
+        f"noise scale B_simple = {result['noise_scale']:.4g}{interval} (over {result.get('noise_scale_steps')} steps) "
+        "~ critical batch",
         f"current: {cur['replicas']} replica(s), global batch {cur['global_batch']}: "
         f"{cur['steps_ratio']:.2f} x the fewest steps, {cur['examples_ratio']:.2f} x the fewest examples",
         f"recommended: {rec['note']}; {rec['steps_ratio']:.2f} x the fewest steps, "
         f"{rec['examples_ratio']:.2f} x the fewest examples",
     ]
+    if result.get("time_model_refused"):
+        lines.append(result["time_model_refused"])
     if "time_model" in result:
         tm = result["time_model"]
         lines.append(f"with {tm['interconnect']} (+ {tm['inter_host']} between hosts): fastest to the same loss at "

@@ -142,9 +142,9 @@ def _prepare(config, data, quiet):
 
 
 def _out_dir(out) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    from ..fileio import ensure_dir
+
+    return ensure_dir(out, "--out folder")
 
 
 def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: float = LR_MAX,
@@ -213,7 +213,8 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
         from ..plots.theme import save_figure
 
         save_figure(bplots.lr_finder(frame, suggestion), out, "lr_find", formats=("png",))
-    log.info("suggested LR %.4g (%s); %s", suggestion, why, result["stop_reason"])
+    if math.isfinite(suggestion):  # without one, the result's "suggestion" says why (the CLI prints it once)
+        log.info("suggested LR %.4g (%s); %s", suggestion, why, result["stop_reason"])
     result["frame"] = frame
     return result
 

@@ -70,7 +70,8 @@ DEVICES = ("dedicated", "shared")
 
 # The summary.json fields the model is calibrated and checked with.
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
-                      "images_per_sec", "images_per_sec_uncertainty")
+                      "images_per_sec", "images_per_sec_uncertainty", "device_kind", "communication_fraction",
+                      "step_time_no_input_s")
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,15 @@ class Calibration:
     replicas: int              # on this many replicas
     gradient_bytes: float
     source: str                # which fields it came from
+    device_kind: str = ""      # the run's devices: GPU, or CPU-simulated
+    given: bool = False        # compute given by the user (--compute-ms), not measured in the run
+
+    @property
+    def label(self) -> str:
+        """Where the compute figure comes from, for every forecast made with it."""
+        if self.given:
+            return f"compute {self.compute_s * 1e3:.3g} ms/step given (--compute-ms)"
+        return f"compute {self.compute_s * 1e3:.3g} ms/step measured on {self.device_kind or 'unknown devices'} ({self.source})"
 
     def compute_at(self, replicas: int, per_replica_batch: float, devices: str) -> float:
         if devices == "shared":
@@ -190,19 +200,35 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def calibrate(run_dir) -> Calibration:
-    """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing."""
+def calibrate(run_dir, compute_ms: float | None = None) -> Calibration:
+    """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing.
+    ``compute_ms``: the step's compute in ms at the run's per-replica batch on one GPU, given instead."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
-    return calibrate_summary(summary.read(path), str(path))
+    return calibrate_summary(summary.read(path), str(path), compute_ms)
+
+
+def gpu_forecast_refusal(cal: Calibration, devices: str) -> str | None:
+    """Why GPUs cannot be forecast from ``cal``, or None: compute measured on CPU-simulated replicas says nothing of
+    a GPU's step time, which is far shorter, so communication would weigh much more than it predicts."""
+    if devices != "dedicated" or cal.given or cal.device_kind == "GPU":
+        return None
+    return (f"this run's compute ({cal.compute_s * 1e3:.3g} ms/step) was measured on {cal.device_kind or 'non-GPU'} "
+            "replicas; a GPU computes that step far faster, so a GPU forecast from it would understate how much "
+            "communication costs. Give --compute-ms (one GPU's compute per step at this per-replica batch), a run "
+            "measured on a GPU, or --devices shared to model the simulated replicas themselves")
 
 
 def _what(s: dict, key: str) -> str:
     return key if key not in s else f"{key} (it is {s[key]!r})"
 
 
-def calibrate_summary(s: dict, where: str = "summary") -> Calibration:
+def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None = None) -> Calibration:
+    if compute_ms is not None:
+        if not (_finite(compute_ms) and compute_ms > 0):
+            raise ConfigError(f"--compute-ms must be a number of milliseconds > 0, got {compute_ms!r}")
+        s = {**s, "compute_time_s": compute_ms / 1e3, "step_time_s": None}
     missing = [_what(s, k) for k in ("replicas", "per_replica_batch") if not _finite(s.get(k))]
     if not (_finite(s.get("gradient_bytes")) or _finite(s.get("params"))):
         missing.append("gradient_bytes (or params)")
@@ -224,7 +250,8 @@ def calibrate_summary(s: dict, where: str = "summary") -> Calibration:
         raise RunDirError(f"{where} lacks field(s) the prediction needs: {', '.join(missing)}")
     grad_bytes = (float(s["gradient_bytes"]) if _finite(s.get("gradient_bytes"))
                   else float(s["params"]) * GRADIENT_DTYPE_BYTES)
-    return Calibration(compute, float(s["per_replica_batch"]), int(replicas), grad_bytes, source)
+    return Calibration(compute, float(s["per_replica_batch"]), int(replicas), grad_bytes, source,
+                       str(s.get("device_kind") or ""), compute_ms is not None)
 
 
 def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = None,
@@ -420,11 +447,32 @@ def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str =
 def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_csv=None, impl=None,
         mode="weak", devices="dedicated", overlap=0.0, max_replicas=DEFAULT_MAX_REPLICAS,
         gpus_per_host=DEFAULT_GPUS_PER_HOST, nics_per_host=1, measured=None, algorithm="ring",
-        figures=True) -> dict:
-    """``tftoolkit predict``: prediction.csv, prediction.json and figures in ``out`` (default: RUN_DIR)."""
+        figures=True, compute_ms: float | None = None, on_refusal: str = "raise") -> dict:
+    """``tftoolkit predict``: prediction.csv, prediction.json and figures in ``out`` (default: RUN_DIR).
+
+    A GPU forecast from compute measured on CPU-simulated replicas is refused (gpu_forecast_refusal) unless
+    ``compute_ms`` gives the compute: a ConfigError, or with ``on_refusal="report"`` (a notebook) a result that
+    says why and holds no forecast. Every forecast carries where its compute figure came from, and when it covers
+    the run's own replica count, the run's measured point beside it."""
     from .. import fileio
 
-    cal = calibrate(run_dir)
+    cal = calibrate(run_dir, compute_ms)
+    refusal = gpu_forecast_refusal(cal, devices)
+    if refusal:
+        if on_refusal != "report":
+            raise ConfigError(refusal)
+        frame = pd.DataFrame(columns=["scenario", "replicas", "efficiency", "speedup", "comm_exceeds_compute"])
+        frame.attrs["why"] = refusal
+        result = {"run_dir": str(run_dir), "refused": refusal, "calibration": {"source": cal.label}, "frame": frame,
+                  "comparison_frame": None}
+        out = Path(out) if out is not None else Path(run_dir)
+        fileio.write_json(out / "prediction.json", {k: v for k, v in result.items() if "frame" not in k})
+        if figures:
+            from ..plots import predict as pplots
+            from ..plots.theme import save_figure
+
+            save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
+        return result
     links: list[Link] = []
     fit = None
     if allreduce_csv:
@@ -447,7 +495,9 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
         "run_dir": str(run_dir), "mode": mode, "devices": devices, "overlap": overlap, "gpus_per_host": gpus_per_host,
         "nics_per_host": nics_per_host, "max_replicas": max_replicas, "algorithm": algorithm,
         "calibration": {"compute_s": cal.compute_s, "per_replica_batch": cal.per_replica_batch,
-                        "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.source},
+                        "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.label,
+                        "device_kind": cal.device_kind, "given": cal.given},
+        "measured_point": measured_point(run_dir, frame),
         "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
                   for lk in links + ([inter] if inter is not None else [])},
         "allreduce_fit": fit,
@@ -478,13 +528,33 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
     return result
 
 
+def measured_point(run_dir, frame: pd.DataFrame) -> dict | None:
+    """The run's own measurement beside the forecast at its replica count (each scenario's predicted step time and
+    communication fraction, and their error), when the forecast covers it; None when it does not."""
+    s = summary.read(Path(run_dir) / "summary.json")
+    n, measured = s.get("replicas"), s.get("step_time_no_input_s", s.get("step_time_s"))
+    if not (_finite(n) and _finite(measured)) or frame.empty or n not in set(frame["replicas"]):
+        return None
+    rows = {}
+    for name, g in frame[frame["replicas"] == n].groupby("scenario", sort=False):
+        r = g.iloc[0]
+        rows[name] = {"predicted_step_time_s": float(r["step_time_s"]),
+                      "error": float(r["step_time_s"] / measured - 1),
+                      "predicted_communication_fraction": float(r["allreduce_s"] / (r["allreduce_s"] + r["compute_s"]))}
+    return {"replicas": int(n), "measured_step_time_s": float(measured),
+            "measured_communication_fraction": s.get("communication_fraction"),
+            "device_kind": s.get("device_kind"), "scenarios": rows}
+
+
 def describe(result: dict) -> str:
     """The lines the CLI prints."""
     lines = []
+    if result.get("refused"):
+        return f"no forecast: {result['refused']}"
     frame = result["frame"]
     cal = result["calibration"]
-    lines.append(f"calibration: compute {cal['compute_s'] * 1e3:.2f} ms/step at per-replica batch "
-                 f"{cal['per_replica_batch']:g} ({cal['source']}); gradients {cal['gradient_bytes'] / 1e6:.2f} MB")
+    lines.append(f"calibration: {cal['source']} at per-replica batch {cal['per_replica_batch']:g}; gradients "
+                 f"{cal['gradient_bytes'] / 1e6:.2f} MB (every forecast below rests on this compute figure)")
     for name, g in frame.groupby("scenario", sort=False):
         pick = g[g["replicas"].isin([1, 2, 4, 8, 16, 32, 64])]
         eff = ", ".join(f"{int(r)}: {e:.0%}" for r, e in zip(pick["replicas"], pick["efficiency"]))
@@ -492,6 +562,15 @@ def describe(result: dict) -> str:
         where = (f"communication overtakes compute at {cross} replicas" if cross
                  else f"compute stays larger than communication up to {int(g['replicas'].max())} replicas")
         lines.append(f"{name}: efficiency {eff}; {where}")
+    mp = result.get("measured_point")
+    if mp:
+        for name, r in mp["scenarios"].items():
+            frac = mp.get("measured_communication_fraction")
+            lines.append(f"measured at {mp['replicas']} replica(s) ({mp['device_kind']}): step "
+                         f"{mp['measured_step_time_s'] * 1e3:.2f} ms against {name}'s {r['predicted_step_time_s'] * 1e3:.2f} ms "
+                         f"({r['error']:+.0%})" + (f"; communication {frac:.0%} measured, "
+                                                   f"{r['predicted_communication_fraction']:.0%} predicted"
+                                                   if _finite(frac) else ""))
     if result.get("comparison"):
         c = result["comparison"]
         lines.append(f"predicted vs measured step time ({c['link']}): median |error| {c['median_abs_error']:.1%}, "

@@ -92,12 +92,19 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
          hosts: int = 1) -> dict:
     from .run import Run
 
-    if worker_id == 0:
-        fileio.write_json(out / "config.json", {"config": sess.config.to_dict(), "derived": sess.derived,
-                                                "dataset": {"name": sess.source.name, **sess.source.info}})
     if resuming and (out / "summary.json").exists():
         previous = summary_schema.read(out)
         if previous.get("status") == "ok":
-            log.info("%s already holds a finished run of this config; nothing to do", out)
+            # Finished: nothing runs, so nothing is rewritten (config.json keeps what the run ran with). Options
+            # that do not define the run but would have changed its files are named.
+            old = fileio.read_json(out / "config.json").get("config", {}) if (out / "config.json").exists() else {}
+            changed = sorted(k for k, v in sess.config.to_dict().items() if k in old and old[k] != v)
+            note = (f"; it ran with {', '.join(f'{k}={old[k]!r}' for k in changed)} (now "
+                    f"{', '.join(f'{k}={sess.config.to_dict()[k]!r}' for k in changed)}): pass --force to run it "
+                    "again with them" if changed else "")
+            log.info("%s already holds a finished run of this config; nothing to do%s", out, note)
             return previous
+    if worker_id == 0:
+        fileio.write_json(out / "config.json", {"config": sess.config.to_dict(), "derived": sess.derived,
+                                                "dataset": {"name": sess.source.name, **sess.source.info}})
     return Run(sess, out, quiet, worker_id=worker_id, workers=workers, hosts=hosts).execute()

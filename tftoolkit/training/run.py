@@ -98,6 +98,13 @@ class Run:
                                                                  **self.state, **extra}, worker_id=self.worker_id)
         self.resumed_from = 0
         latest = self.checkpoints.restore_latest()
+        # The previous process's summary, if it wrote one: the earlier segments of a resumed run.
+        self.previous_summary = None
+        if latest and (self.out / "summary.json").exists():
+            try:
+                self.previous_summary = summary_schema.read(self.out)
+            except (OSError, ValueError):
+                pass
         if latest:
             self.resumed_from = int(self.state["step"].numpy())
             self._reload_logs()
@@ -127,12 +134,15 @@ class Run:
         return self._finish()
 
     def _start_tensorboard(self):
-        from .tensorboard import Events, Profile
+        from .tensorboard import Events, Profile, trial_id
 
         config, total = self.config, self.derived["total_steps"]
         self.events = Events(self.out / "tensorboard") if self.chief else None
-        if self.events is not None:
-            self.events.hparams(config.to_dict(), self.out.name)
+        if self.events is not None and self.resumed_from == 0:
+            # One HParams session per run (a resumed run's first segment wrote it), under an id no other run has:
+            # its directory. Every sweep point's run folder has the same name ("run"), and TensorBoard merges
+            # sessions that share a trial id into one row.
+            self.events.hparams(config.to_dict(), trial_id(self.out))
         self.profile = None
         span = config.profile_range()
         if span is not None:
@@ -207,7 +217,8 @@ class Run:
                 self.rows.append({"step": chunk.first_step + i + 1, "epoch": chunk.epoch, "loss": float(loss),
                                   "step_time_s": chunk.seconds / n})
                 if noise_rows is not None:
-                    self.rows[-1]["noise_scale"] = float(noise_rows[i, 2])
+                    self.rows[-1].update(noise_grad_sq=float(noise_rows[i, 0]), noise_trace=float(noise_rows[i, 1]),
+                                         noise_scale=float(noise_rows[i, 2]))
             if self.events is not None:
                 lrs = np.asarray(self.engine.schedule(np.arange(chunk.first_step, step, dtype=np.float32)))
                 self.events.steps(chunk.first_step, losses, lrs, chunk.seconds / n,
@@ -318,13 +329,15 @@ class Run:
         step = self.resumed_from
         if (self.out / "steps.csv").exists():
             df = pd.read_csv(self.out / "steps.csv")
-            self.rows = df[df["step"] <= step][self._row_columns()].to_dict("records")
+            # reindex: a steps.csv from an older version may lack a column (it comes back as NaN)
+            self.rows = df[df["step"] <= step].reindex(columns=self._row_columns()).to_dict("records")
         if (self.out / "evals.csv").exists():
             df = pd.read_csv(self.out / "evals.csv")
             self.evals = df[df["step"] <= step].to_dict("records")
 
     def _row_columns(self) -> list[str]:
-        return ["step", "epoch", "loss", "step_time_s"] + (["noise_scale"] if self.config.noise_scale else [])
+        return ["step", "epoch", "loss", "step_time_s"] + (["noise_grad_sq", "noise_trace", "noise_scale"]
+                                                             if self.config.noise_scale else [])
 
     def _checkpoint(self):
         # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
@@ -333,6 +346,27 @@ class Run:
         self._write_logs()
         self.checkpoints.save(int(self.state["step"].numpy()))
         self.wall["checkpoints_s"] += time.perf_counter() - t0
+
+    def _segments(self, summary: dict) -> list[dict]:
+        """Every process that trained this run, oldest first: this one, after those the previous summary.json
+        listed (or described, if it predates the list). A segment killed before it wrote a summary is known only by
+        the steps it left in a checkpoint."""
+        this = {k: summary.get(k) for k in ("workers", "replicas", "status", "wall_time_s", "images_per_sec",
+                                             "timed_steps")}
+        this.update(from_step=self.resumed_from, to_step=summary.get("steps"))
+        if not self.resumed_from:
+            return [this]
+        earlier = []
+        previous = self.previous_summary or {}
+        if previous:
+            earlier = previous.get("segments") or [{
+                "from_step": previous.get("resumed_from_step", 0), "to_step": previous.get("steps"),
+                **{k: previous.get(k) for k in ("workers", "replicas", "status", "wall_time_s", "images_per_sec",
+                                                "timed_steps")}}]
+        reached = max([0] + [int(seg.get("to_step") or 0) for seg in earlier])
+        if reached < self.resumed_from:  # stopped without a summary (SIGKILL, a lost node): its checkpoint says where
+            earlier.append({"from_step": reached, "to_step": self.resumed_from, "status": "interrupted"})
+        return earlier + [this]
 
     def _monitor_summary(self, thr) -> dict:
         from ..measure import monitor
@@ -397,6 +431,7 @@ class Run:
                                       for v in self.engine.model.trainable_variables)),
             "dataset": self.source.name,
             "train_examples": self.source.train_examples,
+            "num_classes": self.source.num_classes,
             "per_replica_batch": config.per_replica_batch_size,
             "global_batch": config.global_batch_size,
             "learning_rate": config.learning_rate,
@@ -431,9 +466,12 @@ class Run:
         t_measure = time.perf_counter()
         if self.engine.noise is not None:
             # Before measure: its extra steps on this engine would move the EMAs.
+            rows = [r for r in self.rows if "noise_grad_sq" in r]
             summary.update(self.engine.noise.summary(
                 small_batch=config.global_batch_size / 2 if setup.replicas == 1 else config.per_replica_batch_size,
-                big_batch=config.global_batch_size))
+                big_batch=config.global_batch_size, grad_sq=[r["noise_grad_sq"] for r in rows],
+                trace=[r["noise_trace"] for r in rows], final_loss=summary["final_loss_mean10"],
+                classes=self.source.num_classes))
         if config.measure and self.status == "ok":
             from ..measure import breakdown  # after the timed loop, on a snapshot: the trained weights stay
 
@@ -442,15 +480,29 @@ class Run:
         self.wall["measurement_s"] += time.perf_counter() - t_measure
         summary["wall_time_s"] = time.time() - self.started
         summary["wall_breakdown"] = self._wall_breakdown(summary["wall_time_s"], thr)
+        summary["segments"] = self._segments(summary)
+        summary["run_wall_time_s"] = float(sum(seg.get("wall_time_s") or 0.0 for seg in summary["segments"]))
         if self.profile is not None:
             summary["profiled_steps"] = config.profile_steps
             summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]
         if self.events is not None:
-            self.events.final(summary)
+            if self.status == "ok":
+                self.events.final(summary)  # "final" figures only for a run that finished
+            else:
+                self.events.close()
         if self.chief:
             fileio.write_json(self.out / "summary.json", summary_schema.check(summary))
-        if self.status == "ok":
-            log.info("done: %d steps, %.1f ± %.1f images/sec (%s), final loss %.4f, val_accuracy %s -> %s",
-                     step, thr["images_per_sec"], thr["images_per_sec_uncertainty"] if thr["timed_steps"] > 1 else float("nan"),
-                     summary_schema.measured_with(summary), summary["final_loss"], f"{summary['val_accuracy']:.4f}", self.out)
+        if self.status == "ok" and self.chief:  # one "done" line per run: the chief's, with the run's figures
+            loops = len(self.loop_times)  # the uncertainty is the spread over timed loop calls: it needs two
+            if loops > 1:
+                rate = (f"{thr['images_per_sec']:.1f} ± {thr['images_per_sec_uncertainty']:.1f} images/sec "
+                        f"({summary_schema.measured_with(summary)})")
+            elif loops == 1:
+                rate = (f"{thr['images_per_sec']:.1f} images/sec from one timed loop call (no uncertainty: more "
+                        "steps, or a smaller --steps-per-loop, give one)")
+            else:
+                rate = (f"images/sec not measured: all {step - self.resumed_from} steps fell in the timing warm-up "
+                        f"(--timing-warmup-steps {config.timing_warmup_steps}, loops of {config.steps_per_loop})")
+            log.info("done: %d steps, %s, final loss %.4f, val_accuracy %s -> %s", step, rate, summary["final_loss"],
+                     f"{summary['val_accuracy']:.4f}", self.out)
         return summary

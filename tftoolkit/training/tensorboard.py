@@ -22,6 +22,11 @@ log = logging.getLogger("tftoolkit")
 METRICS = ("val_accuracy", "val_loss", "final_loss", "images_per_sec")  # the HParams tab's columns
 
 
+def trial_id(run_dir: Path) -> str:
+    """The HParams trial id of a run: its directory's absolute path, unique however the run folders are named."""
+    return str(Path(run_dir).resolve())
+
+
 class Events:
     def __init__(self, logdir: Path):
         import tensorflow as tf
@@ -30,14 +35,14 @@ class Events:
         self.train = tf.summary.create_file_writer(str(self.logdir / "train"))
         self.validation = tf.summary.create_file_writer(str(self.logdir / "validation"))
 
-    def hparams(self, config: dict, run_name: str) -> None:
-        """The run's config as HParams (scalars only; a list such as gpus as its text)."""
+    def hparams(self, config: dict, run_id: str) -> None:
+        """The run's config as HParams (scalars only; a list such as gpus as its text), as trial ``run_id``."""
         from tensorboard.plugins.hparams import api as hp
 
         values = {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in config.items()
                   if v is not None}
         with self.train.as_default():
-            hp.hparams(values, trial_id=run_name)
+            hp.hparams(values, trial_id=run_id)
 
     def steps(self, first_step: int, losses, learning_rates, step_time_s: float, images_per_sec: float,
               noise=None) -> None:
