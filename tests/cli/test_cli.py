@@ -55,7 +55,7 @@ def test_train_help_documents_every_option(capsys):
      "--train-images 999999: synthetic has 16000 training images; give at most 16000"),
     (["train", "--out", "FILE", "--dataset", "synthetic"], "is a file, not a folder: give the run directory a name"),
     (["train", "--out", "FILE/sub", "--dataset", "synthetic"], "FILE is a file, not a folder; give the run directory a path"),
-    (["find-lr", "--out", "X", "--steps", "5"], "unrecognized arguments: --steps 5"),
+    (["find-lr", "--out", "X", "--steps", "5"], "unrecognized arguments: --steps 5 (see tftoolkit find-lr --help)"),
     (["find-lr", "--out", "X", "--noise-scale"], "unrecognized arguments: --noise-scale"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):

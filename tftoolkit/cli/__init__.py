@@ -35,7 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the command whose --help lists what it takes, not the top level's
+        where = f"tftoolkit {args.command}" if getattr(args, "command", None) else "tftoolkit"
+        parser.exit(EXIT_USAGE, f"{where}: error: unrecognized arguments: {' '.join(extra)} (see {where} --help)\n")
     try:
         return args.func(args)
     except ToolkitError as e:
