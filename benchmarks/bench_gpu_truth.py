@@ -12,7 +12,8 @@ float batch now, 4x the bytes of the uint8 one). --repo runs another checkout (e
 way, for before/after.
 allreduce: one `bench allreduce` run per implementation at small sizes: ``time_raw_s`` is what the bench
 reported before (a chained call / its length, the call's overhead included) and ``time_s`` what it reports now
-(the same call without its all-reduces subtracted), side by side, with the overhead.
+(the same call without its all-reduces subtracted, with its standard error; ``unresolved`` where the difference
+stays within two of them), side by side, with the overhead.
 doctor: the wall time of `tftoolkit doctor --replicas N --json` at 1 and 4 simulated replicas, fresh processes.
 
 Benchmarks are not tests: this prints figures measured in one run; they go into BENCHMARKS.md by hand.
@@ -74,14 +75,15 @@ def allreduce_latency(replicas: int, repeats: int) -> None:
 
     frame = allreduce.bench(replicas, "4KiB,16KiB,64KiB,256KiB,1MiB", "reduce_to_one,collective", repeats=repeats,
                             warmup=2, models=(), quiet=True)
-    ok = frame[frame["status"] == "ok"]
-    print(f"{replicas} replicas, {repeats} repeats, medians; before = time_raw_s (call / chain), after = time_s")
-    print("| impl | size | chain | before us | after us | call overhead us | before / after |")
-    print("|---|---|---|---|---|---|---|")
-    for _, r in ok.iterrows():
-        ratio = r["time_raw_s"] / r["time_s"] if r["time_s"] > 0 else float("inf")
-        print(f"| {r['impl']} | {int(r['size_bytes'])} | {int(r['iters'])} | {r['time_raw_s'] * 1e6:.1f} | "
-              f"{r['time_s'] * 1e6:.1f} | {r['overhead_s'] * 1e6:.1f} | {ratio:.2f} |")
+    timed = frame[frame["status"].isin(["ok", "unresolved"])]
+    print(f"{replicas} replicas, {repeats} repeats asked, medians; before = time_raw_s (call / chain), "
+          "after = time_s ± time_err_s (unresolved: within the call's noise, no bandwidth)")
+    print("| impl | size | chain | repeats | before us | after us | call overhead us | status |")
+    print("|---|---|---|---|---|---|---|---|")
+    for _, r in timed.iterrows():
+        print(f"| {r['impl']} | {int(r['size_bytes'])} | {int(r['iters'])} | {int(r['repeats'])} | "
+              f"{r['time_raw_s'] * 1e6:.1f} | {r['time_s'] * 1e6:.1f} ± {r['time_err_s'] * 1e6:.1f} | "
+              f"{r['overhead_s'] * 1e6:.1f} | {r['status']} |")
 
 
 def doctor_wall(rounds: int) -> None:

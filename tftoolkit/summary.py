@@ -124,6 +124,8 @@ _ALL = (
         ("input_wait_s", "s", "step_time_s - step_time_no_input_s: waiting for input"),
         ("compute_time_uncertainty_s", "s", "standard error of compute_time_s over the measurement rounds"),
         ("allreduce_time_uncertainty_s", "s", "standard error of the paired (full - compute) differences"),
+        ("allreduce_direct_time_uncertainty_s", "s", "standard error of allreduce_direct_time_s (the paired "
+                                                     "differences of the call with and without the all-reduce)"),
         ("input_wait_uncertainty_s", "s", "standard error of input_wait_s (the step without input and the training "
                                           "step combined)"),
         ("breakdown_note", "", "which parts are within noise (under 2 standard errors of zero): the parts are timed "

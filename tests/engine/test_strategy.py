@@ -86,7 +86,7 @@ def test_the_direct_allreduce_timing_compiles_with_xla_when_the_step_does(monkey
     from tftoolkit.measure import allreduce, breakdown
 
     seen = {}
-    monkeypatch.setattr(allreduce, "time_allreduce", lambda *a, **k: seen.update(k) or {"time_s": 0.001})
+    monkeypatch.setattr(allreduce, "time_allreduce", lambda *a, **k: seen.update(k) or {"time_s": 0.001, "time_err_s": 0.0})
     monkeypatch.setattr(allreduce, "gradient_shapes", lambda model: ([(4,)], ["float32"]))
     engine = type("E", (), {"model": None, "strategy": None})()
     breakdown.direct_allreduce_time(engine, jit=True)

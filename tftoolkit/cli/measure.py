@@ -111,7 +111,9 @@ def _add_bench(bench_sub) -> None:
                         f"KiB/MiB/GiB = 2^10/2^20/2^30; plain numbers (4096, 1e6) are bytes (default: {DEFAULT_SIZES})")
     p.add_argument("--impl", default="all", help=f"all, or a comma list of {', '.join(IMPLS)}; one that cannot run "
                                                  "here is a row with its reason (default: all)")
-    p.add_argument("--repeats", type=int, default=10, help="timed calls per size; the median is reported (default: 10)")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per size; the median is reported, and a time within "
+                                                            "the call's noise gets up to 4x as many before its row "
+                                                            "says unresolved (default: 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls first (tracing, allocation) (default: 2)")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS),
                    help="also all-reduce these models' gradient sets, as the training step does; 'none' to skip "
@@ -163,7 +165,8 @@ def bench_allreduce(args) -> int:
         best = rows.loc[rows["busbw_GBps"].idxmax()]
         print(f"{impl:18s} peak busbw {best['busbw_GBps']:8.3f} GB/s at {int(best['size_bytes'])} bytes")
     for _, row in frame[frame["status"] != "ok"].iterrows():
-        print(f"{row['impl']:18s} {row['status']}: {row['reason']}")
+        what = f" {row['payload']} {int(row['size_bytes'])} bytes" if row["payload"] else ""
+        print(f"{row['impl']:18s}{what} {row['status']}: {row['reason']}")
     print(f"written: {args.out}/allreduce.csv")
     return 0
 

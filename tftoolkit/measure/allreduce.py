@@ -27,8 +27,12 @@ The timed unit is exactly what the training step does: ``ctx.all_reduce(SUM, ten
 ``strategy.run`` inside a ``tf.function``. Small buffers run several all-reduces back to back in one call
 (``iters``), and each timed call is paired with the same call without the all-reduces, whose time is subtracted:
 ``time_s`` is per all-reduce with the call's overhead removed (``time_raw_s`` without the subtraction,
-``overhead_s`` the subtracted call). Before an implementation is timed, its sum is checked once (``check_sum``):
-one that loses a replica's values is a ``failed`` row with the wrong sum, not a bandwidth.
+``overhead_s`` the subtracted call, ``time_err_s`` the standard error of the difference). A difference the
+noise of the call swallows (under two standard errors, after up to four times the repeats) is no measurement:
+its row says ``unresolved``, with the bound it sets, and carries no bandwidth; on CPU-simulated replicas the
+small sizes end there, since an all-reduce of a few microseconds hides in a call that varies by a hundred.
+Before an implementation is timed, its sum is checked once (``check_sum``): one that loses a replica's values is
+a ``failed`` row with the wrong sum, not a bandwidth.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ log = logging.getLogger("tftoolkit")
 
 IMPLS = ("nccl", "hierarchical_copy", "reduce_to_one", "collective", "tf_default")
 COLUMNS = ["impl", "detail", "replicas", "payload", "tensors", "size_bytes", "iters", "repeats", "time_s",
-           "time_min_s", "time_raw_s", "overhead_s", "algbw_GBps", "busbw_GBps", "status", "reason"]
+           "time_min_s", "time_err_s", "time_raw_s", "overhead_s", "algbw_GBps", "busbw_GBps", "status", "reason"]
 DEFAULT_SIZES = "4KiB..256MiB"
 DEFAULT_MODELS = ("small_cnn", "resnet20")
 FLOAT32_BYTES = 4
@@ -55,6 +59,10 @@ FLOAT32_BYTES = 4
 # 4 KB all-reduce is not timed as "one Python call into TensorFlow". Large buffers run one per call.
 CHAIN_BYTES = 4 * 2**20
 MAX_CHAIN = 16
+# A time is resolved when the chain minus the bare call exceeds this many standard errors of that difference;
+# until then the bench adds repeats, up to this many times the repeats asked for.
+RESOLVED_SE = 2.0
+EXTRA_REPEATS = 4
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -186,7 +194,7 @@ def check_sum(strategy, options=None, size: int = 64) -> tuple[bool, str]:
 
 
 def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int = 10, warmup: int = 2,
-                   iters: int | None = None, jit: bool = False) -> dict:
+                   iters: int | None = None, jit: bool = False, max_repeats: int | None = None) -> dict:
     """Seconds of one ``ctx.all_reduce(SUM, [tensors of shapes])`` across the strategy's replicas.
 
     Each repeat times two calls of the same shape (engine.timer: devices synchronised at both ends): a chain of
@@ -196,8 +204,14 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     the curve would measure Python and the runtime, not the link. ``jit``: compile the replica function with XLA,
     as the step is under ``--jit`` (on GPUs MirroredStrategy then all-reduces with its collective ops, NCCL).
 
-    Returns {"time_s": median corrected, "time_min_s", "time_raw_s": median uncorrected per all-reduce,
-    "overhead_s": median of the no-all-reduce call, "iters", "repeats"}.
+    The difference is resolved when its median exceeds RESOLVED_SE standard errors (the median's, from the
+    spread of the per-repeat differences); until it is, repeats are added, ``repeats`` at a time, up to
+    ``max_repeats`` (default: no more than ``repeats``).
+
+    Returns {"time_s": median corrected (>= 0), "time_min_s", "time_err_s": its standard error,
+    "resolved": bool, "bound_s": what an unresolved time is below (median + RESOLVED_SE errors),
+    "time_raw_s": median uncorrected per all-reduce, "overhead_s": median of the no-all-reduce call, "iters",
+    "repeats": repeats run}.
     """
     import tensorflow as tf
 
@@ -239,15 +253,33 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     for _ in range(max(1, warmup)):  # the first calls trace
         timer.timed(run, values)
         timer.timed(bare, values)
+    repeats = max(1, int(repeats))
+    cap = max(repeats, int(max_repeats or repeats))
     full, empty = [], []
-    for _ in range(max(1, repeats)):  # interleaved, so both see the same machine state
-        full.append(timer.timed(run, values)[1])
-        empty.append(timer.timed(bare, values)[1])
-    full, empty = np.array(full), np.array(empty)
-    corrected = np.maximum(full - empty, 0.0) / iters
-    return {"time_s": float(np.median(corrected)), "time_min_s": float(corrected.min()),
+    while True:
+        for _ in range(repeats):  # interleaved, so both see the same machine state
+            full.append(timer.timed(run, values)[1])
+            empty.append(timer.timed(bare, values)[1])
+        diff, err = difference(full, empty)
+        if diff > RESOLVED_SE * err or len(full) + repeats > cap:
+            break
+    corrected = np.maximum(np.array(full) - np.array(empty), 0.0) / iters
+    return {"time_s": max(diff, 0.0) / iters, "time_min_s": float(corrected.min()), "time_err_s": err / iters,
+            "resolved": bool(diff > RESOLVED_SE * err), "bound_s": (max(diff, 0.0) + RESOLVED_SE * err) / iters,
             "time_raw_s": float(np.median(full)) / iters, "overhead_s": float(np.median(empty)), "iters": iters,
-            "repeats": int(max(1, repeats))}
+            "repeats": len(full)}
+
+
+def difference(full, empty) -> tuple[float, float]:
+    """Median of the paired differences full - empty and its standard error: 1.2533 x the robust standard
+    deviation (1.4826 x the median absolute deviation) / sqrt(n), the median's for roughly normal noise. One pair
+    has no spread to judge by: its error is infinite, so it is never resolved."""
+    d = np.asarray(full, dtype=float) - np.asarray(empty, dtype=float)
+    med = float(np.median(d))
+    if len(d) < 2:
+        return med, math.inf
+    sd = 1.4826 * float(np.median(np.abs(d - med)))
+    return med, 1.2533 * sd / math.sqrt(len(d))
 
 
 def gradient_shapes(model) -> tuple[list, list]:
@@ -266,7 +298,7 @@ def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10
 def _row(impl, detail, replicas, payload, tensors, size, **kw) -> dict:
     row = {"impl": impl, "detail": detail, "replicas": replicas, "payload": payload, "tensors": tensors,
            "size_bytes": size, "iters": None, "repeats": None, "time_s": math.nan, "time_min_s": math.nan,
-           "time_raw_s": math.nan, "overhead_s": math.nan,
+           "time_err_s": math.nan, "time_raw_s": math.nan, "overhead_s": math.nan,
            "algbw_GBps": math.nan, "busbw_GBps": math.nan, "status": "ok", "reason": ""}
     row.update(kw)
     return row
@@ -322,19 +354,23 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
         for payload, shapes, dts, nbytes in payloads:
             try:
                 t = time_allreduce(strategy, shapes, dtypes=dts, options=options, repeats=repeats, warmup=warmup,
-                                   iters=chain_length(nbytes, max_chain))
+                                   iters=chain_length(nbytes, max_chain), max_repeats=EXTRA_REPEATS * repeats)
             except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest size: record, go on
                 rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, status="failed",
                                  reason=_first_line(e)))
                 log.warning("all-reduce %s %s (%d bytes) failed: %s", impl, payload, nbytes, _first_line(e))
                 continue
-            rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, iters=t["iters"],
-                             repeats=t["repeats"], time_s=t["time_s"], time_min_s=t["time_min_s"],
-                             time_raw_s=t["time_raw_s"], overhead_s=t["overhead_s"],
-                             algbw_GBps=algbw_gbps(nbytes, t["time_s"]),
-                             busbw_GBps=busbw_gbps(nbytes, t["time_s"], replicas)))
-            log.info("all-reduce %-17s %-16s %12d B  %10.3f ms  busbw %7.3f GB/s", impl, payload, nbytes,
-                     t["time_s"] * 1e3, rows[-1]["busbw_GBps"])
+            row = _row(impl, detail, replicas, payload, len(shapes), nbytes, iters=t["iters"], repeats=t["repeats"],
+                       time_s=t["time_s"], time_min_s=t["time_min_s"], time_err_s=t["time_err_s"],
+                       time_raw_s=t["time_raw_s"], overhead_s=t["overhead_s"])
+            if t["resolved"]:
+                row.update(algbw_GBps=algbw_gbps(nbytes, t["time_s"]), busbw_GBps=busbw_gbps(nbytes, t["time_s"], replicas))
+                log.info("all-reduce %-17s %-16s %12d B  %10.3f ms  busbw %7.3f GB/s", impl, payload, nbytes,
+                         t["time_s"] * 1e3, row["busbw_GBps"])
+            else:
+                row.update(status="unresolved", reason=unresolved_reason(t))
+                log.info("all-reduce %-17s %-16s %12d B  %s", impl, payload, nbytes, row["reason"])
+            rows.append(row)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("tensors", "size_bytes", "iters", "repeats"):
         frame[col] = frame[col].astype("Int64")  # integers, empty where skipped (not 4096.0)
@@ -349,11 +385,19 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
             "threads": devices.thread_settings(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "definitions": "algbw = size_bytes / time_s / 1e9; busbw = algbw * 2(n-1)/n (nccl-tests)",
             "timing": ("time_s = (a call of `iters` chained all-reduces - the same call without them) / iters, median "
-                       "over interleaved repeats, devices synchronised at both ends of each call; time_raw_s = the "
-                       "first call / iters (overhead included); overhead_s = the second call"),
+                       "over interleaved repeats, devices synchronised at both ends of each call; time_err_s = its "
+                       "standard error; status unresolved = time_s under 2 standard errors after up to "
+                       f"{EXTRA_REPEATS}x the repeats (no bandwidth); time_raw_s = the first call / iters (overhead "
+                       "included); overhead_s = the second call"),
             "sum_checked": True,
         })
     return frame
+
+
+def unresolved_reason(t: dict) -> str:
+    return (f"within the call's noise: under {t['bound_s'] * 1e6:.3g} us per all-reduce ({t['iters']} chained, "
+            f"{t['repeats']} repeats, call overhead {t['overhead_s'] * 1e3:.3g} ms); a longer --max-chain or more "
+            f"--repeats resolve it")
 
 
 def _first_line(e: BaseException) -> str:

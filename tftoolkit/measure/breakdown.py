@@ -42,7 +42,8 @@ MEASURE_ROUNDS = 5  # enough pairs for a standard error of each part
 DIRECT_ALLREDUCE_REPEATS = 5
 
 FIELDS = ("step_time_no_input_s", "compute_time_s", "allreduce_time_s", "allreduce_direct_time_s", "input_wait_s",
-          "compute_time_uncertainty_s", "allreduce_time_uncertainty_s", "input_wait_uncertainty_s", "breakdown_note",
+          "compute_time_uncertainty_s", "allreduce_time_uncertainty_s", "allreduce_direct_time_uncertainty_s",
+          "input_wait_uncertainty_s", "breakdown_note",
           "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
           "forward_flops_per_example", "flops_source", "achieved_flops", "peak_flops", "peak_flops_source", "mfu")
 NOISE_SIGMAS = 2.0  # a part within this many standard errors of zero is reported as within noise
@@ -198,14 +199,16 @@ def interleaved(time_a, time_b, rounds: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(a), np.array(b)
 
 
-def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> float:
+def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> tuple[float, float]:
     """The model's gradient all-reduce alone, on the run's strategy, through the all-reduce the step uses: under
-    XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops."""
-    from .allreduce import gradient_shapes, time_allreduce
+    XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops. Returns (seconds,
+    standard error); a time within the call's noise gets up to 4x the repeats (allreduce.EXTRA_REPEATS)."""
+    from .allreduce import EXTRA_REPEATS, gradient_shapes, time_allreduce
 
     shapes, dtypes = gradient_shapes(engine.model)
-    return time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1,
-                          jit=jit)["time_s"]
+    t = time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1, jit=jit,
+                       max_repeats=EXTRA_REPEATS * repeats)
+    return t["time_s"], t["time_err_s"]
 
 
 def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1) -> dict:
@@ -231,7 +234,8 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1)
         from ..engine.step import jit_effective
 
         jit = jit_effective(config, setup.kind, setup.replicas)
-        out["allreduce_direct_time_s"] = direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else 0.0
+        out["allreduce_direct_time_s"], out["allreduce_direct_time_uncertainty_s"] = (
+            direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else (0.0, 0.0))
     except Exception as e:  # noqa: BLE001
         errors.append(f"direct all-reduce: {type(e).__name__}: {e}")
     out.update(load_balance(summary.get("examples_per_replica", [])))

@@ -54,15 +54,30 @@ def _series(df: pd.DataFrame):
 
 
 def _skipped_note(fig, df: pd.DataFrame) -> None:
+    """A footnote for what the figure leaves out: implementations not measured (with the reason) and sizes whose
+    time the call's noise swallowed (unresolved rows, with the bound they set)."""
     if "status" not in df.columns:
         return
-    skipped = df[df["status"].fillna("ok") != "ok"].drop_duplicates("impl")
-    if skipped.empty:
-        return
+    status = df["status"].fillna("ok")
+    skipped = df[~status.isin(["ok", "unresolved"])].drop_duplicates("impl")
     parts = [f"{IMPL_LABELS.get(r['impl'], r['impl'])}: {r['status']}" + (f" ({r['reason']})" if isinstance(r.get("reason"), str) and r.get("reason") else "")
              for _, r in skipped.iterrows()]
-    text = "not measured here: " + "; ".join(parts)
-    footnote(fig, text[:160] + ("..." if len(text) > 160 else ""))
+    text = "not measured here: " + "; ".join(parts) if parts else ""
+    loose = df[status == "unresolved"]
+    if not loose.empty:
+        sizes = ", ".join(f"{IMPL_LABELS.get(i, i)} {_sizes(g)}" for i, g in loose.groupby("impl", sort=False))
+        text += ("; " if text else "") + f"within the call's noise, not drawn: {sizes}"
+    if text:
+        footnote(fig, text[:200] + ("..." if len(text) > 200 else ""))
+
+
+def _sizes(rows: pd.DataFrame) -> str:
+    names = []
+    for _, r in rows.iterrows():
+        payload = str(r.get("payload") or "buffer")
+        names.append(payload.split(":", 1)[1] + "'s gradients" if payload.startswith("grads:")
+                     else format_bytes(r["size_bytes"]))
+    return "(" + ", ".join(names) + ")"
 
 
 def _time_unit(seconds: pd.Series) -> tuple[float, str]:
