@@ -376,7 +376,7 @@ Markdown(findings.markdown(res))
 report.status_counts(res)
 """),
     code("""
-report.overview(res)
+report.overview(res).fillna("")  # blank where a column is not that sweep's parameter or figure
 """),
     code("""
 report.section(res, "scaling", out / "figures")

@@ -263,6 +263,7 @@ def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_cod
     stderr = chromium.evaluate("document.querySelectorAll('[data-mime-type=\"application/vnd.jupyter.stderr\"]').length")
     assert code_areas == 0 and stderr == 0
     assert "import tftoolkit" not in text and "from tftoolkit" not in text
+    assert "NaN" not in text  # a column another sweep lacks is blank in the tables, not "NaN"
 
 
 @pytest.mark.slow
