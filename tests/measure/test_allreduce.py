@@ -100,8 +100,11 @@ def test_bench_cli_on_four_replicas_with_a_models_gradients(tmp_path, capsys):
     assert (csv.loc[csv["status"] == "ok", "iters"] == 3).all()
     assert json.loads((tmp_path / "bench.json").read_text())["max_chain"] == 3
     row = csv[(csv["impl"] == "reduce_to_one") & (csv["payload"] == "buffer")].iloc[0]
-    assert row["status"] == "ok" and row["replicas"] == 4 and row["size_bytes"] == 65536
-    assert row["busbw_GBps"] == pytest.approx(1.5 * row["algbw_GBps"])
+    assert row["replicas"] == 4 and row["size_bytes"] == 65536
+    if row["status"] == "ok":  # 2 repeats on a loaded machine may leave it within the noise: no bandwidth then
+        assert row["busbw_GBps"] == pytest.approx(1.5 * row["algbw_GBps"])
+    else:
+        assert row["status"] == "unresolved" and np.isnan(row["busbw_GBps"])
     grads = csv[csv["payload"] == "grads:small_cnn"].iloc[0]
     # small_cnn at 32x32x3, 10 classes: 10 trainable tensors, 61,130 float32 parameters
     assert grads["status"] in ("ok", "unresolved") and grads["tensors"] == 10 and grads["size_bytes"] == 4 * 61130
@@ -134,8 +137,13 @@ def test_the_bench_checks_each_sum_before_timing_it(tmp_path, cpu_devices):
     bad = csv[csv["impl"] == "hierarchical_copy"].iloc[0]
     assert bad["status"] == "failed" and "wrong sum: replica 0 got 3 for 1 + ... + 3 = 6" in bad["reason"]
     assert np.isnan(bad["busbw_GBps"])
+    # The checked one is timed: a bandwidth, or (on a loaded machine, 2 repeats) the bound its noise sets.
     good = csv[csv["impl"] == "reduce_to_one"].iloc[0]
-    assert good["status"] == "ok" and good["busbw_GBps"] > 0
+    assert good["status"] in ("ok", "unresolved") and good["time_err_s"] >= 0
+    if good["status"] == "ok":
+        assert good["busbw_GBps"] > 0
+    else:
+        assert np.isnan(good["busbw_GBps"]) and good["reason"].startswith("within the call's noise")
     assert json.loads((tmp_path / "bench.json").read_text())["sum_checked"] is True
 
 
