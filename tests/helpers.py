@@ -52,3 +52,21 @@ def checkpointed_step(run_dir: Path) -> int:
 
     latest = tf.train.latest_checkpoint(str(Path(run_dir) / "checkpoints"))
     return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def load_dataset(dataset, **config):
+    """``catalog.load`` of a dataset (a path or a name) with ``config``'s other RunConfig fields."""
+    from tftoolkit import RunConfig
+    from tftoolkit.data import catalog
+
+    return catalog.load(RunConfig(dataset=str(dataset), **config))
+
+
+def examples(ds):
+    """A source's split (unbatched (image, label, id)) as three NumPy arrays, in the dataset's order."""
+    import numpy as np
+
+    xs, ys, ids = [], [], []
+    for x, y, i in ds.batch(1000).as_numpy_iterator():
+        xs.append(x), ys.append(y), ids.append(i)
+    return np.concatenate(xs), np.concatenate(ys), np.concatenate(ids)

@@ -150,7 +150,7 @@ OTHER_VALUE = {
     "global_batch": 64, "base_lr": 0.01, "base_batch": 128, "lr_rule": "linear", "warmup_epochs": 0.5,
     "schedule": "step", "optimizer": "sgd", "weight_decay": 0.1, "epochs": 2.0, "steps": 7, "model": "small_cnn_bn",
     "dataset": "synthetic", "train_images": 100, "image_size": 16, "num_classes": 3, "augment": True,
-    "verify": "full", "input_sharding": "file", "data_memory_gb": 1.0, "data_placement": "device",
+    "verify": "full", "imagenet_labels": "keep", "skip_bad_images": True, "input_sharding": "file", "data_memory_gb": 1.0, "data_placement": "device",
     "last_batch": "partial", "precision": "mixed_bfloat16", "jit": True, "steps_per_loop": 3, "seed": 1,
     "deterministic": False, "checkpoint_every": 5, "eval_every_epoch": False, "timing_warmup_steps": 2,
     "divergence_factor": 3.0, "measure": False, "profile_steps": "2-3", "noise_scale": True,
@@ -177,7 +177,9 @@ def test_which_fields_define_a_run_is_decided_for_every_field_both_ways(tmp_path
                 rundir.prepare(out, changed)
     # What cuts the same steps into other calls, or says how a run is measured and reported, is not the run.
     assert {"steps_per_loop", "checkpoint_every", "measure", "timing_warmup_steps", "workers"} <= NON_IDENTITY_KEYS
-    assert not {"seed", "deterministic", "jit", "num_classes", "global_batch"} & NON_IDENTITY_KEYS
+    assert not {"seed", "deterministic", "jit", "num_classes", "global_batch", "imagenet_labels"} & NON_IDENTITY_KEYS
+    # A run stopped by a bad image resumes from its checkpoint with --skip-bad-images.
+    assert "skip_bad_images" in NON_IDENTITY_KEYS
 
 
 @pytest.mark.slow

@@ -85,6 +85,14 @@ _ALL = (
                                "(only its own TFRecord shards)"),
         ("data_placement", "", "where the training split lived: host (tf.data gathers) or device (a copy per replica)"),
         ("data_placement_reason", "", "why: asked for, or auto's rule with the sizes"),
+        ("input_source", "", "memory (decoded once, then gathered by index) or stream (read and decoded from the "
+                             "files by tf.data while training: a split over --data-memory-gb)"),
+        ("input_threads", "", "a streamed split's tf.data parallelism: cores, interleave_cycle (shards open at once), "
+                              "read_threads, decode_threads"),
+        ("input_transform", "", "a streamed split's transform: inception (random crops of mixed-size images, centre "
+                                "crop to evaluate) or fixed (decoded whole), then ' + augment' when --augment; empty in memory"),
+        ("skipped_images", "", "images (or records) skipped as undecodable or out of range (--skip-bad-images)"),
+        ("skipped_image_examples", "", "the first few of them, by file (and record)"),
     ])
     + _fields("batch and learning rate", [
         ("per_replica_batch", "", "examples per replica per step"),

@@ -57,7 +57,8 @@ def test_file_sharding_needs_tfrecords_and_whole_shards(tmp_path, sharded):
 
     refused("synthetic data have none", dataset="synthetic")
     (tmp_path / "imgs" / "a").mkdir(parents=True)
-    refused("is an image folder; use --input-sharding exact", dataset=str(tmp_path / "imgs"))
+    refused(r"divides TFRecord shards among the workers, and \S*imgs has none \(an image folder, TFDS or CIFAR "
+            r"folder\); use --input-sharding exact", dataset=str(tmp_path / "imgs"))
     refused("a prefix of the set cannot be taken", dataset=str(sharded), train_images=100)
     with pytest.raises(DataError, match="in-memory and synthetic data have none"):
         catalog.check_sharding(RunConfig(input_sharding="file", workers=2), data=(np.zeros((4, 8, 8, 3)), np.zeros(4)))

@@ -8,9 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
-from tftoolkit import cli, RunConfig
+from tftoolkit import RunConfig
 from tftoolkit.data import catalog, shapes, tfrecords
 from tftoolkit.errors import DataError
+
+from helpers import examples, load_dataset as load
 
 SMALL = dict(images=400, val_images=100, size=32, seed=0, shard_size=100)
 
@@ -30,30 +32,20 @@ def copy(prepared, tmp_path):
     return dst
 
 
-def load(path, **kw):
-    return catalog.load(RunConfig(dataset=str(path), **kw))
-
-
-def examples(ds):
-    images, labels, ids = [], [], []
-    for x, y, i in ds.batch(1000).as_numpy_iterator():
-        images.append(x), labels.append(y), ids.append(i)
-    return np.concatenate(images), np.concatenate(labels), np.concatenate(ids)
 
 
 # --- shapes16k by name ----------------------------------------------------------------------------------------
-def test_unprepared_shapes16k_says_the_command_to_run(tmp_path, monkeypatch):
+def test_shapes16k_is_made_in_a_fresh_data_home_on_first_use_then_loaded(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
-    with pytest.raises(DataError, match=r"shapes16k is not prepared in .*: run `tftoolkit data prepare`"):
-        catalog.load(RunConfig(dataset="shapes16k"))
-
-
-def test_unprepared_shapes16k_is_one_line_and_exit_2_from_the_cli(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
-    rc = cli.main(["train", "--out", str(tmp_path / "run"), "--dataset", "shapes16k", "--replicas", "1"])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "tftoolkit data prepare" in err
-    assert not (tmp_path / "run").exists()
+    prepare = shapes.prepare
+    calls = []
+    monkeypatch.setattr(shapes, "prepare", lambda out, **kw: calls.append(out) or prepare(out, **{**SMALL, **kw}))
+    with caplog.at_level(logging.INFO, logger="tftoolkit"):
+        src = catalog.load(RunConfig(dataset="shapes16k"))
+    assert calls == [tmp_path / "shapes16k"] and "shapes16k is not in the data home yet: making it" in caplog.text
+    assert (src.train_examples, src.val_examples) == (400, 100)
+    catalog.load(RunConfig(dataset="shapes16k"))
+    assert len(calls) == 1  # made once
 
 
 def test_ensure_shapes16k_prepares_on_first_use_then_loads_by_name(tmp_path, monkeypatch):
@@ -215,9 +207,10 @@ def _touch(path, data=b""):
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda p: p / "nope", r"not 'synthetic', 'shapes16k' or an existing folder"),
+    (lambda p: p / "nope", r"is not 'synthetic', 'shapes16k', one of cifar10, cifar100, mnist, fashion_mnist or an existing folder"),
     (lambda p: _touch(p / "f.txt"), r"is a file; give the folder"),
-    (lambda p: _touch(p / "x.tfrecord").parent, r"holds \.tfrecord files but no manifest\.json"),
+    (lambda p: _touch(p / "x.tfrecord").parent, r"holds \.tfrecord files but no manifest\.json; .*or name them as "
+                                                r"ImageNet's \(train-00000-of-00004 \.\.\.\)"),
     (lambda p: _touch(p / "manifest.json", b"{not json").parent, r"manifest\.json is not valid JSON"),
 ])
 def test_bad_dataset_paths(tmp_path, make, match):
@@ -250,26 +243,38 @@ def _folder(root, layout):
     return root
 
 
-def test_image_folder_skips_and_reports_bad_files(tmp_path, caplog):
-    root = _folder(tmp_path / "imgs", {
-        "cat/1.png": _png(), "cat/2.jpg": _jpg(), "cat/3.PNG": _png(mode="L"),
-        "dog/1.png": _png((50, 10)), "dog/sub/2.jpeg": _jpg((8, 8)),
-        "dog/broken.jpg": b"\xff\xd8\xff\xe0 definitely not a jpeg",
-        "dog/cut.png": _png()[:40],
-        "cat/notes.txt": b"labels are folder names",
-        "owl/1.png": _png(colour=(0, 0, 255)),
-    })
+BAD_FOLDER = {
+    "cat/1.png": _png(), "cat/2.jpg": _jpg(), "cat/3.PNG": _png(mode="L"),
+    "dog/1.png": _png((50, 10)), "dog/sub/2.jpeg": _jpg((8, 8)),
+    "dog/broken.jpg": b"\xff\xd8\xff\xe0 definitely not a jpeg",
+    "dog/cut.png": _png()[:40],
+    "cat/notes.txt": b"labels are folder names",
+    "owl/1.png": _png(colour=(0, 0, 255)),
+}
+
+
+def test_an_image_folder_file_that_does_not_decode_is_named_before_anything_trains(tmp_path):
+    root = _folder(tmp_path / "imgs", BAD_FOLDER)
+    with pytest.raises(DataError, match=r"^cannot use \S*dog/broken\.jpg: .* \(1 more do not decode either\); "
+                                        r"--skip-bad-images skips such images"):
+        load(root, image_size=12)
+
+
+def test_image_folder_skips_and_reports_bad_files_when_asked(tmp_path, caplog):
+    root = _folder(tmp_path / "imgs", BAD_FOLDER)
     with caplog.at_level(logging.WARNING, logger="tftoolkit"):
-        src = load(root, image_size=12)
+        src = load(root, image_size=12, skip_bad_images=True)
     assert src.class_names == ["cat", "dog", "owl"] and src.num_classes == 3
     assert src.train_examples == 6 and src.input_shape == (12, 12, 3) and src.val is None
     info = src.info
     assert info["val_shards"] == 0 and "no validation split" in info["note"]  # not "1 shard" of nothing
-    assert (info["skipped_files"], info["skipped_unreadable"], info["skipped_not_image"]) == (3, 2, 1)
-    assert info["per_class"] == {"cat": 3, "dog": 2, "owl": 1}
-    assert "skipped 3 file(s)" in caplog.text and "dog/broken.jpg" in caplog.text and "cat/notes.txt" in caplog.text
+    assert (info["skipped_images"], info["skipped_not_image"]) == (2, 1)
+    assert [n.rsplit("/", 2)[-2:] for n in info["skipped_image_examples"]] == [["dog", "broken.jpg"], ["dog", "cut.png"]]
+    assert info["per_class"] == {"cat": 3, "dog": 4, "owl": 1}  # files found, before decoding
+    assert "skipped 2 image(s)" in caplog.text and "dog/broken.jpg" in caplog.text and "cat/notes.txt" in caplog.text
     x, y, ids = examples(src.train)
-    assert x.shape == (6, 12, 12, 3) and sorted(ids) == list(range(6)) and sorted(y) == [0, 0, 0, 1, 1, 2]
+    assert x.shape == (6, 12, 12, 3) and sorted(y) == [0, 0, 0, 1, 1, 2]
+    assert sorted(ids) == [0, 1, 2, 3, 6, 7]  # ids are places in the file list: the skipped ones (4, 5) are gaps
 
 
 def test_image_folder_with_train_and_val_subfolders(tmp_path):
@@ -280,10 +285,10 @@ def test_image_folder_with_train_and_val_subfolders(tmp_path):
 
 
 @pytest.mark.parametrize("layout, match", [
-    ({"a/readme.txt": b"x", "b/x.csv": b"1"}, r"found no readable images"),
+    ({"a/readme.txt": b"x", "b/x.csv": b"1"}, r"found no images \(\.jpg, \.jpeg, \.png, \.bmp, \.gif\) in the class "),
     ({"only/1.png": _png(), "only/2.png": _png()}, r"images in only one class sub-folder \('only'\)"),
     ({"loose.png": _png()}, r"has no class sub-folders"),
-    ({"a/1.png": _png(), "empty/bad.jpg": b"nope"}, r"images in only one class sub-folder \('a'\)"),
+    ({"a/1.png": _png(), "empty/bad.jpg": b"nope"}, r"cannot use \S*empty/bad\.jpg: Unknown image file format"),
 ])
 def test_image_folder_errors(tmp_path, layout, match):
     with pytest.raises(DataError, match=match):

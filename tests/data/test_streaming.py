@@ -1,14 +1,19 @@
-"""Image folders over the memory budget stream from disk: same pixels, same training, bad files named."""
+"""Splits over the memory budget stream from their files (data/stream.py): the same examples as in memory, N
+replicas train as one device does, a run resumed mid-epoch as if never interrupted, a bad file named (or skipped,
+counted and named)."""
 
 import io
+import json
+import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tftoolkit
 from tftoolkit import RunConfig
-from tftoolkit.data import catalog, store
-from tftoolkit.errors import ConfigError
+from tftoolkit.data import catalog, stream
+from tftoolkit.errors import ConfigError, DataError
 
 from helpers import FAST
 
@@ -44,27 +49,59 @@ def _examples(src):
     return np.concatenate(xs), np.concatenate(ys), np.concatenate(ids)
 
 
-def test_a_folder_over_the_budget_streams_the_same_pixels(folder, caplog):
+def test_a_folder_over_the_budget_streams_the_same_images(folder, caplog):
     in_memory = catalog.load(RunConfig(dataset=str(folder), image_size=16))
     with caplog.at_level("INFO", logger="tftoolkit"):
         streamed = catalog.load(RunConfig(dataset=str(folder), image_size=16, data_memory_gb=TINY_BUDGET))
     assert not in_memory.info["streamed"] and streamed.info["streamed"]
-    assert "over the memory budget" in caplog.text and "streaming them from disk" in caplog.text
-    assert isinstance(streamed.store("train"), store.FileStore) and not streamed.store("train").in_memory
+    assert (in_memory.info["input_source"], streamed.info["input_source"]) == ("memory", "stream")
+    assert "over the memory budget" in caplog.text and "streaming them from their files" in caplog.text
+    split = streamed.store("train")
+    assert isinstance(split, stream.StreamSplit) and not split.in_memory and in_memory.store("train").in_memory
     assert (streamed.train_examples, streamed.val_examples) == (72, 18)
     for a, b in zip(_examples(in_memory), _examples(streamed)):
         np.testing.assert_array_equal(a, b)
 
 
-def test_training_on_a_streamed_folder_equals_training_on_it_in_memory(folder, tmp_path):
-    base = RunConfig(dataset=str(folder), image_size=16, replicas=2, per_replica_batch=8, epochs=2.0, augment=True,
-                     optimizer="momentum", base_lr=0.05, lr_rule="none", measure=False, steps_per_loop=3, **FAST)
-    a = tftoolkit.train(base, tmp_path / "memory", quiet=True)
-    b = tftoolkit.train(base.replace(data_memory_gb=TINY_BUDGET), tmp_path / "stream", quiet=True)
-    assert a["status"] == b["status"] == "ok" and a["data_placement"] == b["data_placement"] == "host"
-    assert b["data_placement_reason"] == "auto: the split streams from disk (larger than the memory budget)"
-    assert a["final_loss"] == b["final_loss"] and a["val_loss"] == b["val_loss"]
-    assert a["examples_per_replica"] == b["examples_per_replica"] == [64, 64]  # 2 epochs of 4 x 16 (8 dropped)
+def _run(folder, out, **kw):
+    base = dict(dataset=str(folder), image_size=16, replicas=1, global_batch=16, epochs=2.0, augment=True,
+                optimizer="momentum", base_lr=0.05, base_batch=16, lr_rule="none", measure=False, steps_per_loop=3,
+                data_memory_gb=TINY_BUDGET, **{**FAST, "model": "models_for_tests:l2_cnn"})
+    return tftoolkit.train(RunConfig(**{**base, **kw}), out, quiet=True)
+
+
+@pytest.mark.slow
+def test_a_stream_on_two_replicas_trains_as_one_device_on_the_same_global_batch(folder, tmp_path):
+    # Each global batch is cut into the same consecutive slices on any replica count, and each image's crop and
+    # flip are keyed by (seed, epoch, its place in the files), not by who decodes it or when.
+    one = _run(folder, tmp_path / "one")
+    two = _run(folder, tmp_path / "two", replicas=2)
+    assert one["status"] == two["status"] == "ok"
+    assert one["input_source"] == two["input_source"] == "stream" and one["input_transform"] == "inception + augment"
+    assert two["data_placement_reason"] == "auto: the split streams from disk (larger than the memory budget)"
+    assert one["examples_per_replica"] == [128] and two["examples_per_replica"] == [64, 64]  # 2 x 4 steps x 16
+    a, b = pd.read_csv(tmp_path / "one" / "steps.csv"), pd.read_csv(tmp_path / "two" / "steps.csv")
+    assert len(a) == len(b) == 8 and a["loss"].nunique() == 8  # the loss moved step by step
+    np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-5)
+    assert two["val_loss"] == pytest.approx(one["val_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_streamed_run_resumed_mid_epoch_ends_as_if_never_interrupted(folder, tmp_path):
+    ref = _run(folder, tmp_path / "ref", checkpoint_every=3)
+    out = tmp_path / "run"
+    _run(folder, out, checkpoint_every=3)
+    # A crash after the step-6 checkpoint, as the damaged-checkpoint test makes one: the rerun starts at step 6,
+    # the middle of the second epoch, and re-reads (without decoding) the 2 batches of it already trained on.
+    (out / "summary.json").unlink()
+    data = out / "checkpoints" / "ckpt-8.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: len(data.read_bytes()) // 2])
+    s = _run(folder, out, checkpoint_every=3)
+    assert s["status"] == "ok" and s["resumed_from_step"] == 6 and s["steps"] == 8
+    steps, ref_steps = pd.read_csv(out / "steps.csv"), pd.read_csv(tmp_path / "ref" / "steps.csv")
+    assert steps["step"].tolist() == list(range(1, 9))
+    np.testing.assert_allclose(steps["loss"], ref_steps["loss"], rtol=1e-6)
+    assert s["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-6)
 
 
 def test_device_placement_of_a_streamed_folder_is_refused(folder, tmp_path):
@@ -74,18 +111,23 @@ def test_device_placement_of_a_streamed_folder_is_refused(folder, tmp_path):
         tftoolkit.train(cfg, tmp_path / "r", quiet=True)
 
 
-def test_a_streamed_file_that_does_not_decode_fails_the_run_naming_it(folder, tmp_path):
-    import json
-    import shutil
-
+@pytest.mark.slow
+def test_a_streamed_file_that_does_not_decode_fails_the_run_naming_it_or_is_skipped_and_counted(folder, tmp_path):
     root = tmp_path / "imgs"
     shutil.copytree(folder, root)
     bad = root / "train" / "b" / "3.png"
-    bad.write_bytes(bad.read_bytes()[:60])  # the header still parses (what load checks), the pixels are gone
+    bad.write_bytes(bad.read_bytes()[:60])  # the header still parses (what load reads), the pixels are gone
     cfg = RunConfig(dataset=str(root), image_size=16, replicas=1, per_replica_batch=72, steps=2,
                     data_memory_gb=TINY_BUDGET, measure=False, eval_every_epoch=False, **FAST)
-    assert catalog.load(cfg).info["skipped_files"] == 0
-    with pytest.raises(Exception, match=r"cannot decode .*train/b/3\.png"):
-        tftoolkit.train(cfg, tmp_path / "run", quiet=True)
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert catalog.load(cfg).info["skipped_not_image"] == 0  # loading reads headers only: nothing is skipped yet
+    with pytest.raises(DataError, match=r"^cannot use \S*train/b/3\.png: .*; --skip-bad-images skips such images"):
+        tftoolkit.train(cfg, tmp_path / "strict", quiet=True)
+    summary = json.loads((tmp_path / "strict" / "summary.json").read_text())
     assert summary["status"] == "failed" and "train/b/3.png" in summary["error"]
+
+    # --skip-bad-images: the run goes on; every epoch drops the image again, and it is named once.
+    s = tftoolkit.train(cfg.replace(skip_bad_images=True), tmp_path / "skip", quiet=True)
+    assert s["status"] == "ok" and s["skipped_images"] == 1
+    assert len(s["skipped_image_examples"]) == 1 and s["skipped_image_examples"][0].endswith("train/b/3.png")
+    log = (tmp_path / "skip" / "skipped-train.tsv").read_text()
+    assert "train/b/3.png" in log

@@ -45,7 +45,7 @@ def add_config_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = 
         args = typing.get_args(tp)
         base = next((a for a in args if a is not type(None)), tp)
         default = f.default
-        help_text = f.metadata["help"] + (f" (default: {default})" if default is not None else "")
+        help_text = f.metadata["help"].replace("%", "%%") + (f" (default: {default})" if default is not None else "")
         kw: dict = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
         if base is bool:
             kw["action"] = argparse.BooleanOptionalAction

@@ -1,23 +1,29 @@
 """What ``config.dataset`` names, as a DataSource:
 
     synthetic          class-conditional random tensors in memory (source.synthetic)
-    shapes16k          the generated set, in the data home (data/home.py: $TFTOOLKIT_DATA_DIR, else ~/.cache)
-    PATH               a folder of TFRecord shards with a manifest.json (tfrecords.py),
-                       or a folder with one sub-folder of images per class (folders.py)
+    shapes16k          the generated set, in the data home (data/home.py: $TFTOOLKIT_DATA_DIR, else ~/.cache),
+                       made on first use by any command
+    cifar10 cifar100 mnist fashion_mnist      keras.datasets, fetched once into Keras' cache (keras_sets.py)
+    PATH               one of these layouts (a folder holding two of them is refused, naming both):
+                       TFRecord shards with a manifest.json (tfrecords.py);
+                       ImageNet-layout TFRecords, train-00000-of-01024 ... (imagenet.py);
+                       a TFDS-prepared directory, dataset_info.json (tfds_dir.py);
+                       CIFAR's python folder, cifar-10-batches-py or cifar-100-python (cifar.py);
+                       one sub-folder of images per class, optionally under train/ and val/ (folders.py)
 
-``load_source`` is the one entry; the per-epoch shuffle, batching and distribution happen in pipeline.py.
+``load_source`` is the one entry; the per-epoch shuffle, batching and distribution happen in pipeline.py, or, for
+a split streamed from its files, in stream.py.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
 from ..errors import DataError
 from . import tfrecords
-from .home import DATA_DIR_ENV, SHAPES16K, default_dir
+from .home import SHAPES16K, data_root, default_dir
 from .functions import plain
 from .source import DataSource, from_arrays, from_dataset, is_dataset, limit, synthetic
 
@@ -42,6 +48,8 @@ def load_source(config, data=None, cache: bool = True, worker: tuple[int, int] |
         source = synthetic(config)
     else:
         source = load(config, cache=cache, worker=worker if sharded else None)
+    if source.streams and not sharded:
+        return source  # its loader took the first train_images before decoding anything (source.from_streams)
     return limit(source, config.train_images)
 
 
@@ -75,10 +83,15 @@ def check_sharding(config, data=None, workers: int | None = None) -> None:
     path = default_dir() if config.dataset == SHAPES16K else Path(config.dataset).expanduser()
     if not path.is_dir():
         return  # not prepared, or no such folder: load says so, as for any run
-    if not (path / tfrecords.MANIFEST).exists():
-        raise DataError(f"--input-sharding file divides TFRecord shards among the workers, and {path} is an image "
-                        "folder; use --input-sharding exact (or write the folder as TFRecords first)")
-    n = len(tfrecords.read_manifest(path)["splits"]["train"]["shards"])
+    from . import imagenet
+
+    if (path / tfrecords.MANIFEST).exists():
+        n = len(tfrecords.read_manifest(path)["splits"]["train"]["shards"])
+    elif imagenet.is_layout(path):
+        n = len(imagenet.shards(path).get("train", []))
+    else:
+        raise DataError(f"--input-sharding file divides TFRecord shards among the workers, and {path} has none (an "
+                        "image folder, TFDS or CIFAR folder); use --input-sharding exact")
     if n < workers:
         raise DataError(f"--input-sharding file: {path} has {n} training shard(s) for {workers} workers; every "
                         f"worker needs at least one: use --input-sharding exact, or re-write the dataset in at least "
@@ -97,30 +110,90 @@ def ensure_shapes16k(out=None, **kwargs) -> Path:
     return out
 
 
+def prepared_shapes16k() -> Path:
+    """shapes16k's folder, made first if it is not there yet (~10 s), under a lock so that processes starting at
+    once (workers, sweep points) make it once."""
+    import fcntl
+
+    from . import shapes
+
+    path = default_dir()
+    if (path / tfrecords.MANIFEST).exists():
+        return path
+    root = data_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".shapes16k.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / tfrecords.MANIFEST).exists():
+            log.info("shapes16k is not in the data home yet: making it in %s (once; `tftoolkit data prepare` does "
+                     "the same)", path)
+            shapes.prepare(path)
+    return path
+
+
+def layouts(path: Path) -> list[tuple[str, str]]:
+    """(layout, what shows it) for every dataset layout ``path`` holds; more than one is refused by ``load``."""
+    from . import cifar, folders, imagenet, tfds_dir
+
+    found = []
+    if (path / tfrecords.MANIFEST).exists():
+        found.append(("manifest", tfrecords.MANIFEST))
+    shard_names = sorted(f.name for f in path.iterdir() if f.is_file() and imagenet.SHARD.match(f.name))
+    if shard_names and not (path / tfrecords.MANIFEST).exists():
+        found.append(("imagenet", f"ImageNet-layout shards ({shard_names[0]}, ...)"))
+    if tfds_dir.version_dir(path) is not None:
+        found.append(("tfds", f"a TFDS directory ({tfds_dir.INFO})"))
+    name = cifar.kind(path)
+    if name:
+        found.append(("cifar", f"CIFAR's python files ({cifar.LAYOUTS[name][2]}, ...)"))
+    if folders.has_class_folders(path) and not found:
+        found.append(("folders", "class sub-folders of images"))
+    elif folders.has_class_folders(path):
+        subs = [d.name + "/" for d in folders.class_dirs(path)][:3]
+        found.append(("folders", f"class sub-folders of images ({', '.join(subs)})"))
+    return found
+
+
 def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> DataSource:
     """The source ``config.dataset`` names (``cache``: see load_source)."""
+    from . import cifar, folders, imagenet, keras_sets, tfds_dir
+
     name = config.dataset
     if name == SHAPES16K:
-        path = default_dir()
-        if not (path / tfrecords.MANIFEST).exists():
-            where = f" (${DATA_DIR_ENV})" if DATA_DIR_ENV in os.environ else f" (the data home; ${DATA_DIR_ENV} moves it)"
-            raise DataError(f"shapes16k is not prepared in {path}{where}: run `tftoolkit data prepare` "
-                            "(or call tftoolkit.data.catalog.ensure_shapes16k() in Python)")
+        path = prepared_shapes16k()
+    elif name in keras_sets.NAMES:
+        return keras_sets.load(name, config)
     else:
         path = Path(name).expanduser()
         if not path.exists():
-            raise DataError(f"dataset {name!r} is not 'synthetic', '{SHAPES16K}' or an existing folder; give one of "
-                            "those (a folder of class sub-folders of images, or of TFRecords with a manifest.json)")
+            raise DataError(f"dataset {name!r} is not 'synthetic', '{SHAPES16K}', one of {', '.join(keras_sets.NAMES)} "
+                            "or an existing folder; give one of those (ImageNet-layout TFRecords, a TFDS directory, "
+                            "CIFAR's python folder, a folder of class sub-folders of images, or TFRecords with a "
+                            "manifest.json)")
         if not path.is_dir():
             raise DataError(f"dataset {name!r} is a file; give the folder that holds the images or the TFRecords")
-    if (path / tfrecords.MANIFEST).exists():
+    found = layouts(path)
+    if len(found) > 1:
+        raise DataError(f"{path} mixes dataset layouts: {' and '.join(what for _, what in found)}; keep one dataset "
+                        "per folder")
+    kind = found[0][0] if found else None
+    partial = cifar.missing(path) if kind is None else None
+    if partial:
+        raise DataError(f"{path} holds part of CIFAR's python folder ({partial[0]}) but lacks "
+                        f"{', '.join(partial[1])}; unpack the archive from the CIFAR site again")
+    if kind == "manifest":
         return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify, worker=worker)
+    if kind == "imagenet":
+        return imagenet.load(path, config, worker=worker)
+    if kind == "tfds":
+        return tfds_dir.load(path, config)
+    if kind == "cifar":
+        return cifar.load(path, config)
     if any(path.glob("*.tfrecord")):
         raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
-                        "data/README.md) so the shards can be checked")
-    from . import folders
-
-    return folders.load(path, config.image_size, config.data_memory_gb)
+                        "data/README.md) so the shards can be checked, or name them as ImageNet's "
+                        "(train-00000-of-00004 ...)")
+    return folders.load(path, config)
 
 
 def load_tfrecords(path, image_size: int | None = None, cache: bool = True, verify: str = "cached",

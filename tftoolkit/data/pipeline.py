@@ -28,6 +28,7 @@ The uint8 -> float conversion happens on the device, in the step (``to_float``):
 from __future__ import annotations
 
 from .functions import plain
+from .pixels import augment, augment_keys, to_float  # noqa: F401 - the pipeline's transforms, also used from here
 from .source import DataSource
 
 # Host-side parallelism of the per-batch gather. A fixed, small number instead of AUTOTUNE: the gather is one
@@ -36,70 +37,12 @@ PARALLEL_BATCHES = 2
 PREFETCH = 2  # batches per input pipeline prepared ahead of the step
 
 
-def to_float(image):
-    """uint8 pixels to [0, 1] floats; float images are kept as they are."""
-    import tensorflow as tf
-
-    if image.dtype == tf.uint8:
-        return tf.cast(image, tf.float32) / 255.0
-    return tf.cast(image, tf.float32)
-
-
 def epoch_order(n: int, seed: int, epoch):
     """The permutation of 0..n-1 that epoch ``epoch`` trains in (int64): same (seed, epoch), same order."""
     import tensorflow as tf
 
     seeds = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=seeds)
-
-
-# --- augmentation: per example, keyed by (seed, epoch, index), the same on any device ---------------------------
-_GOLDEN = -7046029254386353131       # 0x9E3779B97F4A7C15 as int64
-_MIX1, _MIX2 = -4658895280553007687, -7723592293110705685  # splitmix64's multipliers as int64
-
-
-def _mix(x):
-    """splitmix64's finaliser on int64 (logical shifts, wrapping multiplies): a well-spread hash of x."""
-    import tensorflow as tf
-
-    def shr(v, k):  # logical right shift of a signed int64
-        return tf.bitwise.bitwise_and(tf.bitwise.right_shift(v, k), tf.constant((1 << (64 - k)) - 1, tf.int64))
-
-    x = x + _GOLDEN
-    x = tf.bitwise.bitwise_xor(x, shr(x, 30)) * _MIX1
-    x = tf.bitwise.bitwise_xor(x, shr(x, 27)) * _MIX2
-    return tf.bitwise.bitwise_xor(x, shr(x, 31))
-
-
-def augment_keys(indices, epoch, seed: int):
-    """One int64 key per example: a hash of (seed, epoch, index into the split)."""
-    import tensorflow as tf
-
-    base = _mix(tf.cast(epoch, tf.int64) + tf.constant(seed, tf.int64) * 1_000_003)
-    return _mix(base + tf.cast(indices, tf.int64))
-
-
-def augment(images, keys, pad: int = 4):
-    """Random horizontal flip and ``pad``-pixel reflect-pad-and-crop of a batch, one draw per example's key.
-
-    Pure indexing (one pad and two batched gathers), so it runs on uint8 (the host pipeline) or float (the
-    device: MirrorPad has GPU kernels for float types only) and gives the same pixels wherever it runs: what
-    makes host and device placement train identically. The indices are int64 throughout: int32 arithmetic on a
-    GPU runs in host memory (its kernels are registered that way), which would cost a round trip per step.
-    """
-    import tensorflow as tf
-
-    h, w = images.shape[1], images.shape[2]
-    flip = tf.equal(tf.bitwise.bitwise_and(keys, 1), 1)
-    span = tf.constant(2 * pad + 1, tf.int64)
-    dy = tf.math.floormod(tf.bitwise.right_shift(keys, 8), span)
-    dx = tf.math.floormod(tf.bitwise.right_shift(keys, 24), span)
-    padded = tf.pad(images, tf.constant([[0, 0], [pad, pad], [pad, pad], [0, 0]], tf.int64), mode="REFLECT")
-    rows = dy[:, None] + tf.range(h, dtype=tf.int64)[None, :]
-    cols = tf.where(flip[:, None], tf.range(w - 1, -1, -1, dtype=tf.int64)[None, :],
-                    tf.range(w, dtype=tf.int64)[None, :]) + dx[:, None]
-    out = tf.gather(padded, rows, axis=1, batch_dims=1)
-    return tf.gather(out, cols, axis=2, batch_dims=1)
 
 
 # --- which indices each replica gets ----------------------------------------------------------------------
@@ -223,12 +166,25 @@ def train_elements(store, config, ctx, start_step: int = 0, placement: str = "ho
     return ds.prefetch(PREFETCH * local).with_options(_options())
 
 
+def _deterministic(config) -> bool:
+    return True if config.deterministic is None else bool(config.deterministic)
+
+
 def train_input(strategy, source: DataSource, config, start_step: int = 0, placement: str = "host",
                 with_ids: bool = False):
     """Per-replica training input from ``start_step`` on, over every remaining epoch (a distributed dataset)."""
     store = source.store("train")
     shard = source.worker_shard
     examples = source.train_examples // shard[1] if shard else None
+    if not store.in_memory:
+        # Streamed from the files (data/stream.py): one pipeline per worker yields its replicas' per-replica
+        # batches in turn, which TensorFlow hands round-robin to the worker's devices (and, on GPUs, prefetches
+        # into their memory).
+        if with_ids:
+            raise ValueError("with_ids: a streamed split carries no ids through training")
+        examples = examples if shard else source.train_examples
+        return strategy.distribute_datasets_from_function(
+            lambda ctx: store.train_dataset(config, _layout(ctx), start_step, examples, _deterministic(config), shard))
     return strategy.distribute_datasets_from_function(
         lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples),
         input_options(strategy))
@@ -241,6 +197,8 @@ def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
     store = source.store("val")
     if store is None:
         return None
+    if not store.in_memory:
+        return strategy.distribute_datasets_from_function(lambda ctx: store.eval_dataset(config, _layout(ctx)))
     gather = host_gather(store, config.replace(augment=False), with_ids)
 
     def dataset_fn(ctx):
@@ -263,5 +221,7 @@ def first_batch(source: DataSource, global_batch: int):
     import tensorflow as tf
 
     store = source.store("train")
+    if not store.in_memory:
+        return store.first_batch(global_batch)
     images = store.gather_images(tf.range(global_batch, dtype=tf.int64))
     return to_float(images), store.tensors()[1][:global_batch]

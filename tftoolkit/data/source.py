@@ -8,6 +8,7 @@ per-replica batches. Each example carries an integer ``id`` so that the split ac
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,9 @@ import numpy as np
 from ..errors import DataError
 from . import store as store_mod
 from .functions import plain
+
+log = logging.getLogger("tftoolkit")
+SHOW_SKIPPED = 5  # skipped images named in a warning and in summary.json; all of them are counted
 
 
 @dataclass
@@ -33,10 +37,15 @@ class DataSource:
     stores: dict = field(default_factory=dict)  # split -> store.Store: what the pipeline gathers batches from
     worker_shard: tuple | None = None  # (worker, workers) when each worker holds only its own shards (file sharding)
     local_examples: int | None = None  # then: the examples this worker holds (train_examples counts all workers')
+    streams: dict = field(default_factory=dict)  # split -> stream.StreamSplit: the files a split is read from
+    streamed: bool = False  # the splits stream from their files while training (over --data-memory-gb)
 
     def store(self, split: str = "train"):
         """The split as a ``store.Store`` (None for a missing validation split); a file dataset is read into
-        memory on the first call (its one cold read, timed into ``info['read_s']``), then kept."""
+        memory on the first call (its one cold read, timed into ``info['read_s']``), then kept. A streamed
+        split's store is its ``stream.StreamSplit`` (``in_memory`` False)."""
+        if split not in self.stores and split in self.streams:
+            self.stores[split] = self.streams[split]
         if split not in self.stores:
             ds = self.train if split == "train" else self.val
             if ds is None:
@@ -54,6 +63,7 @@ class DataSource:
 SYNTHETIC_TRAIN = 16000
 SYNTHETIC_VAL = 4000
 SYNTHETIC_CLASSES = 10  # synthetic data's classes unless num_classes says otherwise
+SYNTHETIC_SIZE = 32     # synthetic images' side unless image_size says otherwise
 # Examples are drawn in blocks, each from its own seeded stream: example i depends on (seed, i) only, so the
 # first n of the set are the same whatever n, and a run with --train-images n draws just those n (drawing all
 # 16000 at 32 px took 2 s of every run's set-up, most of a short run's).
@@ -199,12 +209,115 @@ def _checked(ds, what: str, num_classes: int | None):
     return ds, count, k
 
 
+def memory_budget(gb: float | None) -> int:
+    """Bytes of decoded pixels a dataset may take in memory: ``gb``, or a quarter of the RAM available now."""
+    if gb:
+        return int(gb * 1e9)
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available // 4)
+    except Exception:  # noqa: BLE001
+        return 4 * 10**9
+
+
+def from_streams(name: str, train, val=None, class_names=None, info: dict | None = None,
+                 memory_gb: float | None = None, limit: int | None = None) -> DataSource:
+    """A source over stream.StreamSplits: decoded into memory now when both splits fit ``memory_gb`` (default: a
+    quarter of the RAM available), else streamed from their files while training (data/stream.py). ``limit``: the
+    first that many training examples only (--train-images), taken before anything is decoded."""
+    from . import stream as stream_mod
+
+    if limit is not None:
+        if limit > train.n:
+            raise DataError(f"--train-images {limit}: {name} has {train.n} training images; give at most {train.n}, "
+                            "or leave it out to use them all")
+        train = train.head(limit)
+    info = dict(info or {})
+    budget = memory_budget(memory_gb)
+    need = train.nbytes + (val.nbytes if val is not None else 0)
+    streamed = need > budget
+    info.update({"input_source": "stream" if streamed else "memory", "streamed": streamed, "decoded_bytes": int(need),
+                 "memory_budget_bytes": int(budget), "transform": train.mode,
+                 "input_threads": dict(train.threads)})
+    streams = {"train": train, **({"val": val} if val is not None else {})}
+    source = DataSource(name, None, None, train.n, val.n if val is not None else 0, train.shape, train.num_classes,
+                        list(class_names or [str(i) for i in range(train.num_classes)]), info, streams=streams,
+                        streamed=streamed)
+    if streamed:
+        log.info("%s: %d images = %.2f GB decoded at %dx%d, over the memory budget of %.2f GB: streaming them from "
+                 "their files (%d decode threads)", name, train.n + (val.n if val is not None else 0), need / 1e9,
+                 train.size, train.size, budget / 1e9, train.threads["decode_threads"])
+        source.train = stream_mod.as_examples(train)
+        source.val = stream_mod.as_examples(val, evaluate=True) if val is not None else None
+        return source
+    skipped = []
+    for split, s in streams.items():
+        t0 = time.perf_counter()
+        store, lost = read_stream(s, evaluate=split == "val")
+        info[f"{split}_read_s"] = round(time.perf_counter() - t0, 3)
+        source.stores[split] = store
+        skipped += lost
+    if skipped:
+        info["skipped_images"] = len(skipped)
+        info["skipped_image_examples"] = skipped[:SHOW_SKIPPED]
+        log.warning("skipped %d image(s) that do not decode (--skip-bad-images): %s%s", len(skipped),
+                    ", ".join(skipped[:SHOW_SKIPPED]), ", ..." if len(skipped) > SHOW_SKIPPED else "")
+    source.train_examples = source.stores["train"].n
+    if source.train_examples == 0:
+        raise DataError(f"{name}: none of its {train.n} training images decodes")
+    source.train = _store_examples(source.stores["train"])
+    if "val" in source.stores:
+        source.val_examples = source.stores["val"].n
+        source.val = _store_examples(source.stores["val"])
+    return source
+
+
+def read_stream(split, evaluate: bool = False) -> tuple:
+    """(store.Store of every example of a StreamSplit decoded (whole, or as evaluated: ``StreamSplit.decoded``),
+    [names of those skipped]); an example that does not decode is a DataError naming it, unless the split skips
+    bad examples."""
+    store = store_mod.materialize(split.decoded(evaluate), split.n, split.shape)
+    if store.n == split.n:
+        return store, []
+    missing = split.missing(store.ids)
+    if not split.skip_bad:
+        first = missing[0]
+        more = f" ({len(missing) - 1} more do not decode either)" if len(missing) > 1 else ""
+        raise DataError(f"cannot use {split.where(*first)}: {split.explain(*first)}{more}; --skip-bad-images skips "
+                        "such images, counts them and names them in summary.json")
+    return store, [split.where(*m) for m in missing]
+
+
+def resized(images: np.ndarray, size: int | None, name: str) -> np.ndarray:
+    """uint8 images (N, H, W, C) at ``size`` x ``size`` (antialiased bilinear), or as they are when ``size`` is None
+    or theirs; a warning says so when they change."""
+    if size is None or images.shape[1:3] == (size, size):
+        return images
+    import tensorflow as tf
+
+    log.warning("%s holds %dx%d images; resizing them to %dx%d (--image-size)", name, images.shape[1],
+                images.shape[2], size, size)
+    out = np.empty((len(images), size, size, images.shape[3]), np.uint8)
+    for i in range(0, len(images), 1024):
+        r = tf.image.resize(images[i:i + 1024], [size, size], antialias=True)
+        out[i:i + 1024] = tf.cast(tf.clip_by_value(tf.round(r), 0, 255), tf.uint8).numpy()
+    return out
+
+
+def _store_examples(st):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((st.images, st.labels, st.ids))
+
+
 def synthetic(config) -> DataSource:
     """The synthetic set a config describes (image_size, num_classes, seed)."""
     n = min(SYNTHETIC_TRAIN, config.train_images or SYNTHETIC_TRAIN)  # the first n: what limit() would keep
     k = config.num_classes or SYNTHETIC_CLASSES
-    x, y = synthetic_arrays(n, config.image_size, k, config.seed)
-    vx, vy = synthetic_arrays(SYNTHETIC_VAL, config.image_size, k, config.seed + 1)
+    size = config.image_size or SYNTHETIC_SIZE
+    x, y = synthetic_arrays(n, size, k, config.seed)
+    vx, vy = synthetic_arrays(SYNTHETIC_VAL, size, k, config.seed + 1)
     return from_arrays(x, y, name="synthetic", val=(vx, vy), num_classes=k)
 
 
@@ -218,6 +331,10 @@ def limit(source: DataSource, n: int | None) -> DataSource:
         return source
     source.train = source.train.take(n)
     source.train_examples = n
+    if "train" in source.streams:
+        source.streams["train"] = source.streams["train"].head(n)
+        if source.streamed:
+            source.stores["train"] = source.streams["train"]
     if "train" in source.stores:
         source.stores["train"] = source.stores["train"].head(n)
     return source

@@ -5,18 +5,15 @@ A ``Store`` is a split's examples as arrays indexed 0..n-1: images (uint8, or fl
 example by example: each step it gathers a replica's batch by index, one op per batch, on the host or, with
 ``--data-placement device``, from a copy on the device itself.
 
-Sources that are arrays already (NumPy input, the synthetic set, decoded image folders) become a Store without a
-copy. File datasets (TFRecords, a user's tf.data pipeline) are read once into one, with parallel reads and
-batched decoding (``materialize``): that single pass is the "cold" read, every epoch after it is served from
-memory.
+Sources that are arrays already (NumPy input, the synthetic set, keras.datasets, CIFAR) become a Store without a
+copy. File datasets (TFRecords, image folders, a user's tf.data pipeline) are read once into one, with parallel
+reads and decoding (``materialize``): that single pass is the "cold" read, every epoch after it is served from
+memory. A split too large for memory is not a Store: it streams from its files (data/stream.py).
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -58,65 +55,6 @@ class Store:
         import tensorflow as tf
 
         return tf.gather(self.tensors()[0], indices)
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:  # one pool for every streaming store of the process; Pillow releases the GIL while decoding
-        _POOL = ThreadPoolExecutor(min(16, 2 * (os.cpu_count() or 1)), thread_name_prefix="tftoolkit-decode")
-    return _POOL
-
-
-@dataclass
-class FileStore:
-    """A split that stays on disk: image paths and labels in memory, pixels decoded when a batch is gathered."""
-
-    paths: np.ndarray    # (n,) str
-    labels: np.ndarray   # (n,) int32
-    ids: np.ndarray      # (n,) int64
-    shape: tuple         # (H, W, C) of every decoded image
-    decode: Callable     # path -> uint8 (H, W, C) array, or None when the file cannot be decoded
-
-    in_memory = False
-
-    @property
-    def n(self) -> int:
-        return int(len(self.labels))
-
-    @property
-    def nbytes(self) -> int:
-        """What the decoded split would take in memory."""
-        return int(self.n * int(np.prod(self.shape)) + self.labels.nbytes + self.ids.nbytes)
-
-    def head(self, n: int) -> "FileStore":
-        return FileStore(self.paths[:n], self.labels[:n], self.ids[:n], self.shape, self.decode)
-
-    def tensors(self):
-        import tensorflow as tf
-
-        if getattr(self, "_tensors", None) is None:
-            with tf.device("/cpu:0"):
-                self._tensors = (None, tf.constant(self.labels), tf.constant(self.ids))
-        return self._tensors
-
-    def _decode_batch(self, indices: np.ndarray) -> np.ndarray:
-        paths = self.paths[indices]
-        images = list(_pool().map(self.decode, paths))
-        for path, image in zip(paths, images):
-            if image is None:
-                # Named here, inside the input pipeline: the step fails with this message in the summary.
-                raise ValueError(f"cannot decode {path}: the file changed or is damaged since the folder was listed")
-        return np.stack(images) if images else np.zeros((0, *self.shape), np.uint8)
-
-    def gather_images(self, indices):
-        """The images at ``indices``, read and decoded now (tf.numpy_function over a thread pool)."""
-        import tensorflow as tf
-
-        images = tf.numpy_function(self._decode_batch, [indices], tf.uint8, stateful=False)
-        return tf.ensure_shape(images, [None, *self.shape])
 
 
 def from_arrays(images, labels, ids=None) -> Store:

@@ -140,6 +140,13 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
             raise ConfigError(f"num_classes={config.num_classes}, but {source.name} has {source.num_classes} classes; "
                               "leave num_classes unset (it is taken from the data)")
         config = config.replace(num_classes=source.num_classes)  # what config.json records: the data's count
+    if source is not None:
+        h, w = source.input_shape[:2]
+        if config.image_size is None and h == w:
+            config = config.replace(image_size=h)  # recorded as the data was decoded
+        elif config.image_size is not None and (h, w) != (config.image_size, config.image_size):
+            raise ConfigError(f"image_size={config.image_size}, but the data given is {h}x{w}; leave image_size "
+                              "unset for arrays and datasets passed in (or resize them)")
     jit = jit_effective(config, setup.kind, setup.replicas)
     if config.jit and not jit:
         log.warning("--jit ignored: XLA cannot compile one step across several simulated CPU replicas "

@@ -1,10 +1,16 @@
 """How fast the input pipeline alone delivers images: engine.feed + data.pipeline through the strategy, no model.
 
-    cold  the one read of the files into memory (data.store.materialize: parallel reads, batched parsing and
-          decoding); for sources that are arrays already (synthetic, NumPy, image folders) there is none
-    warm  training epochs served from memory, pulled through the strategy as the training loop pulls them:
-          host placement = the per-replica gathers on the CPU and the copies to the replicas' devices;
-          device placement = the indices from the host and the gather on each device
+    cold    the one read of the files into memory (data.store.materialize: parallel reads, batched parsing and
+            decoding); for sources that are arrays already (synthetic, NumPy, keras.datasets) there is none
+    warm    training epochs served from memory, pulled through the strategy as the training loop pulls them:
+            host placement = the per-replica gathers on the CPU and the copies to the replicas' devices;
+            device placement = the indices from the host and the gather on each device
+    stream  a split over --data-memory-gb: training batches read and decoded from the files (data/stream.py),
+            pulled the same way; ``decode_images_per_sec`` is the same files read and decoded alone (the same
+            windows, nothing after), the ceiling of the pipeline on these cores
+
+``images_per_sec`` is the rate of the path training uses (warm, or stream), ``images_per_sec_per_core`` that over
+the cores the process may use.
 
 Compare with the images/sec a training run consumes (its summary's ``images_per_sec``): the pipeline keeps the
 replicas fed when it is several times faster. Files just written are usually in the OS page cache, so "cold"
@@ -60,10 +66,15 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     store = source.store("train")  # the cold read (none for sources already in memory)
     cold_s, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
-    cold_n = store.n if "train_read_s" in source.info else 0
+    cold_n = store.n if "train_read_s" in source.info and store.in_memory else 0
+    if cold_n and source.streams:  # decoded when it was loaded (data.source.from_streams): that was the cold read
+        cold_s, cold_cpu = source.info["train_read_s"], float("nan")
     feed = feed_mod.make(config, setup, strategy, source)
     pull = puller(strategy, feed)
     steps = config.steps_per_epoch(source.train_examples)
+    streamed = not store.in_memory
+    # Memory: whole epochs. Streamed: calls of at most STREAM_CALL_STEPS steps (an ImageNet epoch takes hours).
+    call = min(steps, STREAM_CALL_STEPS) if streamed else steps
     # Trace on the real iterator's first step (tracing is not input time), then time whole epochs.
     iterator = iter(feed.train_input(strategy, source, config, 0))
     pull(iterator, tf.constant(1)).numpy()
@@ -75,7 +86,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
             source.store("train")
             warm_s += time.perf_counter() - t1
         c1 = time.process_time()
-        n = steps - 1 if epochs == 0 else steps  # the first epoch's first step was the trace
+        n = call - 1 if epochs == 0 and call > 1 else call  # the first call's first step was the trace
         pulled, pass_s = timer.timed(pull, iterator, tf.constant(n))
         warm_n += int(pulled.numpy())
         warm_s += pass_s
@@ -85,7 +96,19 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     if traces > 1:
         log.warning("input benchmark: the pull loop was traced %d times; tracing time is in the figures", traces)
     del iterator
+    from ..data.stream import cores
+
+    rate = warm_n / warm_s if warm_s else float("nan")
+    decode_rate = decode_only_rate(store, config, seconds / 2) if streamed else float("nan")
     result = {
+        "source": "stream" if streamed else "memory",
+        "images_per_sec": rate,
+        "cores": cores(),
+        "images_per_sec_per_core": rate / cores(),
+        "decode_images_per_sec": decode_rate,
+        "decode_ceiling_fraction": rate / decode_rate if decode_rate == decode_rate and decode_rate else float("nan"),
+        "input_threads": source.info.get("input_threads", {}) if streamed else {},
+        "input_transform": (f"{store.mode}{' + augment' if config.augment else ''}") if streamed else "",
         "dataset": source.name,
         "replicas": setup.replicas,
         "device_kind": setup.kind,
@@ -102,7 +125,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         "warm_images": warm_n,
         "warm_s": warm_s,
         "warm_images_per_sec": warm_n / warm_s if warm_s else float("nan"),
-        "warm_epochs": epochs,
+        "warm_epochs": epochs if not streamed else warm_n / max(source.train_examples, 1),
         # CPU seconds of this process (all its threads) per pass: what the pipeline costs, whatever else
         # the machine is doing at the time (wall-clock figures on a shared machine are not).
         "cold_cpu_s": cold_cpu,
@@ -117,7 +140,34 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     return result
 
 
+STREAM_CALL_STEPS = 20
+
+
+def decode_only_rate(split, config, seconds: float) -> float:
+    """Images/sec of ``split.decode_only`` (the files read and decoded alone) over about ``seconds``."""
+    import tensorflow as tf
+
+    ds = split.decode_only(train=True, augment=config.augment, seed=config.seed)
+    it = iter(ds)
+    next(it)  # the reader started, the functions traced
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < max(seconds, 0.5):
+        n += int(tf.size(next(it)))
+    return n / (time.perf_counter() - t0)
+
+
 def format_result(r: dict) -> str:
+    if r["source"] == "stream":
+        return "\n".join([
+            f"dataset            {r['dataset']} ({r['train_examples']} training images, streamed from the files)",
+            f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "
+            f"{r['per_replica_batch']} per replica",
+            f"threads            {r['input_threads']}",
+            f"stream             {r['images_per_sec']:10.0f} images/sec  ({r['warm_images']} images in {r['warm_s']:.2f} s; "
+            f"{r['images_per_sec_per_core']:.0f} per core on {r['cores']}; {r['input_transform']})",
+            f"decode alone       {r['decode_images_per_sec']:10.0f} images/sec  (the ceiling: the pipeline reaches "
+            f"{r['decode_ceiling_fraction']:.0%} of it)",
+        ])
     return "\n".join([
         f"dataset            {r['dataset']} ({r['train_examples']} training images)",
         f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "

@@ -84,6 +84,10 @@ class Run:
                  derived["total_steps"], derived["warmup_steps"])
         from ..engine import feed
 
+        if self.source.streamed:  # what --skip-bad-images skips is logged here, read back by _input_fields
+            for name, split in self.source.streams.items():
+                if split.skip_bad:
+                    split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
         eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model,
                            feed=feed.make(config, setup, strategy, self.source))
         self.engine = eng
@@ -128,10 +132,39 @@ class Run:
         except ToolkitError:
             raise
         except Exception as e:  # noqa: BLE001 - recorded in the summary (a sweep goes on), then re-raised
-            self.status, self.error = "failed", error_line(e)
+            bad = self._bad_example(e)
+            self.status, self.error = "failed", bad or error_line(e)
             self._finish()
+            if bad:
+                from ..errors import DataError
+
+                raise DataError(bad) from None
             raise
         return self._finish()
+
+    def _bad_example(self, e: BaseException) -> str | None:
+        """The line that names a bad image or record a streamed split met (data/stream.py), or None."""
+        if not self.source.streamed:
+            return None
+        from ..data.stream import explain_error
+
+        return explain_error(e, list(self.source.streams.values()))
+
+    def _input_fields(self) -> dict:
+        """How the input was read (memory or stream, threads, transform) and what --skip-bad-images skipped."""
+        from ..data.source import SHOW_SKIPPED
+
+        info = self.source.info
+        count, names = int(info.get("skipped_images", 0)), list(info.get("skipped_image_examples", []))
+        if self.source.streamed:
+            for split in self.source.streams.values():
+                n, found = split.skipped()
+                count, names = count + n, names + found
+        return {"input_source": info.get("input_source", "memory"),
+                "input_threads": info.get("input_threads", {}),
+                "input_transform": (info.get("transform", "") + (" + augment" if self.config.augment else ""))
+                if self.source.streamed else "",
+                "skipped_images": count, "skipped_image_examples": names[:SHOW_SKIPPED]}
 
     def _start_tensorboard(self):
         from .tensorboard import Events, Profile, trial_id
@@ -455,6 +488,7 @@ class Run:
             "input_sharding": config.input_sharding if self.source.worker_shard else "exact",
             "data_placement": self.engine.feed.placement,
             "data_placement_reason": self.engine.feed.reason,
+            **self._input_fields(),
             **thr,
             "initial_loss": float(st["initial_loss"].numpy()),
             "final_loss": losses[-1] if losses else math.nan,
