@@ -502,3 +502,17 @@ def test_a_streamed_epoch_without_augment_is_every_record_once_as_evaluated(writ
     key = lambda imgs, labels: sorted((int(lab), img.tobytes()) for img, lab in zip(imgs, labels))  # noqa: E731
     assert key(x, y) == key(ex, ey.numpy())
     assert y.tolist() != ey.numpy().tolist()
+
+
+# --- multi-worker file sharding -------------------------------------------------------------------------------
+def test_file_sharding_gives_each_worker_every_other_imagenet_shard(written):
+    cfg = RunConfig(dataset=str(written["path"]), image_size=SIZE, input_sharding="file", workers=2, replicas=2)
+    for me, mine in ((0, ["train-00000-of-00004", "train-00002-of-00004"]),
+                     (1, ["train-00001-of-00004", "train-00003-of-00004"])):
+        src = catalog.load_source(cfg, worker=(me, 2))
+        sharding = src.info["input_sharding"]
+        assert (sharding["policy"], sharding["worker"], sharding["shards"]) == ("file", me, mine)
+        assert (sharding["examples_per_worker"], sharding["left_out_per_epoch"]) == (24, 0)
+        assert src.worker_shard == (me, 2) and src.local_examples == 24 and src.train_examples == 48
+        _, y, ids = examples(src.train)  # this worker's records only: ids of its own two shards
+        assert sorted(ids.tolist()) == list(range(24))

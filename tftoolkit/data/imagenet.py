@@ -257,7 +257,7 @@ def load(path, config, worker: tuple[int, int] | None = None):
     source = from_streams(path.name, train, split(found["validation"]) if "validation" in found else None, names,
                           info, config.data_memory_gb, limit=limit)
     if sharding is not None:
-        info["input_sharding"] = sharding
+        source.info["input_sharding"] = sharding  # from_streams keeps a copy of info
         source.worker_shard = (sharding["worker"], sharding["workers"])
         source.local_examples = source.train_examples
         source.train_examples = sharding["workers"] * sharding["examples_per_worker"]
