@@ -191,3 +191,34 @@ def test_after_a_failed_worker_the_launcher_says_what_will_help(tmp_path, no_lef
     assert says in err.getvalue()
     if code < 0:
         assert rc == 128 + 9
+
+
+def test_a_killed_worker_is_named_as_the_cause_not_the_peer_that_failed_after_it(tmp_path, no_leftovers,
+                                                                                   monkeypatch):
+    # Worker 1 is SIGKILLed; worker 0 then fails on its closed connections (here: exits 1 as soon as worker 1 is
+    # dead). Seen at the same poll, the launcher names the killed worker and returns its code, not worker 0's.
+    import io
+
+    monkeypatch.setattr(launch, "POLL_S", 1.0)  # both ends land between two polls
+    d = str(tmp_path)
+    joined = "import os, pathlib, sys, time\n" + "".join(
+        f"pathlib.Path({d!r}, '{m}-{{k}}').touch()\n" for m in ("started", "joined"))
+    victim = joined.format(k=1) + f"pathlib.Path({d!r}, 'pid').write_text(str(os.getpid()))\ntime.sleep(0.5)\n" \
+                                  "os.kill(os.getpid(), 9)"
+    peer = joined.format(k=0) + f"""
+while not pathlib.Path({d!r}, 'pid').exists():
+    time.sleep(0.01)
+pid = pathlib.Path({d!r}, 'pid').read_text()
+while True:
+    try:
+        if open(f'/proc/{{pid}}/stat').read().split(')')[-1].split()[0] in ('Z', 'X'):
+            break
+    except FileNotFoundError:
+        break
+    time.sleep(0.001)
+print('UnavailableError: Socket closed', file=sys.stderr)
+sys.exit(1)
+"""
+    err = io.StringIO()
+    rc = launch.spawn([_py(peer), _py(victim)], _envs(2, d), d, join_timeout=60, err=err)
+    assert "worker 1 failed (killed by SIGKILL)" in err.getvalue() and rc == 128 + 9, err.getvalue()

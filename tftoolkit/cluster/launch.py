@@ -7,6 +7,8 @@ the chief), ``--workers 2 --replicas 4`` added to the train options, and their s
 for TensorFlow's thread pools (or their own GPUs where the machine has enough). Their output is streamed
 with a ``[worker k]`` prefix. The exit code is the chief's when every worker ends on its own; when one fails first,
 it is that worker's (128 + N for a worker killed by signal N: 137 after a SIGKILL), and the others are stopped.
+When several have ended by then, a worker killed by a signal is named before the peers that failed on its closed
+connections.
 
 Nothing is left running: each worker is its own process group, killed as a group when the launch ends,
 and a worker whose launcher dies is killed by the kernel (PR_SET_PDEATHSIG). If a worker fails, the
@@ -175,10 +177,16 @@ def describe(code: int) -> str:
     return f"exit code {code}"
 
 
+def _failed(workers, codes, marker) -> list:
+    """(worker, exit code) of each worker that ended without finishing its part (a diverged run that finished
+    exits 1 on purpose)."""
+    return [(w, c) for w, c in zip(workers, codes) if c not in (None, 0) and not marker("finished", w.k)]
+
+
 def spawn(commands: list[list[str]], envs: list[dict], launch_dir: str, join_timeout: float,
           out=None, err=None) -> int:
-    """Run one command per worker until they end; returns the chief's exit code, or that of the first worker to
-    fail (see module docstring).
+    """Run one command per worker until they end; returns the chief's exit code, or that of the worker whose
+    failure ended the run (see module docstring).
 
     ``launch_dir`` is where workers leave their started/joined/finished markers (workers.mark).
     """
@@ -196,10 +204,12 @@ def spawn(commands: list[list[str]], envs: list[dict], launch_dir: str, join_tim
             workers.append(_Worker(k, cmd, env, out, err, lock))
         while True:
             codes = [w.proc.poll() for w in workers]
-            for w, code in zip(workers, codes):
-                if code is None or code == 0 or marker("finished", w.k):
-                    continue  # running, or ended after finishing its part (a diverged run exits 1 on purpose)
-                time.sleep(0.3)  # let the reader threads take the last lines
+            if _failed(workers, codes, marker):
+                time.sleep(0.3)  # let the reader threads take the last lines, and a peer's own end be seen
+                codes = [w.proc.poll() for w in workers]
+                # The cause first: a worker killed by a signal, whose peers then fail on its closed connections
+                # (the first to fail in worker order used to be named: "worker 0 failed (exit code 1)").
+                w, code = min(_failed(workers, codes, marker), key=lambda wc: (wc[1] >= 0, wc[0].k))
                 if not marker("joined", w.k):
                     raise ClusterError(f"worker {w.k} {describe(code)} before joining the cluster: "
                                        f"{w.last_words()}")
