@@ -7,17 +7,18 @@ Data: ImageNet-layout TFRecords as build_imagenet_data.py writes them (tests/for
 side with texture (about ImageNet's bytes per pixel), 16 training shards, made once into the data home
 (``bench-imagenet-<images>``).
 
-throughput: the toolkit's streamed path (``tftoolkit bench input --json``: 224 px, Inception-style crops and
-flips, 2 replicas, global batch 128) and a hand-written Model Garden pipeline (official/legacy/image_classification
-imagenet_preprocessing.py: shuffled file list, interleave of TFRecordDatasets with cycle 10 and AUTOTUNE, a 10,000
-record shuffle buffer, parse with the boxes, sample_distorted_bounding_box, decode_and_crop_jpeg, random flip,
-bilinear resize, mean subtraction, batch, prefetch(AUTOTUNE), experimental_distribute_dataset), each in its own
-process, alternated A B A B, each pulled through the same 2-replica MirroredStrategy for ``--seconds`` after a
-warm-up. The reference runs twice per round: as written (float32 out, mean subtracted on the host) and ending in uint8
-as the toolkit does, its replicas then making the batch float as the toolkit's do (so neither side is handicapped by
-the bytes it hands over or the conversion it leaves to the device; on simulated replicas the device is the same 2
-cores). Prints medians, the ratio to the faster reference, and the
-fraction of the decode-only ceiling the toolkit reports.
+throughput: four processes per round, alternated, each pulled through the same 2-replica MirroredStrategy for
+``--seconds`` after a warm-up (224 px, Inception-style crops and flips, global batch 128):
+- the toolkit as trained (``tftoolkit bench input --json``: its replicas make the uint8 batch float, as a step does);
+- the toolkit's streamed pipeline alone (``pipeline-run``: the same input, its replicas only touch the batch);
+- a hand-written Model Garden pipeline (official/legacy/image_classification imagenet_preprocessing.py: shuffled
+  file list, interleave of TFRecordDatasets with cycle 10 and AUTOTUNE, a 10,000-record shuffle buffer, parse with
+  the boxes, sample_distorted_bounding_box, decode_and_crop_jpeg, random flip, bilinear resize, mean subtraction,
+  batch, prefetch(AUTOTUNE), experimental_distribute_dataset), as written: float32 out, replicas only touch it;
+- the same ending in uint8 as the toolkit does, its replicas making the batch float as the toolkit's do.
+The pipelines alone (rows 2 and 3) compare the input paths with nothing else on the cores; rows 1 and 4 add the
+float conversion that on a GPU server runs on the GPUs (here, on the same 2 cores). Prints medians, the per-round
+ratios, and the fraction of the decode-only ceiling each reaches.
 
 rss: peak resident memory (the process's ru_maxrss) of ``tftoolkit bench input`` streaming ``--images`` and 4x as
 many images for at least one epoch each, and of the same read into memory, for contrast.
@@ -100,8 +101,6 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     devices.init(REPLICAS)
     import tensorflow as tf
 
-    from tftoolkit.data import pipeline
-
     strategy = tf.distribute.MirroredStrategy()
     files = sorted(str(f) for f in data.glob("train-*"))
     autotune = tf.data.AUTOTUNE
@@ -147,10 +146,22 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     ds = ds.prefetch(autotune)
     dist = strategy.experimental_distribute_dataset(ds)
 
+    # uint8 out: the replicas make the batch float as the toolkit's do (measure/inputbench.puller), here on the same
+    # 2 cores as the pipeline (on a GPU server, on the GPU); float32 is handed over as it is.
+    _pull_for(strategy, dist, seconds, to_float=uint8)
+
+
+def _pull_for(strategy, dist, seconds: float, to_float: bool) -> None:
+    """Pull ``dist`` through ``strategy`` for ``seconds`` (20 steps a call, as the training loop's while_loop);
+    print images/sec as JSON. Each replica touches its batch (``to_float``: converts it to float first)."""
+    import tensorflow as tf
+
+    from tftoolkit.data import pipeline
+    from tftoolkit.engine import timer
+
     def replica(images, labels):
-        # What the toolkit's replicas do with their batch (measure/inputbench.puller): uint8 is made float on the
-        # device, here on the same 2 cores as the pipeline (on a GPU server, on the GPU); float32 is kept.
-        images = pipeline.to_float(images)
+        if to_float:
+            images = pipeline.to_float(images)
         return tf.shape(labels, out_type=tf.int64)[0] + tf.cast(images[-1, -1, -1, -1] * 0, tf.int64)
 
     @tf.function(autograph=False)
@@ -163,36 +174,59 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     it = iter(dist)
     pull(it, tf.constant(1)).numpy()
     count, t0 = 0, time.perf_counter()
-    from tftoolkit.engine import timer
-
     while time.perf_counter() - t0 < seconds:
         count += int(timer.timed(pull, it, tf.constant(20))[0].numpy())
     print(json.dumps({"images_per_sec": count / (time.perf_counter() - t0), "images": count}))
 
 
+def pipeline_run(data: Path, seconds: float) -> None:
+    """The toolkit's streamed training input alone, pulled exactly as the reference is (replicas touch the uint8
+    batch, no float conversion): the two input pipelines compared with nothing else on the cores."""
+    from tftoolkit.engine import devices
+
+    devices.init(REPLICAS)
+    import tensorflow as tf
+
+    from tftoolkit import RunConfig
+    from tftoolkit.data import catalog, pipeline
+
+    cfg = RunConfig(dataset=str(data), replicas=REPLICAS, global_batch=GLOBAL_BATCH, image_size=SIZE, augment=True,
+                    data_memory_gb=0.001, deterministic=True)
+    source = catalog.load(cfg)
+    strategy = tf.distribute.MirroredStrategy()
+    _pull_for(strategy, pipeline.train_input(strategy, source, cfg, 0), seconds, to_float=False)
+
+
 # --- the two measurements -----------------------------------------------------------------------------------
 def throughput(rounds: int, seconds: float, images: int) -> None:
     data = dataset(images)
-    rows = {"toolkit": [], "reference (float32, as written)": [], "reference (uint8 out)": []}
+    tk, tk_alone = "toolkit, as trained (bench input: float on the replicas)", "toolkit pipeline (replicas touch uint8)"
+    ref, ref8 = "reference (float32, as written)", "reference (uint8 out, float on the replicas)"
+    rows = {tk: [], tk_alone: [], ref: [], ref8: []}
     ceiling, threads = [], None
     for r in range(rounds):
         t = toolkit(data, seconds)[0]
-        rows["toolkit"].append(t["images_per_sec"])
+        rows[tk].append(t["images_per_sec"])
         ceiling.append(t["decode_images_per_sec"])
         threads = t["input_threads"]
-        rows["reference (float32, as written)"].append(reference(data, seconds, uint8=False)["images_per_sec"])
-        rows["reference (uint8 out)"].append(reference(data, seconds, uint8=True)["images_per_sec"])
+        rows[tk_alone].append(_run([sys.executable, __file__, "pipeline-run", "--data", str(data), "--seconds",
+                                    str(seconds)])[0]["images_per_sec"])
+        rows[ref].append(reference(data, seconds, uint8=False)["images_per_sec"])
+        rows[ref8].append(reference(data, seconds, uint8=True)["images_per_sec"])
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rows.items()), file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rows.items()}
-    best_ref = max(v for k, v in med.items() if k != "toolkit")
     print(f"{images} JPEGs 256-512 px, {REPLICAS} replicas, global batch {GLOBAL_BATCH}, {SIZE} px, {rounds} rounds of "
           f"{seconds:g} s, threads {threads}")
     print("| pipeline | images/sec (median) | min | max |")
     print("|---|---|---|---|")
     for k, v in rows.items():
         print(f"| {k} | {med[k]:.0f} | {min(v):.0f} | {max(v):.0f} |")
-    print(f"ratio toolkit / faster reference: {med['toolkit'] / best_ref:.3f}; decode-only ceiling "
-          f"{statistics.median(ceiling):.0f} images/sec, the toolkit reaches {med['toolkit'] / statistics.median(ceiling):.0%}")
+    per_round = [a / b for a, b in zip(rows[tk_alone], rows[ref])]
+    print(f"pipelines alone (both hand over and touch, nothing else on the cores): toolkit / reference "
+          f"{med[tk_alone] / med[ref]:.3f} (per round {', '.join(f'{x:.2f}' for x in per_round)}); as trained: "
+          f"toolkit / float32 reference {med[tk] / med[ref]:.3f}, / uint8 reference {med[tk] / med[ref8]:.3f}; "
+          f"decode-only ceiling {statistics.median(ceiling):.0f} images/sec, the toolkit pipeline reaches "
+          f"{med[tk_alone] / statistics.median(ceiling):.0%}, the reference {med[ref] / statistics.median(ceiling):.0%}")
 
 
 def rss(images: int, seconds: float) -> None:
@@ -223,6 +257,9 @@ def main() -> None:
     m = sub.add_parser("rss")
     m.add_argument("--images", type=int, default=2048)
     m.add_argument("--seconds", type=float, default=12.0)
+    a = sub.add_parser("pipeline-run")
+    a.add_argument("--data", type=Path, required=True)
+    a.add_argument("--seconds", type=float, default=15.0)
     r = sub.add_parser("reference-run")
     r.add_argument("--data", type=Path, required=True)
     r.add_argument("--seconds", type=float, default=15.0)
@@ -232,6 +269,8 @@ def main() -> None:
         throughput(args.rounds, args.seconds, args.images)
     elif args.what == "rss":
         rss(args.images, args.seconds)
+    elif args.what == "pipeline-run":
+        pipeline_run(args.data, args.seconds)
     else:
         reference_run(args.data, args.seconds, args.uint8)
 
