@@ -2,8 +2,9 @@
 image. A split streams when its decoded pixels exceed ``--data-memory-gb``; one that fits is decoded once through
 the same reader (``decoded``) and held in memory (data/store.py).
 
-    StreamSplit   one split's files: TFRecord shards (ImageNet layout, a TFDS directory, the toolkit's manifest
-                  format), each record an encoded image and its label; or image files, each with its label
+    StreamSplit   one split's files: TFRecord shards (ImageNet layout, a TFDS directory), each record an encoded
+                  image and its label; or image files (a folder), each with its label. (The manifest layout and
+                  the small sets keep the in-memory path of data/tfrecords.py and data/source.py.)
 
 Reading, per input pipeline (one per worker):
 
@@ -12,7 +13,8 @@ Reading, per input pipeline (one per worker):
                  cut to the epoch's whole batches, then decoded ``decode_threads`` at a time;
                  per-replica batches go round-robin to the worker's replicas, so a global batch is the same
                  examples in the same order on any replica count
-    evaluation   the files in order, every example once; a short last batch leaves replicas empty (weight 0)
+    evaluation   the files in reading order (shards interleaved), every example once; a short last batch leaves
+                 replicas empty (weight 0)
 
 Transforms (``mode``):
 
@@ -20,11 +22,12 @@ Transforms (``mode``):
                  area and aspect 3/4-4/3 (Szegedy et al. 2015), decoding only that box of a JPEG
                  (``decode_and_crop_jpeg``), resizes it to ``size`` and flips at random; evaluation takes the
                  centre 87.5% square and resizes it. Without --augment training uses the evaluation transform.
-    fixed        images of one size (CIFAR in TFDS, the manifest format): decoded whole and resized to ``size`` if
-                 they differ; --augment adds the in-memory path's flip and pad-and-crop (pipeline.augment)
+    fixed        images of one size (a TFDS set of one declared shape, a folder of one size): decoded whole and
+                 resized to ``size`` if they differ; --augment adds the in-memory path's flip and pad-and-crop
+                 (pixels.augment)
 
 Randomness is keyed, never drawn from a global state: every example's crop and flip come from a hash of (seed,
-epoch, its position in the files), as in data.pipeline, so they do not depend on thread timing.
+epoch, its position in the files), as in data/pipeline.py (data/pixels.py), so they do not depend on thread timing.
 
 What stays exact:
     - the order: a function of (seed, epoch) when ``deterministic`` (the run's --deterministic, on by default on
