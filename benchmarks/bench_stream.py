@@ -32,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,21 +69,16 @@ def toolkit(data: Path, seconds: float, memory: bool = False) -> tuple[dict, int
 
 
 def _run(cmd) -> tuple[dict, int]:
-    done = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(cmd[:6])} ... failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout[done.stdout.index("{"):]), 0
-
-
-def _run_rss(cmd) -> tuple[dict, int]:
-    """Like _run, with the child's peak RSS from wait4."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd[:6])} ... failed:\n{err[-3000:]}")
+    """(the JSON a child prints, its peak RSS in bytes: ru_maxrss from wait4). Its stderr goes to a file, so a
+    chatty child never blocks on a full pipe while its stdout is read."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(), cwd=ROOT)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd[:6])} ... failed:\n{err.read()[-3000:]}")
     return json.loads(out[out.index("{"):]), usage.ru_maxrss * 1024
 
 
@@ -222,8 +218,8 @@ def throughput(rounds: int, seconds: float, images: int) -> None:
     for k, v in rows.items():
         print(f"| {k} | {med[k]:.0f} | {min(v):.0f} | {max(v):.0f} |")
     per_round = [a / b for a, b in zip(rows[tk_alone], rows[ref])]
-    print(f"pipelines alone (both hand over and touch, nothing else on the cores): toolkit / reference "
-          f"{med[tk_alone] / med[ref]:.3f} (per round {', '.join(f'{x:.2f}' for x in per_round)}); as trained: "
+    print(f"pipelines alone (both hand over and touch, nothing else on the cores): toolkit / reference per round "
+          f"{', '.join(f'{x:.2f}' for x in per_round)}, median {statistics.median(per_round):.3f}; as trained: "
           f"toolkit / float32 reference {med[tk] / med[ref]:.3f}, / uint8 reference {med[tk] / med[ref8]:.3f}; "
           f"decode-only ceiling {statistics.median(ceiling):.0f} images/sec, the toolkit pipeline reaches "
           f"{med[tk_alone] / statistics.median(ceiling):.0%}, the reference {med[ref] / statistics.median(ceiling):.0%}")
@@ -235,11 +231,8 @@ def rss(images: int, seconds: float) -> None:
     for n in (images, 4 * images):
         data = dataset(n)
         mb = sum(f.stat().st_size for f in data.glob("train-*")) / 1e6
-        cmd = [sys.executable, "-m", "tftoolkit", "bench", "input", "--dataset", str(data), "--replicas",
-               str(REPLICAS), "--global-batch", str(GLOBAL_BATCH), "--image-size", str(SIZE), "--augment",
-               "--seconds", str(seconds), "--json"]
-        streamed, peak = _run_rss(cmd + ["--data-memory-gb", "0.001"])
-        _, peak_mem = _run_rss(cmd + ["--data-memory-gb", "64", "--seconds", "1"])
+        streamed, peak = toolkit(data, seconds)
+        _, peak_mem = toolkit(data, 1.0, memory=True)
         print(f"| {n} | {mb:.0f} | {n * SIZE * SIZE * 3 / 1e6:.0f} | {peak / 1e6:.0f} | {streamed['warm_epochs']:.1f} | "
               f"{peak_mem / 1e6:.0f} |")
 

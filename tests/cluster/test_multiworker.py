@@ -304,8 +304,8 @@ def test_two_workers_are_bit_equal_to_one_process_with_the_same_threads(tmp_path
                           *common], env=env, capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-2000:]
     two = subprocess.run([sys.executable, "-m", "tftoolkit", "launch", "--workers", "2", "--replicas-per-worker", "1",
-                          "--", "train", "--out", str(tmp_path / "2x1"), *common], capture_output=True, text=True,
-                         timeout=300)
+                          "--", "train", "--out", str(tmp_path / "2x1"), *common], env=env, capture_output=True,
+                         text=True, timeout=300)  # the same threads on any host (the launcher keeps a set value)
     assert two.returncode == 0, two.stderr[-2000:]
     s1, s2 = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("1x2", "2x1"))
     assert s1["threads"]["intra_op"] == s2["threads"]["intra_op"] == 1

@@ -516,3 +516,41 @@ def test_file_sharding_gives_each_worker_every_other_imagenet_shard(written):
         assert src.worker_shard == (me, 2) and src.local_examples == 24 and src.train_examples == 48
         _, y, ids = examples(src.train)  # this worker's records only: ids of its own two shards
         assert sorted(ids.tolist()) == list(range(24))
+
+
+def test_a_streamed_worker_under_file_sharding_reads_each_of_its_records_once_an_epoch(written, monkeypatch):
+    import tensorflow as tf
+
+    from tftoolkit.data import pipeline
+
+    # 2 workers x 1 replica, global batch 8: worker 0 holds 24 records (2 shards), 4 of each global batch, so an
+    # epoch is 6 steps and shows it every one of its records once.
+    cfg = RunConfig(dataset=str(written["path"]), image_size=SIZE, input_sharding="file", workers=2, replicas=2,
+                    global_batch=8, data_memory_gb=TINY_BUDGET)
+    src = catalog.load_source(cfg, worker=(0, 2))
+    split = src.store("train")
+    # What the training input hands the stream: all workers' examples (it takes this worker's share itself).
+    handed = []
+    monkeypatch.setattr(type(split), "train_dataset", lambda self, c, layout, start, examples, *a: handed.append(
+        examples) or tf.data.Dataset.range(1))
+    pipeline.train_input(tf.distribute.OneDeviceStrategy("/cpu:0"), src, cfg, 0)
+    monkeypatch.undo()
+    assert handed == [src.train_examples] == [48]
+    batches = list(split.train_dataset(cfg, (2, 1, 0), 0, src.train_examples, True, src.worker_shard).take(12))
+    assert all(b[0].shape[0] == 4 for b in batches)
+    epoch = [bytes(x) for b in batches[:6] for x in b[0].numpy().reshape(4, -1)]
+    assert len(set(epoch)) == 24  # every record of the worker's shards, none twice
+    nxt = [bytes(x) for b in batches[6:] for x in b[0].numpy().reshape(4, -1)]
+    assert set(nxt) == set(epoch) and nxt != epoch  # epoch 2: the same records (no --augment), another order
+
+
+def test_a_streamed_split_refuses_a_partial_last_batch(written):
+    import tensorflow as tf
+
+    from tftoolkit.data import pipeline
+    from tftoolkit.errors import ConfigError
+
+    cfg = RunConfig(dataset=str(written["path"]), image_size=SIZE, replicas=1, global_batch=10,
+                    last_batch="partial", data_memory_gb=TINY_BUDGET)
+    with pytest.raises(ConfigError, match=r"--last-batch partial: imagenet streams from its files"):
+        pipeline.train_input(tf.distribute.OneDeviceStrategy("/cpu:0"), catalog.load(cfg), cfg, 0)

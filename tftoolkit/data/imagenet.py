@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 import time
 from pathlib import Path
 
 from ..errors import DataError, RunDirError
 from ..fileio import write_json
-
-log = logging.getLogger("tftoolkit")
 
 SHARD = re.compile(r"^(train|validation)-(\d+)-of-(\d+)(\.tfrecords?)?$")
 SPLITS = {"train": "train", "validation": "val"}

@@ -9,13 +9,10 @@ for the MNISTs, one channel) unless --image-size asks for another.
 
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 
 from ..errors import DataError
-
-log = logging.getLogger("tftoolkit")
 
 CLASS_NAMES = {
     "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],

@@ -27,6 +27,7 @@ The uint8 -> float conversion happens on the device, in the step (``to_float``):
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from .functions import plain
 from .pixels import augment, augment_keys, to_float  # noqa: F401 - the pipeline's transforms, also used from here
 from .source import DataSource
@@ -182,7 +183,11 @@ def train_input(strategy, source: DataSource, config, start_step: int = 0, place
         # into their memory).
         if with_ids:
             raise ValueError("with_ids: a streamed split carries no ids through training")
-        examples = examples if shard else source.train_examples
+        if config.last_batch == "partial":
+            raise ConfigError(f"--last-batch partial: {source.name} streams from its files, which trains whole "
+                              "batches only; use --last-batch drop (or a --data-memory-gb it fits in)")
+        # All workers' examples: train_dataset takes this worker's share itself (under file sharding).
+        examples = source.train_examples
         return strategy.distribute_datasets_from_function(
             lambda ctx: store.train_dataset(config, _layout(ctx), start_step, examples, _deterministic(config), shard))
     return strategy.distribute_datasets_from_function(

@@ -48,7 +48,6 @@ positions names what was dropped.
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -60,8 +59,6 @@ import numpy as np
 from ..errors import DataError
 from .functions import plain
 from .pixels import augment as augment_batch, augment_keys, to_float
-
-log = logging.getLogger("tftoolkit")
 
 AREA = (0.08, 1.0)
 ASPECT = (3 / 4, 4 / 3)
@@ -486,7 +483,7 @@ class StreamSplit:
             pos, pu, pr, images, labels = batch
             gaps = pos - tf.concat([[last], pos[:-1]], 0) - 1
             bad = tf.where(gaps > 0)[:, 0]
-            who, how_many = tf.gather(names(pu, pr), bad), tf.gather(gaps, bad)
+            who, how_many = names(tf.gather(pu, bad), tf.gather(pr, bad)), tf.gather(gaps, bad)  # the gaps only
             if skip_log is not None:
                 logged = tf.cond(tf.size(bad) > 0, lambda: tf.print(tf.strings.reduce_join(
                     tf.strings.join([who, tf.strings.as_string(how_many)], "\t"), separator="\n"),

@@ -11,12 +11,9 @@ whole ("fixed"), images of any size with Inception-style crops. Validation is th
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from ..errors import DataError
-
-log = logging.getLogger("tftoolkit")
 
 INFO = "dataset_info.json"
 VALIDATION_SPLITS = ("validation", "val", "test")

@@ -100,12 +100,20 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
     noise = noise_mod.NoiseScale(replicas, model=model) if config.noise_scale and allreduce else None
 
+    # Only a short last batch (or a half of a one-replica batch, for the noise scale) can leave a replica no
+    # example: an ordinary step carries no padding cond and no weights.
+    may_be_empty = partial or noise is not None
+
     def forward_backward(images, labels, denom, reg_share=1.0):
-        images, labels, weights = pad_empty(images, labels)
+        weights = None
+        if may_be_empty:
+            images, labels, weights = pad_empty(images, labels)
         with tf.GradientTape() as tape:
             with models.example_weights(weights):
                 logits = model(images, training=True)
-            per_example = loss_fn(labels, logits) * weights
+            per_example = loss_fn(labels, logits)
+            if weights is not None:
+                per_example = per_example * weights
             # Sum over this replica / global batch: summing these over replicas gives the global mean.
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=denom)
             if model.losses:
