@@ -70,3 +70,103 @@ def examples(ds):
     for x, y, i in ds.batch(1000).as_numpy_iterator():
         xs.append(x), ys.append(y), ids.append(i)
     return np.concatenate(xs), np.concatenate(ys), np.concatenate(ids)
+
+
+# --- a localhost tf.data service (tftoolkit data-service start), each server its own process -----------------
+class ServiceProcess:
+    """One ``tftoolkit data-service start ARGS`` process; threads keep reading its output (a full pipe would
+    block it), and ``lines`` holds its stdout. Stopped by pid: ``stop()`` (SIGTERM, then SIGKILL) or ``kill()``."""
+
+    def __init__(self, *args: str):
+        import threading
+
+        self.args = args
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "tftoolkit", "data-service", "start", *args], cwd=ROOT,
+                                     env=env_with_tests_on_path(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        for stream, into in ((self.proc.stdout, self.lines), (self.proc.stderr, self.err)):
+            threading.Thread(target=lambda s=stream, i=into: i.extend(line.rstrip("\n") for line in s),
+                             daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_serving(self, timeout: float = 90) -> "ServiceProcess":
+        """Wait for the "serving" line (every server is up); fail with the process's last words if it ends or
+        takes longer than ``timeout`` seconds."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not any(line.startswith("serving") for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"data-service start {' '.join(self.args)} did not start (exit code "
+                                     f"{self.proc.returncode}): " + "\n".join((self.lines + self.err)[-15:]))
+            time.sleep(0.1)
+        return self
+
+    def address(self) -> str:
+        """The dispatcher's address as printed (``grpc://host:port``): the one trainers pass to --data-service."""
+        import re
+
+        for line in self.lines:
+            m = re.match(r"tf\.data service dispatcher at (\S+)$", line)
+            if m:
+                return m.group(1)
+        raise AssertionError("no dispatcher address among: " + "\n".join(self.lines))
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM by pid and the exit code; SIGKILL when it has not ended within ``timeout`` seconds."""
+        import signal
+
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+def data_service(workers: int = 2, timeout: float = 90):
+    """A localhost tf.data service for a test: a dispatcher process (no workers of its own) and ``workers`` worker
+    processes that join it, each its own process so that a test can kill one by pid (``service.workers[0].kill()``).
+
+        with data_service(2) as service:   # service.address: grpc://localhost:PORT, for --data-service
+            ...
+
+    Everything is stopped by pid at the end, killed if it does not stop. Start-up is a TensorFlow import per
+    process: ~10 s on 2 cores.
+    """
+    import contextlib
+    import types
+
+    @contextlib.contextmanager
+    def running():
+        started: list[ServiceProcess] = []
+        try:
+            started.append(ServiceProcess("--port", "0", "--workers", "0", "--host", "localhost"))
+            address = started[0].wait_serving(timeout).address()
+            joining = [ServiceProcess("--dispatcher", address, "--host", "localhost") for _ in range(workers)]
+            started += joining
+            for w in joining:
+                w.wait_serving(timeout)
+            yield types.SimpleNamespace(address=address, dispatcher=started[0], workers=joining)
+        finally:
+            for p in reversed(started):  # workers first: each then stops without retrying a gone dispatcher
+                try:
+                    p.stop()
+                except subprocess.TimeoutExpired:
+                    pass
+
+    return running()

@@ -116,6 +116,11 @@ class RunConfig:
                              "batches gathered there: only indices cross from the host), auto (device on GPUs when "
                              "the split takes at most a quarter of each GPU's memory, by NVML; host otherwise and on "
                              "CPU). Same examples, same results in every placement", ("host", "device", "auto"), identity=False)
+    data_service: str | None = _f(None, "HOST:PORT of a tf.data service dispatcher (tftoolkit data-service start): "
+                                        "the training input pipeline runs on its workers, which read the same files "
+                                        "(same paths) and stream each step's batches here; validation stays local. "
+                                        "One service worker keeps the exact order; K > 1 hand out whole epochs, so K "
+                                        "epochs' steps interleave (data/service.py)", identity=False)
     last_batch: str = _f("drop", "a final batch smaller than the global batch: drop it (count reported) or "
                                  "train on it split evenly across replicas", LAST_BATCH)
     # --- numerics and speed ---------------------------------------------------------------------
@@ -188,6 +193,12 @@ class RunConfig:
             raise ConfigError(f"global_batch={self.global_batch} and per_replica_batch={self.per_replica_batch} disagree "
                               f"on {self.replicas} replica(s) ({self.per_replica_batch} x {self.replicas} = "
                               f"{self.per_replica_batch * self.replicas}); give one or the other")
+        if self.data_service is not None:
+            service_address(self.data_service)
+            if self.last_batch == "partial":
+                raise ConfigError("--last-batch partial cannot go through --data-service: the service carries each "
+                                  "step's replicas' batches as one element, which needs whole batches; use "
+                                  "--last-batch drop")
         if self.profile_steps is not None:
             self.profile_range()  # checks the form; the run checks the range against its steps
         if self.noise_scale:
@@ -317,6 +328,25 @@ AUTO_KEYS = ("num_classes", "deterministic", "per_replica_batch", "image_size")
 # (steps_per_loop, checkpoint_every) cuts the same steps into other calls (tests/engine/test_equivalence.py), and
 # how many processes share the replicas does not change what a run computes (tests/cluster/test_multiworker.py),
 # so a run may resume with other values of these. tests/test_rundir.py checks every field both ways.
+def service_address(text: str, what: str = "--data-service") -> tuple[str, int]:
+    """(host, port) of a tf.data service address, ``host:port`` or ``grpc://host:port``; a one-line ConfigError
+    naming ``what`` when it is neither. An IPv6 host keeps its brackets (``[::1]:5050``), the form gRPC dials."""
+    example = "give HOST:PORT, e.g. node1:5050 or grpc://node1:5050 (what tftoolkit data-service start prints)"
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{what} is empty; {example}")
+    rest = text.strip()
+    if "://" in rest:
+        protocol, _, rest = rest.partition("://")
+        if protocol != "grpc":
+            raise ConfigError(f"{what} {text!r} uses protocol {protocol!r}; the tf.data service speaks grpc:// only "
+                              f"({example})")
+    host, _, port = rest.rpartition(":")
+    bad_host = not host or any(c.isspace() or c in "/@" for c in host) or (":" in host and not host.startswith("["))
+    if bad_host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what} {text!r} is not HOST:PORT with a port from 1 to 65535; {example}")
+    return host, int(port)
+
+
 NON_IDENTITY_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig) if not f.metadata.get("identity", True))
 
 

@@ -124,6 +124,25 @@ _ALL = (
         ("val_loss", "", "validation loss after the last evaluation (NaN without a held-out split)"),
         ("val_accuracy", "1", "validation accuracy after the last evaluation"),
     ])
+    + _fields("input capacity (every run)", [
+        ("input_capacity_images_per_sec", "images/s", "what the run's input path alone delivers on this host (its data, "
+                                                      "image size, augmentation, placement, data service): the run's own "
+                                                      "pipeline pulled with no model after training (all workers: the "
+                                                      "chief's rate x workers); NaN when not measured"),
+        ("input_capacity_method", "", "how input_capacity_images_per_sec was found: measured, with the batches and "
+                                      "seconds of the probe"),
+        ("input_cores", "", "the CPU cores this process's input could use (its affinity), per worker"),
+        ("input_capacity_per_core", "images/s", "input_capacity_images_per_sec / (input_cores x workers): the host's "
+                                                "input rate per core, what advise and predict scale with"),
+        ("input_headroom", "1", "input_capacity_images_per_sec / images_per_sec: how many times faster the input can "
+                                "go than training consumed it; near 1 or below, the run was input-bound. On simulated "
+                                "CPU replicas input and compute share the cores, so 1 / input_headroom is the share "
+                                "of the cores' time the input needed"),
+        ("input_verdict", "", "input-bound (headroom under 1.25), near (under 2) or fed; empty when not measured"),
+        ("input_note", "", "one sentence: the verdict with its figures (and, on simulated replicas, the cores' share)"),
+        ("data_service", "", "the tf.data service the input came through, or None: address, mode, job, workers "
+                             "(the workers the dispatcher had, when it could tell)"),
+    ])
     + _fields("breakdown (measure=True)", [
         ("step_time_no_input_s", "s", "the full step on one batch already on the devices (no input pipeline)"),
         ("compute_time_s", "s", "the same step without the gradient all-reduce"),

@@ -47,3 +47,55 @@ def test_failures_are_listed_and_nothing_to_report_is_said():
     assert "1 of 2 did not finish normally:** 01_b (failed: ValueError: x)" in findings.failures(_res([], points))[0]
     empty = report.Results([], pd.DataFrame(), pd.DataFrame())
     assert "Nothing to report yet" in findings.markdown(empty)
+
+
+def _measured(n, headroom, verdict, kind="GPU", **kw):
+    """A run of a scaling study, with the input verdict a run's summary carries (runs.py), or without (None)."""
+    fields = {} if verdict is None else {"input_headroom": headroom, "input_verdict": verdict}
+    return _run(source="sc", run=f"r{n}", replicas=n, images_per_sec=1000.0 * n, device_kind=kind,
+                point_params=None, **{"config.replicas": n, "config.seed": 0}, **fields, **kw)
+
+
+def test_input_bound_points_are_named_with_their_headroom():
+    runs = [_measured(1, 4.0, "fed"), _measured(2, 1.6, "near"), _measured(4, 0.8, "input-bound"),
+            _measured(8, 0.5, "input-bound")]
+    (line,) = findings.input_capacity(_res(runs))
+    assert line.startswith("**Input:** input-bound at replicas=8 (headroom 0.50); replicas=4 (headroom 0.80). "
+                           "Close to the limit at replicas=2 (headroom 1.60). Fed in the other 1 measured run(s).")
+    assert "the GPUs waited" in line and "--data-service" in line
+    assert "simulated" not in line and "Not measured" not in line
+    assert line in findings.markdown(_res(runs))  # in the report's "what we found" block
+
+
+def test_every_run_fed_says_the_least_headroom():
+    runs = [_measured(1, 6.0, "fed"), _measured(2, 3.0, "fed"), _measured(4, 2.5, "fed", status="diverged")]
+    assert findings.input_capacity(_res(runs)) == [
+        "**Input kept up** in all 3 measured run(s): the input alone could deliver at least 2.5x what training "
+        "consumed (the least at replicas=4)."]
+
+
+def test_old_runs_say_input_capacity_was_not_measured():
+    runs = [_measured(1, None, None), _measured(2, None, None)]
+    (line,) = findings.input_capacity(_res(runs))
+    assert line.startswith("**Input capacity:** not measured for these runs")
+    # A mix: the measured runs give the verdict, the older ones are counted.
+    runs.append(_measured(4, 0.9, "input-bound"))
+    (line,) = findings.input_capacity(_res(runs))
+    assert "input-bound at replicas=4 (headroom 0.90)" in line and line.endswith("Not measured in 2 older run(s).")
+    # No training runs at all (a sweep of a user's own notebook): no sentence about input.
+    assert findings.input_capacity(_res([])) == []
+
+
+def test_simulated_replicas_read_the_headroom_as_the_share_of_the_cores():
+    # Input and compute shared the 2 cores: headroom 1.5 means the input needed 1/1.5 = 67% of their time.
+    runs = [_measured(1, 3.0, "fed", kind="CPU-simulated"), _measured(2, 1.5, "near", kind="CPU-simulated")]
+    (line,) = findings.input_capacity(_res(runs))
+    assert "Close to the limit at replicas=2 (headroom 1.50)." in line
+    assert ("On simulated CPU replicas input and compute shared the host's cores, so there the headroom is not a GPU "
+            "server's verdict: 1 / headroom is the share of the cores' time the input needed (67% at replicas=2)") in line
+    assert "the GPUs waited" not in line  # no GPU waited here
+
+
+def test_a_failure_without_an_error_message_is_not_called_nan():
+    points = [{"id": "00_a", "status": "diverged", "error": float("nan")}]
+    assert findings.failures(_res([], points)) == ["**1 of 1 did not finish normally:** 00_a (diverged)."]

@@ -38,8 +38,13 @@ def _sweep(root: Path, notebook: str, points: list[tuple[str, dict, dict]]) -> P
         (pdir / "parameters.json").write_text(json.dumps({**params, "out_dir": str(pdir)}))
         if summary is not None:
             _run(pdir / "runs" / "r", summary, {"warmup_epochs": 0.0, "seed": 0, **params})
-        rows.append({"id": pid, **params, "status": summary["status"] if summary else "failed",
-                     "error": None if summary else "ValueError: boom"})
+        row = {"id": pid, **params, "status": summary["status"] if summary else "failed",
+               "error": None if summary else "ValueError: boom"}
+        # As sweep.results_frame writes it: then the run summary's scalars, a parameter's name taken as run_<name>.
+        for k, v in (summary or {}).items():
+            if not isinstance(v, (list, dict)) and k not in ("status", "error"):
+                row[k if k not in row else f"run_{k}"] = v
+        rows.append(row)
     pd.DataFrame(rows).to_csv(root / "results.csv", index=False)
     return root
 
@@ -51,8 +56,11 @@ def sweeps(tmp_path):
          {"status": "ok", "replicas": n, "global_batch": 64 * n, "per_replica_batch": 64, "train_examples": 6400,
           "images_per_sec": 1000.0 * n * (1 - 0.1 * i), "images_per_sec_uncertainty": 5.0, "device_kind": "GPU",
           "compute_time_s": 0.05, "allreduce_time_s": 0.005 * i, "input_wait_s": 0.0,
-          "examples_per_replica": [640 * 64 // n] * n, "lr_rule": "linear"})
-        for i, n in enumerate([1, 2, 4])])
+          "examples_per_replica": [640 * 64 // n] * n, "lr_rule": "linear",
+          # The input verdict every run now carries (runs.py): fed, near, then input-bound as replicas grow.
+          "input_capacity_images_per_sec": 2880.0, "input_headroom": 2880.0 / (1000.0 * n * (1 - 0.1 * i)),
+          "input_verdict": verdict, "input_cores": 8, "input_capacity_per_core": 360.0})
+        for (i, n), verdict in zip(enumerate([1, 2, 4]), ["fed", "near", "input-bound"])])
     batch = _sweep(tmp_path / "batch_lr", "02_batch_and_lr_scaling.ipynb", [
         (f"0{i}_b-{b}_r-{r}", {"global_batches": b, "lr_rules": r},
          None if (b, r) == (512, "sqrt") else
@@ -84,10 +92,16 @@ def test_scaling_frame_uses_only_sources_that_vary_replicas(sweeps):
     assert df["efficiency"].tolist() == pytest.approx([1.0, 0.9, 0.8])
 
 
+# The overview's columns for the two sweeps: what varied (mode did not: every scaling point is weak), status, the
+# error, and the figures a reader compares.
+COMPARED = ["source", "id", "replicas", "global_batches", "lr_rules", "status", "error", "images/sec", "val accuracy",
+            "input headroom"]
+
+
 def test_overview_lists_every_point_with_status_and_error(sweeps):
     res = report.load(list(sweeps))
     ov = report.overview(res)
-    assert list(ov.columns[:6]) == ["source", "id", "replicas", "mode", "global_batches", "lr_rules"]
+    assert list(ov.columns) == COMPARED
     failed = ov[ov["status"] == "failed"]
     assert len(failed) == 1 and failed["error"].iloc[0] == "ValueError: boom"
     counts = report.status_counts(res)
@@ -130,10 +144,50 @@ def test_show_displays_the_saved_png_at_inline_size_then_the_caption(sweeps, tmp
     assert len(shown) == 1 and "not in these results" in shown[0].data
 
 
+def test_the_points_table_shows_what_a_reader_compares_not_every_column(sweeps):
+    import re
+
+    res = report.load(list(sweeps))
+    assert len(res.points.columns) > 25  # results.csv: parameters, status, error and every summary scalar
+    ov = report.overview(res).fillna("")  # as notebook 04 shows it
+    # The HTML table the report page shows: exactly these headers (pandas adds an empty one over the index).
+    head = re.search(r"<thead>(.*?)</thead>", ov._repr_html_(), re.S).group(1)
+    assert re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", head, re.S) == [""] + COMPARED
+    rows = ov.set_index("id")
+    assert rows.loc["00_replicas-1", "images/sec"] == "1,000 ± 5"
+    assert rows.loc["00_replicas-1", "input headroom"] == "2.88 (fed)"
+    assert rows.loc["01_replicas-2", "input headroom"] == "1.60 (near)"
+    assert rows.loc["02_replicas-4", "input headroom"] == "0.90 (input-bound)"
+    assert rows.loc["00_b-64_r-none", "val accuracy"] == "60.0%"
+    # Each sweep's own parameters, whole numbers as such; blank in the other sweep's rows (the batch runs had 4
+    # replicas, but replicas was not what that sweep varied).
+    assert rows["replicas"].tolist() == [1, 2, 4, "", "", "", ""]
+    assert rows["global_batches"].tolist() == ["", "", "", 64, 64, 512, 512]
+    # A run from before runs measured their input: blank, not an error and not NaN.
+    assert rows.loc["00_b-64_r-none", "input headroom"] == ""
+    assert rows.loc["03_b-512_r-sqrt", "images/sec"] == ""  # failed: no run
+
+
+def test_overview_of_run_folders_shows_the_config_that_varied(tmp_path):
+    for n in (1, 2):
+        _run(tmp_path / "nb01" / f"r{n}", {"status": "ok", "replicas": n, "global_batch": 64 * n, "train_examples": 640,
+                                           "images_per_sec": 100.0 * n}, {"replicas": n, "seed": 0, "steps": 10})
+    ov = report.overview(report.load([tmp_path / "nb01"]))
+    assert list(ov.columns) == ["run", "replicas", "status", "images/sec"]
+    assert ov["replicas"].tolist() == [1, 2] and ov["images/sec"].tolist() == ["100", "200"]
+
+
 def test_save_tables(sweeps, tmp_path):
-    written = report.save_tables(report.load(list(sweeps)), tmp_path / "tables")
+    res = report.load(list(sweeps))
+    written = report.save_tables(res, tmp_path / "tables")
     assert set(written) == {"runs", "points", "scaling"}
     assert len(pd.read_csv(written["runs"])) == 6
+    # The CSVs keep the full tables the overview leaves out: every column of every results.csv, every point.
+    points = pd.read_csv(written["points"])
+    assert list(points.columns[:2]) == ["source", "id"]
+    assert set(points.columns) == set(res.points.columns) and len(points) == 7
+    assert {"mode", "input_headroom", "input_capacity_per_core", "allreduce_time_s"} <= set(points.columns)
+    assert {"input_verdict", "input_capacity_images_per_sec", "compute_time_s"} <= set(pd.read_csv(written["runs"]).columns)
 
 
 def test_missing_folder_and_unknown_figure_are_clear_errors(sweeps, tmp_path):

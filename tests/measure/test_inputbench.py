@@ -45,3 +45,42 @@ def test_the_same_dataset_in_memory_has_no_decode_ceiling(shards, capsys):
     assert r["source"] == "memory" and r["input_transform"] == "" and r["input_threads"] == {}
     assert r["decode_images_per_sec"] is None or math.isnan(r["decode_images_per_sec"])
     assert r["cold_images"] == 96 and r["cold_s"] > 0  # decoded once, when it loaded
+
+
+# --- the input verdict every run carries (pure arithmetic, no TensorFlow) -------------------------------------------
+@pytest.mark.parametrize("capacity, consumed, verdict", [
+    (1000.0, 1000.0, "input-bound"),   # headroom 1.0: the GPUs waited for input
+    (1240.0, 1000.0, "input-bound"),   # 1.24 < 1.25
+    (1250.0, 1000.0, "near"),
+    (1990.0, 1000.0, "near"),
+    (2000.0, 1000.0, "fed"),
+    (800.0, 1000.0, "input-bound"),    # below 1: training cannot have been faster than its input; still input-bound
+])
+def test_the_verdict_compares_the_input_capacity_with_what_training_consumed(capacity, consumed, verdict):
+    from tftoolkit.measure.inputbench import verdict as judge
+
+    v = judge(capacity, consumed, "GPU")
+    assert v["input_headroom"] == pytest.approx(capacity / consumed)
+    assert v["input_verdict"] == verdict
+    assert f"{capacity:,.0f} images/sec" in v["input_note"] and f"{consumed:,.0f}" in v["input_note"]
+    assert "share the cores" not in v["input_note"]  # a GPU run's input has the cores to itself
+
+
+def test_on_simulated_replicas_the_verdict_says_what_share_of_the_cores_input_needed():
+    from tftoolkit.measure.inputbench import verdict as judge
+
+    # Capacity 4000 measured with the cores to itself; training consumed 1000 while compute ran on the same cores:
+    # the input's work for 1000 images/sec takes 1000 / 4000 of the cores' time.
+    v = judge(4000.0, 1000.0, "CPU-simulated")
+    assert v["input_verdict"] == "fed" and v["input_headroom"] == pytest.approx(4.0)
+    assert "about 25% of their time" in v["input_note"]
+    v = judge(1100.0, 1000.0, "CPU-simulated")
+    assert v["input_verdict"] == "input-bound" and "about 91% of their time" in v["input_note"]
+
+
+@pytest.mark.parametrize("capacity, consumed", [(float("nan"), 100.0), (100.0, float("nan")), (0.0, 10.0), (10.0, 0.0)])
+def test_an_unmeasured_capacity_or_rate_gives_no_verdict(capacity, consumed):
+    from tftoolkit.measure.inputbench import verdict as judge
+
+    v = judge(capacity, consumed, "GPU")
+    assert v["input_verdict"] == "" and math.isnan(v["input_headroom"]) and v["input_note"] == "input capacity not measured"

@@ -150,3 +150,65 @@ def test_too_few_steps_are_not_reliable():
     est = noise_scale.robust_estimate(np.full(40, 0.02), np.full(40, 5.0))
     assert est["noise_scale"] == pytest.approx(250.0) and est["steps"] == 20
     assert any("only 20 valid steps" in w for w in noise_scale.reliability(est))
+
+
+# A GPU at 150 images/s (15 images per 100 ms step on one replica) on a host whose input delivers 100 images/s per
+# core on 4 cores: 400 images/s.
+FED_BY_4_CORES = {"replicas": 1, "per_replica_batch": 15, "global_batch": 15, "step_time_s": 0.1, "params": 1,
+                  "input_capacity_per_core": 100.0, "input_cores": 4, "workers": 1}
+
+
+def test_advise_names_the_gpu_count_where_input_becomes_the_limit(tmp_path, capsys):
+    run = _run_dir(tmp_path, steps=False, **FED_BY_4_CORES)
+    assert main(["advise", str(run), "--max-replicas", "8"]) == 0
+    out = capsys.readouterr().out
+    # No interconnect given: the compute alone, N x 150 images/s, the most N GPUs could consume.
+    assert ("input limit (compute alone: no all-reduce, the most the GPUs could consume): input becomes the limit at 3 "
+            "GPUs: they would consume 450 images/s, the input delivers 400; 5 cores per host would feed them, or 1 "
+            "more host of 4 cores as tf.data service workers; at 8 GPUs (1,200 images/s) 12 cores per host would "
+            "feed them, or 2 more hosts of 4 cores") in out
+    il = json.loads((run / "advice.json").read_text())["input_limit"]
+    assert (il["limit_replicas"], il["host_capacity_images_per_sec"], il["per_core_images_per_sec"]) == (3, 400.0, 100.0)
+    assert (il["at_largest"]["replicas"], il["at_largest"]["cores_needed_per_host"],
+            il["at_largest"]["service_workers_needed"]) == (8, 12, 2)
+    frame = pd.read_csv(run / "input_limit.csv")
+    assert frame["replicas"].tolist() == list(range(1, 9))
+    assert frame["input_limited"].tolist() == [False, False, True, True, True, True, True, True]
+    # With an interconnect, its time model gives the images/sec (here the link costs nothing: the same answer). At a
+    # per-replica batch of 30 the step's compute doubles (200 ms): still 150 images/s a GPU. On 2 cores (200 images/s)
+    # the limit is at 2 GPUs.
+    r = advise.advise(run, tmp_path / "adv", interconnect="fast=1000000:0", per_replica_batch=30, max_replicas=8,
+                      host_cores=2, figures=False)
+    il = r["input_limit"]
+    assert il["throughput_model"] == "predict's model over fast + ib200"
+    assert (il["host_cores"], il["host_cores_from"], il["limit_replicas"]) == (2, "--host-cores", 2)
+    # 8 GPUs x 150 = 1200 images/s: 12 cores, or ceil((1200 - 200) / 200) = 5 more 2-core hosts.
+    assert (il["at_largest"]["cores_needed_per_host"], il["at_largest"]["service_workers_needed"]) == (12, 5)
+    assert r["input_frame"]["global_batch"].tolist() == [30 * n for n in range(1, 9)]
+
+
+def test_advise_on_a_run_without_input_capacity_or_gpu_compute(tmp_path, capsys):
+    old = _run_dir(tmp_path, "old", steps=False)  # written before runs measured their input
+    assert main(["advise", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: 16 GPU(s)" in out and out.rstrip().endswith(
+        "input limit: input capacity not measured in this run\nwritten: " + f"{old}/advice.json, tradeoff.csv, tradeoff.png")
+    assert json.loads((old / "advice.json").read_text())["input_limit"] == {
+        "forecast": False, "why": "input capacity not measured in this run"}
+    assert not (old / "input_limit.csv").exists()
+    # CPU-simulated compute says nothing of a GPU's images/sec: the input's figures, no GPU count.
+    sim = _run_dir(tmp_path, "sim", steps=False, **{**FED_BY_4_CORES, "device_kind": "CPU-simulated"})
+    il = advise.advise(sim, figures=False)["input_limit"]
+    assert il["forecast"] is False and il["host_capacity_images_per_sec"] == 400.0
+    assert il["why"].startswith("no GPU throughput to compare it with: this run's compute")
+    # No noise scale to recommend from: the input limit is still said.
+    nan_ns = _run_dir(tmp_path, "nan", steps=False, **{**FED_BY_4_CORES, "noise_scale": math.nan})
+    assert main(["advise", str(nan_ns), "--max-replicas", "8"]) == 1
+    assert "input becomes the limit at 3 GPUs" in capsys.readouterr().out
+
+
+def test_advise_bad_host_cores_is_one_line_exit_2(tmp_path, capsys):
+    run = _run_dir(tmp_path, steps=False, **FED_BY_4_CORES)
+    assert main(["advise", str(run), "--host-cores", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--host-cores must be a whole number of cores >= 1, got 0" in err and len(err.strip().splitlines()) == 1

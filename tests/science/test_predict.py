@@ -228,3 +228,95 @@ def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(
     r = predict.run(run, tmp_path / "nb", interconnects="pcie4", on_refusal="report", figures=True)
     assert "measured on CPU-simulated" in r["refused"] and predict.describe(r).startswith("no forecast: ")
     assert (tmp_path / "nb" / "efficiency_vs_replicas.png").exists()
+
+
+# --- where the host's input becomes the limit ---------------------------------------------------------------
+# A GPU at 150 images/s (15 images per 100 ms step, gradients of 4 bytes over a link of 1 PB/s: linear scaling), and
+# a host whose input delivers 100 images/s per core on 4 cores: 400 images/s.
+FED_BY_4_CORES = {"replicas": 1, "per_replica_batch": 15, "step_time_s": 0.1, "params": 1,
+                  "input_capacity_per_core": 100.0, "input_cores": 4, "workers": 1}
+FAST = "fast=1000000:0"
+
+
+def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys):
+    run = _run_dir(tmp_path, **FED_BY_4_CORES)
+    r = predict.run(run, tmp_path / "p", interconnects=FAST, max_replicas=8, figures=False)
+    df = r["frame"].set_index("replicas")
+    assert df["images_per_sec"].tolist() == pytest.approx([150 * n for n in range(1, 9)])
+    assert (df["input_capacity_images_per_sec"] == 400).all()
+    assert df["input_limited"].tolist() == [False, False, True, True, True, True, True, True]
+    # 450 images/s at 3 GPUs: 5 cores, or 1 more 4-core host; 1200 at 8: 12 cores, or ceil(800 / 400) = 2 hosts.
+    assert df["input_cores_needed_per_host"].tolist() == [2, 3, 5, 6, 8, 9, 11, 12]
+    assert df["input_service_workers_needed"].tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    il = json.loads((tmp_path / "p" / "prediction.json").read_text())["input_limit"]
+    assert (il["forecast"], il["per_core_images_per_sec"], il["host_cores"], il["host_capacity_images_per_sec"]) == (
+        True, 100.0, 4, 400.0)
+    sc = il["scenarios"]["fast + ib200"]
+    assert sc["limit_replicas"] == 3
+    assert (sc["at_limit"]["cores_needed_per_host"], sc["at_limit"]["service_workers_needed"]) == (5, 1)
+    assert (sc["at_largest"]["replicas"], sc["at_largest"]["cores_needed_per_host"],
+            sc["at_largest"]["service_workers_needed"]) == (8, 12, 2)
+    assert set(pd.read_csv(tmp_path / "p" / "prediction.csv")["input_limited"]) == {True, False}
+    text = predict.describe(r)
+    assert ("input: 100 images/s per core x 4 cores (this run's host: input_cores 4 x 1 worker(s)) = 400 images/s "
+            "per host") in text
+    assert ("fast + ib200: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers "
+            "400; 5 cores per host would feed them, or 1 more host of 4 cores as tf.data service workers; at 8 GPUs "
+            "(1,200 images/s) 12 cores per host would feed them, or 2 more hosts of 4 cores") in text
+
+
+def test_host_cores_asks_about_another_server_and_each_host_feeds_its_own_gpus(tmp_path, capsys):
+    run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "workers": 2, "input_cores": 2})  # 2 workers x 2 cores each
+    assert main(["predict", str(run), "--interconnect", FAST, "--max-replicas", "8"]) == 0
+    assert "x 4 cores (this run's host: input_cores 2 x 2 worker(s)) = 400 images/s" in capsys.readouterr().out
+    assert main(["predict", str(run), "--interconnect", FAST, "--max-replicas", "16", "--host-cores", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "100 images/s per core x 8 cores (--host-cores) = 800 images/s per host" in out
+    il = json.loads((run / "prediction.json").read_text())["input_limit"]["scenarios"]["fast + ib200"]
+    assert il["limit_replicas"] == 6  # 900 > 800
+    # 16 GPUs are 2 hosts of 8: 2 x 800 images/s of input against ~2,400 consumed (ib200 between the hosts takes
+    # microseconds): 12 cores per host, or ceil(800 / 800) = 1 more 8-core host.
+    big = il["at_largest"]
+    assert (big["replicas"], big["input_capacity_images_per_sec"], big["cores_needed_per_host"],
+            big["service_workers_needed"]) == (16, 1600.0, 12, 1)
+    # Enough cores: input keeps up everywhere, and says so.
+    assert main(["predict", str(run), "--interconnect", FAST, "--max-replicas", "16", "--host-cores", "16"]) == 0
+    # The closest is one full host (8 GPUs, 1,200 of 1,600 images/s); at 16 each host's GPUs consume a little less.
+    assert ("fast + ib200: input keeps up to 16 GPUs: at its closest, 8 GPUs would consume 1,200 images/s of the 1,600 "
+            "the input delivers") in capsys.readouterr().out
+    assert json.loads((run / "prediction.json").read_text())["input_limit"]["scenarios"]["fast + ib200"][
+        "limit_replicas"] is None
+
+
+def test_a_run_without_input_capacity_still_predicts_and_says_so(tmp_path, capsys):
+    run = _run_dir(tmp_path, replicas=1, step_time_s=0.05)  # written before runs measured their input
+    assert main(["predict", str(run), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
+    assert "input limit: input capacity not measured in this run" in capsys.readouterr().out
+    assert json.loads((run / "prediction.json").read_text())["input_limit"] == {
+        "forecast": False, "why": "input capacity not measured in this run"}
+    assert "input_limited" not in pd.read_csv(run / "prediction.csv").columns
+    # Measured through a tf.data service, the capacity is not this host's cores' rate; on shared devices the input
+    # and the replicas share the cores: neither is forecast.
+    served = _run_dir(tmp_path, "served", **FED_BY_4_CORES, data_service={"address": "grpc://h:5000"})
+    r = predict.run(served, tmp_path / "s", interconnects="pcie4", max_replicas=8, figures=False)
+    assert r["input_limit"]["forecast"] is False and "tf.data service" in r["input_limit"]["why"]
+    shared = predict.run(_run_dir(tmp_path, "shared", **FED_BY_4_CORES), tmp_path / "sh", interconnects="pcie4",
+                         devices="shared", max_replicas=8, figures=False)
+    assert shared["input_limit"]["forecast"] is False and "share the same cores" in shared["input_limit"]["why"]
+
+
+@pytest.mark.parametrize("cores", ["0", "-4"])
+def test_bad_host_cores_is_one_line_exit_2(tmp_path, capsys, cores):
+    run = _run_dir(tmp_path, **FED_BY_4_CORES)
+    assert main(["predict", str(run), "--interconnect", "pcie4", "--host-cores", cores]) == 2
+    err = capsys.readouterr().err
+    assert f"--host-cores must be a whole number of cores >= 1, got {cores}" in err and len(err.strip().splitlines()) == 1
+    assert not (run / "prediction.json").exists()
+
+
+def test_simulated_replicas_give_a_per_core_rate_to_plan_gpus_with(tmp_path):
+    # CPU-simulated: compute refused for GPUs without --compute-ms; with it, the measured input rate per core plans.
+    run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "replicas": 2, "compute_time_s": 0.5,
+                                "device_kind": "CPU-simulated"})
+    r = predict.run(run, tmp_path / "p", interconnects=FAST, max_replicas=8, compute_ms=100, figures=False)
+    assert r["input_limit"]["scenarios"]["fast + ib200"]["limit_replicas"] == 3

@@ -33,6 +33,12 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path):
     assert s["images_per_sec"] > 0 and s["images_per_sec_uncertainty"] >= 0
     assert s["timed_steps"] == 32  # 6 loops of 8 steps; the first two (>= 10 warm-up steps) are not timed
     assert s["final_loss"] == pytest.approx(steps["loss"].iloc[-1])
+    # The input verdict: the run's own pipeline pulled alone after training, against what training consumed.
+    assert s["input_capacity_images_per_sec"] > s["images_per_sec"] and s["input_cores"] >= 1
+    assert s["input_headroom"] == pytest.approx(s["input_capacity_images_per_sec"] / s["images_per_sec"])
+    assert s["input_capacity_per_core"] == pytest.approx(s["input_capacity_images_per_sec"] / s["input_cores"])
+    assert s["input_capacity_method"].startswith("measured: ") and s["data_service"] is None
+    assert s["input_verdict"] in ("fed", "near") and "share the cores" in s["input_note"]
     cfg_file = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg_file["derived"]["global_batch"] == 64 and cfg_file["config"]["replicas"] == 2
     assert (tmp_path / "run" / "evals.csv").exists()

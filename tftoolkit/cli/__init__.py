@@ -5,7 +5,7 @@ the command has to say; it holds no other logic, and nothing imports it. One mod
 
     train        train                      measure      env, doctor, scale, bench allreduce | input
     data         data prepare               experiments  sweep, demo
-    science      find-lr, find-batch, advise, predict    cluster  launch
+    science      find-lr, find-batch, advise, predict    cluster  launch, data-service
 
 Errors a user can fix (ToolkitError) become one line on stderr and exit code 2; set TFTOOLKIT_DEBUG=1 to
 see tracebacks.

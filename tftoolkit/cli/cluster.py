@@ -1,4 +1,5 @@
-"""tftoolkit launch: K worker processes here, or each host's TF_CONFIG."""
+"""tftoolkit launch: K worker processes here, or each host's TF_CONFIG; tftoolkit data-service start: a tf.data
+service dispatcher and workers."""
 
 from __future__ import annotations
 
@@ -33,6 +34,87 @@ def add(sub) -> None:
     p.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- train ...",
                    help="the training command, after --")
     p.set_defaults(func=run)
+    _add_data_service(sub)
+
+
+def _add_data_service(sub) -> None:
+    from ..cluster.dataservice import DEFAULT_PORT, DEFAULT_WORKER_TIMEOUT_S
+    from .common import Parser
+
+    ds = sub.add_parser("data-service", help="a tf.data service to run the input pipeline on more cores or hosts",
+                        description="Run TensorFlow's tf.data service: a dispatcher and workers that run the input "
+                                    "pipeline and stream batches to trainers started with --data-service ADDRESS.")
+    ds_sub = ds.add_subparsers(dest="data_service_command", metavar="WHAT", parser_class=Parser)
+    ds_sub.required = True
+    p = ds_sub.add_parser(
+        "start", help="start a dispatcher and K workers here, or K workers that join --dispatcher",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="tftoolkit data-service start [--port P] [--workers K] [--dispatcher ADDRESS] [--work-dir DIR] "
+              "[--worker-timeout S] [--host NAME]",
+        description=f"""\
+Start a tf.data service dispatcher and K workers in this process, or with --dispatcher only K workers that join
+a dispatcher running elsewhere. It runs in the foreground, prints the dispatcher's address (the one to give
+trainers as --data-service ADDRESS) and each worker's, and stops cleanly on Ctrl-C or SIGTERM (exit code 0).
+
+Two set-ups:
+  all on this machine     tftoolkit data-service start --workers 2
+                          tftoolkit train --data-service grpc://localhost:{DEFAULT_PORT} ...
+  workers on CPU hosts    on the GPU server:  tftoolkit data-service start --workers 0
+  beside a GPU server     on each CPU host:   tftoolkit data-service start --dispatcher gpu1:{DEFAULT_PORT} --workers 4
+  from a Slurm job step   srun -n 4 tftoolkit data-service start --dispatcher gpu1:{DEFAULT_PORT}
+                          (one worker per task, on whichever nodes the step runs)
+
+Workers tell the dispatcher this host's name (--host), and trainers then connect to the workers directly, so
+every worker's port must be reachable from the trainers' hosts, not only the dispatcher's.
+
+A worker that dies: TensorFlow (2.21) keeps it registered and its clients keep asking it; they read from the
+other workers meanwhile, so a pipeline that repeats goes on at their pace, but a finite dataset never reports its
+end until a worker is back at the same address (start it again with the same --port). --worker-timeout only makes the
+dispatcher log the loss within seconds (seen with TF_CPP_MIN_LOG_LEVEL=0).
+""")
+    p.add_argument("--port", type=int, metavar="P",
+                   help=f"the dispatcher's port (default: {DEFAULT_PORT}; 0: a free port the OS picks). With "
+                        "--dispatcher, the workers' ports P, P+1, ... (default: free ports), so that a worker "
+                        "restarted with the same --port is the same worker to the dispatcher")
+    p.add_argument("--workers", type=int, metavar="K",
+                   help="workers to start in this process (default: 1; 0 runs the dispatcher alone, for workers "
+                        "that join from other hosts)")
+    p.add_argument("--dispatcher", metavar="ADDRESS",
+                   help="start only workers, joining the dispatcher at ADDRESS (HOST:PORT or grpc://HOST:PORT); it "
+                        "must be running: exit 2 when nothing answers there")
+    p.add_argument("--work-dir", metavar="DIR",
+                   help="run the dispatcher fault-tolerant: it journals its state to DIR, and a dispatcher "
+                        "restarted with the same DIR resumes its datasets and jobs (workers and trainers "
+                        "reconnect). Default: state in memory only")
+    p.add_argument("--worker-timeout", type=float, default=DEFAULT_WORKER_TIMEOUT_S, metavar="S",
+                   help="seconds without a heartbeat after which the dispatcher counts a worker as lost "
+                        f"(default: {DEFAULT_WORKER_TIMEOUT_S:g}; TensorFlow's own: 600); workers beat every second")
+    p.add_argument("--host", metavar="NAME",
+                   help="the name other hosts reach this one by, given to the dispatcher with each worker's port "
+                        "and printed in the dispatcher's address (default: this host's name)")
+    p.set_defaults(func=data_service_start)
+
+
+def data_service_start(args) -> int:
+    from ..cluster import dataservice
+
+    service = dataservice.start(args.port, args.workers, args.dispatcher, args.work_dir, args.worker_timeout,
+                                args.host)
+    lines = []
+    if service.local:
+        local = "grpc://localhost:" + service.address.rpartition(":")[2]
+        lines += [f"tf.data service dispatcher at {service.address}",
+                  f"  trainers: --data-service {service.address} (on this machine {local} works too)"]
+        if service.work_dir:
+            lines.append(f"  fault-tolerant: journal in {service.work_dir}")
+    else:
+        lines.append(f"joining the tf.data service dispatcher at {service.address}")
+    lines += [f"worker {k} at {a}" for k, a in enumerate(service.worker_addresses)]
+    lines.append("serving until Ctrl-C or SIGTERM")
+    print("\n".join(lines), flush=True)  # at once: a parent reading the pipe waits for the address
+    dataservice.serve_until_signal(service)
+    print("stopped", flush=True)
+    return 0
 
 
 def train_command(argv: list[str]):

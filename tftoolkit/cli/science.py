@@ -15,7 +15,9 @@ def add(sub) -> None:
                                    "the per-step |G|^2 and tr(Sigma) estimates averaged over the later half of the "
                                    "run, with a 90%% interval; reasons not to trust it (a run at chance, too few "
                                    "steps, an interval wider than a factor of 3) are printed before any "
-                                   "recommendation and kept in advice.json (reliable, warnings). Exit code 1 when "
+                                   "recommendation and kept in advice.json (reliable, warnings). It also says at "
+                                   "which GPU count the host's input becomes the limit, from the run's input rate per "
+                                   "core (input_limit in advice.json, input_limit.csv). Exit code 1 when "
                                    "there is no positive noise scale to recommend from.")
     p.add_argument("run_dir", help="run directory of a run trained with --noise-scale")
     p.add_argument("--out", help="where to write advice.json, tradeoff.csv, tradeoff.png (default: RUN_DIR)")
@@ -25,6 +27,7 @@ def add(sub) -> None:
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
                                           + ", ".join(predict.PRESETS) + " or NAME=GBps[:latency_us]")
     p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
+    _add_host_cores(p)
     p.set_defaults(func=advise_command)
 
     for name, fn, helptext in (("find-lr", find_lr_command, "exponential learning-rate sweep under the strategy"),
@@ -51,7 +54,9 @@ def add(sub) -> None:
     p = sub.add_parser("predict", help="predict speedup and efficiency for 1..64 GPUs from a measured run",
                        description="Scaling model: step time = compute + ring all-reduce(gradient bytes, N) - overlap, "
                                    "calibrated from a run directory and an allreduce.csv or link presets "
-                                   "(see tftoolkit.predict for the figures and their sources).")
+                                   "(see tftoolkit.predict for the figures and their sources); and the GPU count at "
+                                   "which the host's input becomes the limit (input_limit in prediction.json, the "
+                                   "input_* columns of prediction.csv).")
     p.add_argument("run_dir", help="measured run directory (summary.json with compute_time_s or a 1-replica step_time_s)")
     p.add_argument("--out", help="where to write prediction.csv/json and figures (default: RUN_DIR)")
     p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(predict.PRESETS)
@@ -79,16 +84,26 @@ def add(sub) -> None:
     p.add_argument("--algorithm", choices=tuple(predict.ALGORITHMS), default="ring",
                    help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
                         "NCCL) (default: ring)")
+    _add_host_cores(p)
     p.set_defaults(func=predict_command)
+
+
+def _add_host_cores(p) -> None:
+    p.add_argument("--host-cores", type=int, metavar="N",
+                   help="cores of each GPU host (and of each tf.data service worker) when saying at which GPU count "
+                        "input becomes the limit, from the run's input rate per core (default: the run's own host, "
+                        "input_cores x workers)")
 
 
 def advise_command(args) -> int:
     from ..science import advise
 
     result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
-                           max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host)
+                           max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host,
+                           host_cores=args.host_cores)
     print(advise.describe(result))
     print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv"
+          + (", input_limit.csv" if result["input_frame"] is not None else "")
           + (", tradeoff.png" if result["recommended"] is not None else ""))
     return 0 if result["recommended"] is not None else 1
 
@@ -136,7 +151,7 @@ def predict_command(args) -> int:
                          allreduce_csv=args.allreduce_csv, impl=args.impl, mode=args.mode, devices=args.devices,
                          overlap=args.overlap, max_replicas=args.max_replicas, gpus_per_host=args.gpus_per_host,
                          nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm,
-                         compute_ms=args.compute_ms)
+                         compute_ms=args.compute_ms, host_cores=args.host_cores)
     print(predict.describe(result))
     print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
     return 0

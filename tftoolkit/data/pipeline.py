@@ -188,11 +188,25 @@ def train_input(strategy, source: DataSource, config, start_step: int = 0, place
                               "batches only; use --last-batch drop (or a --data-memory-gb it fits in)")
         # All workers' examples: train_dataset takes this worker's share itself (under file sharding).
         examples = source.train_examples
-        return strategy.distribute_datasets_from_function(
-            lambda ctx: store.train_dataset(config, _layout(ctx), start_step, examples, _deterministic(config), shard))
+        return strategy.distribute_datasets_from_function(served(config, lambda ctx: store.train_dataset(
+            config, _layout(ctx), start_step, examples, _deterministic(config), shard)))
     return strategy.distribute_datasets_from_function(
-        lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples),
+        served(config, lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples)),
         input_options(strategy))
+
+
+def served(config, dataset_fn):
+    """``dataset_fn``, its dataset read through the tf.data service when ``config.data_service`` names one
+    (data/service.py says how a step travels and what the processing mode keeps)."""
+    if config.data_service is None:
+        return dataset_fn
+    from . import service
+
+    def fn(ctx):
+        _, local, _ = _layout(ctx)
+        return service.through(dataset_fn(ctx), config.data_service, local, service.job_name(ctx.input_pipeline_id))
+
+    return fn
 
 
 def eval_input(strategy, source: DataSource, config, with_ids: bool = False):

@@ -72,14 +72,20 @@ def host_available_bytes() -> int | None:
 
 
 def choose(placement: str, setup, nbytes: int, gpu_memory: int | None = None,
-           host_available: int | None = None, in_memory: bool = True) -> tuple[str, str]:
+           host_available: int | None = None, in_memory: bool = True, service: bool = False) -> tuple[str, str]:
     """(placement, why) for a split of ``nbytes``; raises ConfigError for ``device`` when it does not fit.
-    ``in_memory=False``: the split streams from disk (an image folder over the memory budget)."""
+    ``in_memory=False``: the split streams from disk (an image folder over the memory budget). ``service``: the
+    batches come from a tf.data service (--data-service), which delivers them to the host."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"data_placement: unknown value {placement!r}; choose one of {', '.join(PLACEMENTS)}")
     replicas = setup.replicas
     if placement == "host":
         return "host", "asked for (--data-placement host)"
+    if service:
+        if placement == "device":
+            raise ConfigError("--data-placement device cannot go with --data-service: the service's workers make "
+                              "the batches and send them to this host; use --data-placement host (or auto)")
+        return "host", "auto: the batches come from the tf.data service (--data-service)"
     if not in_memory:
         if placement == "device":
             raise ConfigError(f"--data-placement device: the training split streams from disk (its {_gb(nbytes)} of "
@@ -207,11 +213,11 @@ def make(config, setup, strategy, source) -> Feed:
     import tensorflow as tf
 
     store = source.store("train")
-    need_gpu = setup.kind == "GPU" and config.data_placement != "host"
+    need_gpu = setup.kind == "GPU" and config.data_placement != "host" and config.data_service is None
     placement, reason = choose(config.data_placement, setup, store.nbytes,
                                gpu_memory=gpu_memory_bytes(setup) if need_gpu else None,
                                host_available=host_available_bytes() if config.data_placement == "device" else None,
-                               in_memory=store.in_memory)
+                               in_memory=store.in_memory, service=config.data_service is not None)
     log.info("data placement: %s (%s)", placement, reason)
     if placement == "host":
         return Feed("host", reason)  # the host pipeline augments itself (data.pipeline.host_gather)

@@ -130,6 +130,10 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
 
     import_s = time.time() - started
     config = resolve(config)
+    if config.data_service is not None:
+        from ..data import service
+
+        service.check_reachable(config.data_service)  # before the data is read and anything trains
     if model is not None:
         config = with_model(config, model)
     if setup is None:

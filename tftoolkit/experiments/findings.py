@@ -8,6 +8,8 @@ One finding per question the results can answer, and none for a question they ca
 sentence about speed-up):
 - speed-up and efficiency at the largest replica count (and that simulated replicas share the host's cores);
 - where the gradient all-reduce overtakes the compute, or that it never does in these runs;
+- whether and where the runs were input-bound (input_verdict, input_headroom), and on simulated CPU replicas how
+  to read that (input and compute shared the cores), or that these runs did not measure their input;
 - the best LR rule per global batch, and how far the linear rule with warmup holds as the batch grows
   (Goyal et al. 2017), next to the measured gradient noise scale (McCandlish et al. 2018) where there is one;
 - which points or runs failed, diverged or timed out, with their errors.
@@ -180,6 +182,68 @@ def _noise_scale(res: report.Results) -> tuple[str, float] | None:
             "loss, which is where linear scaling stops paying (McCandlish et al. 2018).", value)
 
 
+# Points listed by name in the input finding; past this many, a count (the overview table has them all).
+LIST_AT_MOST = 6
+
+
+def _named(rows: pd.DataFrame, labels: pd.Series) -> str:
+    items = [f"{labels[i]} (headroom {h:.2f})" for i, h in rows["input_headroom"].items()]
+    more = len(items) - LIST_AT_MOST
+    return "; ".join(items[:LIST_AT_MOST]) + (f"; and {more} more" if more > 0 else "")
+
+
+def input_capacity(res: report.Results) -> list[str]:
+    """Whether and where the runs were input-bound (summary's input_verdict and input_headroom), that every
+    measured run was fed, or that these runs did not measure it (written before runs measured their input)."""
+    runs = res.runs
+    if runs.empty or "images_per_sec" not in runs.columns:
+        return []
+    runs = runs[runs["images_per_sec"].notna()]  # the runs that trained
+    if runs.empty:
+        return []
+    verdict = runs.get("input_verdict", pd.Series("", index=runs.index)).fillna("").astype(str)
+    measured = runs[(verdict != "") & pd.to_numeric(runs.get("input_headroom", pd.Series(math.nan, index=runs.index)),
+                                                    errors="coerce").notna()]
+    if measured.empty:
+        return ["**Input capacity:** not measured for these runs (they were written before runs measured it): "
+                "whether the input kept up is not known."]
+    labels, verdict = report.run_labels(res), verdict[measured.index]
+    bound = measured[verdict == "input-bound"].sort_values("input_headroom")
+    near = measured[verdict == "near"].sort_values("input_headroom")
+    unmeasured = len(runs) - len(measured)
+    rest = f" Not measured in {unmeasured} older run(s)." if unmeasured else ""
+    if bound.empty and near.empty:
+        low = measured["input_headroom"].idxmin()
+        text = (f"**Input kept up** in all {len(measured)} measured run(s): the input alone could deliver at least "
+                f"{measured.loc[low, 'input_headroom']:.1f}x what training consumed (the least at {labels[low]}).")
+    else:
+        fed = len(measured) - len(bound) - len(near)
+        parts = ([f"input-bound at {_named(bound, labels)}."] if len(bound) else []) + \
+                ([f"Close to the limit at {_named(near, labels)}."] if len(near) else []) + \
+                ([f"Fed in the other {fed} measured run(s)."] if fed else [])
+        tight = pd.concat([bound, near])
+        on_gpus = (tight.get("device_kind", pd.Series("", index=tight.index)) != "CPU-simulated").any()
+        text = ("**Input:** " + " ".join(parts)
+                + (" There the GPUs waited for an input pipeline that delivered (nearly) no more than they consumed: "
+                   "more input cores, or a tf.data service (`--data-service`), would lift it." if on_gpus else ""))
+    return [text + rest + _simulated(measured, labels)]
+
+
+def _simulated(measured: pd.DataFrame, labels: pd.Series) -> str:
+    """How to read the headroom of runs on simulated CPU replicas, where input and compute shared the cores."""
+    sim = measured[measured.get("device_kind", pd.Series("", index=measured.index)) == "CPU-simulated"]
+    if sim.empty:
+        return ""
+    low = sim["input_headroom"].idxmin()
+    return (f" On simulated CPU replicas input and compute shared the host's cores, so there the headroom is not a GPU "
+            f"server's verdict: 1 / headroom is the share of the cores' time the input needed ("
+            f"{1 / sim.loc[low, 'input_headroom']:.0%} at {labels[low]}). Measure on the GPU server for its verdict.")
+
+
+def _text(v) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)  # results.csv's blank is NaN
+
+
 def failures(res: report.Results) -> list[str]:
     df = res.points if not res.points.empty else res.runs
     if df.empty or "status" not in df.columns:
@@ -188,7 +252,8 @@ def failures(res: report.Results) -> list[str]:
     if bad.empty:
         return [f"**Every point finished:** {len(df)} of {len(df)} ok."]
     name = "id" if "id" in bad.columns else "run"
-    items = [f"{r[name]} ({r['status']}: {str(r.get('error') or '')[:120]})" for _, r in bad.iterrows()]
+    items = [f"{r[name]} ({r['status']}" + (f": {_text(r.get('error'))[:120]})" if _text(r.get("error")) else ")")
+             for _, r in bad.iterrows()]
     return [f"**{len(bad)} of {len(df)} did not finish normally:** " + "; ".join(items) + "."]
 
 
@@ -217,7 +282,8 @@ def recorded(res: report.Results) -> list[str]:
 
 
 def all_findings(res: report.Results) -> list[str]:
-    return scaling(res) + communication(res) + batch_and_lr(res) + recorded(res) + failures(res)
+    return (scaling(res) + communication(res) + input_capacity(res) + batch_and_lr(res) + recorded(res)
+            + failures(res))
 
 
 NOTHING = ("**Nothing to report yet:** no run, sweep or all-reduce folder was found. Run notebooks 01-03, a "

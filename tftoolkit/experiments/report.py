@@ -1,7 +1,8 @@
 """The report: read sweep folders and run directories, build tidy frames, draw the figures.
 
     res = report.load(["runs/demo/scaling", "runs/demo/batch_lr"])
-    report.overview(res)                               # every sweep point: status, error, key figures
+    report.overview(res)                               # every sweep point: what varied, status, images/sec, ...
+    report.save_tables(res, "out")                     # runs.csv, points.csv (every column), scaling.csv
     report.figure(res, "throughput", "out/figures")    # a Figure (also saved as PNG + SVG), or None
 
 Only files are read (results.csv, summary.json, config.json, steps.csv, evals.csv, scaling.csv, allreduce.csv,
@@ -30,10 +31,15 @@ from ..errors import DataError
 
 log = logging.getLogger("tftoolkit")
 
-# Summary fields shown in overview tables, in this order, where present.
+# Summary fields points.csv puts first, in this order, where present (every other column follows them).
 KEY_FIGURES = ["replicas", "global_batch", "lr_rule", "learning_rate", "images_per_sec", "images_per_sec_uncertainty",
-               "final_loss", "val_accuracy", "communication_fraction", "mfu", "wall_time_s"]
+               "final_loss", "val_accuracy", "communication_fraction", "mfu", "input_headroom", "input_verdict",
+               "wall_time_s"]
 summary_schema.names(*KEY_FIGURES)
+# The summary fields the overview shows of each point besides what varied and its status (what a reader compares),
+# declared so that a renamed field fails here rather than leaving a blank column.
+COMPARED = summary_schema.names("images_per_sec", "images_per_sec_uncertainty", "val_accuracy", "input_headroom",
+                                "input_verdict")
 
 
 @dataclass
@@ -560,16 +566,44 @@ def all_figures(res: Results, save_to=None) -> dict:
 
 
 # --- tables ----------------------------------------------------------------------------------------------
-def overview(res: Results) -> pd.DataFrame:
-    """One row per sweep point (or per run when the sources are not sweeps): status, error, key figures.
+def swept(res: Results) -> dict:
+    """source -> the parameters that varied across its points (a sweep's), or across its runs' configs (run
+    folders): what tells one row from another. A parameter every point shares is not a comparison."""
+    out = {}
+    for src, g in (res.points.groupby("source", sort=False) if not res.points.empty else []):
+        out[src] = [p for p in res.point_params.get(src, []) if p in g.columns and g[p].nunique(dropna=False) > 1]
+    for src, g in (res.runs.groupby("source", sort=False) if not res.runs.empty else []):
+        if src not in out:
+            out[src] = [c[len("config."):] for c in g.columns
+                        if c.startswith("config.") and g[c].astype(str).nunique() > 1]
+    return out
 
-    Failed, timed-out and diverged points are listed with their errors, never dropped.
-    """
+
+def run_labels(res: Results) -> pd.Series:
+    """Each run's name in a sentence (index as res.runs): its swept parameters ("replicas=4"), and its source
+    ("replicas=4 in scaling") when there are several; the run's folder when nothing varied."""
+    if res.runs.empty:
+        return pd.Series(dtype=str)
+    varied, several = swept(res), res.runs["source"].nunique() > 1
+    labels = []
+    for _, r in res.runs.iterrows():
+        params = json.loads(r["point_params"]) if isinstance(r.get("point_params"), str) else {}
+        values = params if params else {k: r.get(f"config.{k}") for k in varied.get(r["source"], [])}
+        text = ", ".join(f"{k}={values[k]}" for k in varied.get(r["source"], []) if k in values) or str(r["run"])
+        labels.append(f"{text} in {r['source']}" if several else text)
+    return pd.Series(labels, index=res.runs.index)
+
+
+def points_frame(res: Results) -> pd.DataFrame:
+    """Every sweep point with every column its results.csv has, empty ones too (or every run with its key figures
+    when the sources are not sweeps: runs.csv has the rest): the full table behind the overview, written to
+    points.csv."""
     if not res.points.empty:
         df = res.points
         params = [c for src in df["source"].unique() for c in res.point_params.get(src, [])]
         results = [c for src in df["source"].unique() for c in res.recorded.get(src, [])]
         cols = ["source", "id"] + params + ["status", "error"] + results + [c for c in KEY_FIGURES if c in df.columns]
+        cols += list(df.columns)
         out = df[[c for c in dict.fromkeys(cols) if c in df.columns]]
     elif res.runs.empty:
         return pd.DataFrame(columns=["source", "run", "status", "error"])
@@ -578,8 +612,74 @@ def overview(res: Results) -> pd.DataFrame:
         out = res.runs[[c for c in cols if c in res.runs.columns]]
     out = out.copy()
     if "error" in out.columns:
-        out["error"] = out["error"].fillna("")  # a finished point has no error (not "NaN")
-    return out.dropna(axis=1, how="all")  # a figure no row has is not a column of this table
+        out["error"] = out["error"].astype(object).fillna("")  # a finished point has no error (not "NaN")
+    return out
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _cell(v):
+    """A value as the overview shows it: blank when missing, a whole number without ".0" (a column with a blank
+    in it is float in pandas, so 4 would read 4.0)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return int(v)
+    return v
+
+
+def _rate(r) -> str:
+    ips, se = r.get("images_per_sec"), r.get("images_per_sec_uncertainty")
+    if not _finite(ips):
+        return ""
+    return f"{ips:,.0f} ± {se:,.0f}" if _finite(se) else f"{ips:,.0f}"
+
+
+def _headroom(r) -> str:
+    h, verdict = r.get("input_headroom"), r.get("input_verdict")
+    if not _finite(h):
+        return ""
+    return f"{h:.2f} ({verdict})" if isinstance(verdict, str) and verdict else f"{h:.2f}"
+
+
+def overview(res: Results) -> pd.DataFrame:
+    """One row per sweep point (or per run when the sources are not sweeps) with what a reader compares: the
+    parameters that varied, status, the error where there is one, images/sec (± its standard error), validation
+    accuracy, the input headroom and its verdict, and what a sweep's own notebook recorded. Every other column is in
+    points.csv and runs.csv (points_frame, save_tables).
+
+    Failed, timed-out and diverged points are listed with their errors, never dropped.
+    """
+    full = points_frame(res)
+    if full.empty:
+        return full
+    name = "id" if "id" in full.columns else "run"
+    by_source = swept(res)
+    out = pd.DataFrame(index=full.index)
+    if full["source"].nunique() > 1:
+        out["source"] = full["source"]
+    out[name] = full[name]
+    for p in dict.fromkeys(p for ps in by_source.values() for p in ps):
+        values = full[p] if p in full.columns else res.runs.get(f"config.{p}", pd.Series(index=full.index))
+        # Blank where the point's own sweep did not vary it (another sweep's parameter, or a summary figure of the
+        # same name).
+        mine = full["source"].map(lambda src: p in by_source.get(src, []))
+        out[p] = [_cell(v) if m else "" for v, m in zip(values, mine)]
+    out["status"] = full["status"] if "status" in full.columns else ""
+    if "error" in full.columns and (full["error"].astype(str) != "").any():
+        out["error"] = full["error"]
+    for c in dict.fromkeys(c for src in full["source"].unique() for c in res.recorded.get(src, [])):
+        out[c] = [_cell(v) for v in full[c]]
+    rows = [r for _, r in full.iterrows()]
+    for col, fmt in (("images/sec", _rate), ("input headroom", _headroom)):
+        out[col] = [fmt(r) for r in rows]
+    if "val_accuracy" in full.columns:
+        out.insert(len(out.columns) - 1, "val accuracy",
+                   [f"{v:.1%}" if _finite(v) else "" for v in full["val_accuracy"]])
+    empty = [c for c in ("images/sec", "input headroom") if (out[c] == "").all()]
+    return out.drop(columns=empty).reset_index(drop=True)
 
 
 def status_counts(res: Results) -> pd.DataFrame:
@@ -622,7 +722,7 @@ def save_tables(res: Results, out_dir) -> Written:
     out = Path(out_dir)
     written = Written()
     runs = res.runs.drop(columns=[c for c in ("examples_per_replica",) if c in res.runs.columns]) if not res.runs.empty else res.runs
-    tables = {"runs": runs, "points": overview(res), "scaling": scaling_frame(res)}
+    tables = {"runs": runs, "points": points_frame(res), "scaling": scaling_frame(res)}
     for name, frame in tables.items():
         if frame is None or frame.empty:
             continue

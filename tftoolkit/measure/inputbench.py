@@ -25,9 +25,11 @@ import time
 log = logging.getLogger("tftoolkit")
 
 
-def puller(strategy, feed):
+def puller(strategy, feed, local: bool = False):
     """A tf.function that pulls ``n`` steps of per-replica batches from an iterator, as the training loop does,
-    and makes each replica's float batch (what the step would compute on) without a model."""
+    and makes each replica's float batch (what the step would compute on) without a model. It returns the images
+    pulled: all replicas' (a cross-replica sum), or with ``local`` this process's replicas' only (no collective, so
+    each worker of a multi-worker run can time its own pipeline)."""
     import tensorflow as tf
 
     def replica(*args):
@@ -35,15 +37,85 @@ def puller(strategy, feed):
         # Depend on the last pixel so the gather and the conversion are not pruned; count the examples.
         return tf.shape(labels, out_type=tf.int64)[0] + tf.cast(images[-1, -1, -1, -1] * 0, tf.int64)
 
+    def total(per_replica):
+        if local:
+            return tf.add_n(strategy.experimental_local_results(per_replica))
+        return strategy.reduce("SUM", per_replica, axis=None)
+
     @tf.function(autograph=False)  # the training loop's while_loop, written out (engine/step.py says why)
     def pull(iterator, n):
         def body(i, images):
-            return i + 1, images + strategy.reduce("SUM", strategy.run(replica, args=feed.args(next(iterator))),
-                                                   axis=None)
+            return i + 1, images + total(strategy.run(replica, args=feed.args(next(iterator))))
 
         return tf.while_loop(lambda i, _: i < n, body, (tf.constant(0, n.dtype), tf.constant(0, tf.int64)))[1]
 
     return pull
+
+
+# --- the input verdict every run carries ----------------------------------------------------------------------
+PROBE_S = 0.5          # seconds of pulling a single-process run spends on its capacity probe
+PROBE_STEPS_WORKERS = 8  # a multi-worker run's fixed probe: every worker must pull as many steps (see probe)
+INPUT_BOUND, NEAR = 1.25, 2.0  # headroom under INPUT_BOUND: input-bound; under NEAR: little to spare
+
+
+def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) -> dict:
+    """The run's input capacity: its own training iterator pulled after the last step, with no model.
+
+    The pipeline is warm and is the one the run trained on (data, image size, augmentation, placement, a tf.data
+    service), so nothing is rebuilt; it is endless, so pulling past the run's last step costs nothing but time.
+    Each replica makes its float batch, as ``bench input`` does. A single process pulls for ``seconds`` (at least
+    two steps). In a multi-worker run the distributed iterator's get_next may agree across workers on whether data
+    is left (a collective), so every worker pulls the same PROBE_STEPS_WORKERS steps; each times its own pipeline,
+    and the run's capacity is the chief's rate x workers (every worker's host feeds its own replicas).
+    """
+    import tensorflow as tf
+
+    from ..engine import timer
+
+    pull = puller(strategy, feed, local=True)
+    pull(iterator, tf.constant(1)).numpy()  # tracing is not input time
+    images, secs, steps, chunk = 0, 0.0, 0, 1
+    while (steps < PROBE_STEPS_WORKERS) if workers > 1 else (secs < seconds or steps < 2):
+        if workers > 1:
+            chunk = min(chunk, PROBE_STEPS_WORKERS - steps)
+        got, dt = timer.timed(pull, iterator, tf.constant(chunk))
+        images, secs, steps = images + int(got.numpy()), secs + dt, steps + chunk
+        chunk = min(2 * chunk, 32)  # a few calls, each longer: the call's own cost stays out of the rate
+    from ..data.stream import cores
+
+    rate = images / secs if secs > 0 else float("nan")
+    n_cores = cores()
+    return {"input_capacity_images_per_sec": rate * workers,
+            "input_capacity_method": (f"measured: {steps} steps ({images} images) of the run's own input pulled alone "
+                                      f"after training, {secs:.2f} s" + (f"; the chief's rate x {workers} workers"
+                                                                          if workers > 1 else "")),
+            "input_cores": n_cores,
+            "input_capacity_per_core": rate / n_cores}
+
+
+def verdict(capacity: float, consumed: float, device_kind: str) -> dict:
+    """input_headroom, input_verdict and input_note from the capacity and the images/sec training consumed.
+
+    On GPUs the input runs on the host's cores and the step on the GPUs: a headroom near 1 means the GPUs waited
+    for input. On simulated CPU replicas the step runs on the same cores, so the capacity (measured with the
+    cores to itself) is more than input could have had while training; there 1 / headroom is the share of the
+    cores' time the input needed, and the same thresholds read as: input took (nearly) all of it.
+    """
+    if not (capacity == capacity and consumed == consumed and capacity > 0 and consumed > 0):
+        return {"input_headroom": float("nan"), "input_verdict": "",
+                "input_note": "input capacity not measured"}
+    headroom = capacity / consumed
+    figures = f"the input alone delivers {capacity:,.0f} images/sec, training consumed {consumed:,.0f}"
+    if headroom < INPUT_BOUND:
+        kind, note = "input-bound", f"input-bound: {figures} (headroom {headroom:.2f})"
+    elif headroom < NEAR:
+        kind, note = "near", f"input is close to the limit: {figures} (headroom {headroom:.2f}, little to spare)"
+    else:
+        kind, note = "fed", f"input is not the limit: {figures} ({headroom:.1f}x headroom)"
+    if device_kind == "CPU-simulated":
+        note += (f"; on simulated replicas input and compute share the cores, so the input needed about "
+                 f"{1 / headroom:.0%} of their time")
+    return {"input_headroom": headroom, "input_verdict": kind, "input_note": note}
 
 
 def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
@@ -134,6 +206,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         "cold_images_per_cpu_s": cold_n / cold_cpu if cold_n and cold_cpu else float("nan"),
         "warm_images_per_cpu_s": warm_n / warm_cpu if warm_cpu else float("nan"),
         "cross_device_ops": impl,
+        "data_service": config.data_service,
     }
     log.info("input pipeline %s (%s placement): cold %.0f images/sec (%d in %.2f s), warm%s %.0f images/sec "
              "(%d in %.2f s)", source.name, feed.placement, result["cold_images_per_sec"], cold_n, cold_s,
@@ -161,7 +234,8 @@ def format_result(r: dict) -> str:
             f"dataset            {r['dataset']} ({r['train_examples']} training images, streamed from the files)",
             f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "
             f"{r['per_replica_batch']} per replica",
-            f"threads            {r['input_threads']}",
+            f"threads            {r['input_threads']}"
+            + (f" on the tf.data service at {r['data_service']}" if r.get("data_service") else ""),
             f"stream             {r['images_per_sec']:10.0f} images/sec  ({r['warm_images']} images in {r['warm_s']:.2f} s; "
             f"{r['images_per_sec_per_core']:.0f} per core on {r['cores']}; {r['input_transform']})",
             f"decode alone       {r['decode_images_per_sec']:10.0f} images/sec  (the ceiling: the pipeline reaches "
@@ -172,7 +246,8 @@ def format_result(r: dict) -> str:
         f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "
         f"{r['per_replica_batch']} per replica",
         f"load               {r['load_s']:.2f} s (verify + scan)",
-        f"placement          {r['data_placement']} ({r['data_placement_reason']})",
+        f"placement          {r['data_placement']} ({r['data_placement_reason']})"
+        + (f", from the tf.data service at {r['data_service']}" if r.get("data_service") else ""),
         (f"cold (read files) {r['cold_images_per_sec']:10.0f} images/sec  ({r['cold_images']} images in "
          f"{r['cold_s']:.2f} s)" if r["cold_images"] else "cold               none: the source is in memory already"),
         f"warm ({'cached' if r['cached'] else 'no cache'})"

@@ -100,18 +100,60 @@ def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: 
     cal = predict.calibrate_summary(summary, "summary.json")
     intra, inter = predict.parse_link(interconnect), predict.parse_link(inter_host)
     out = frame.copy()
-    times = []
-    for n, b in zip(out["replicas"], out["global_batch"]):
-        g, hosts = (int(n), 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
-        compute = cal.compute_at(int(n), b / n, "dedicated")
-        times.append(predict.step_time(compute, predict.allreduce_time(cal.gradient_bytes, g, hosts, intra, inter)))
-    out["step_time_s"] = times
+    out["step_time_s"] = [_step_time(cal, int(n), b / n, gpus_per_host, intra, inter)
+                          for n, b in zip(out["replicas"], out["global_batch"])]
     b1 = per_replica_batch or summary["per_replica_batch"]
     base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1)].iloc[0]
     out["time_ratio"] = out["steps_ratio"] / base["steps_ratio"] * out["step_time_s"] / base["step_time_s"]
     out["gpu_time_ratio"] = out["time_ratio"] * out["replicas"]
     out["interconnect"] = intra.name
     return out
+
+
+def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=None, inter=None) -> float:
+    """predict's step time on ``n`` GPUs (whole hosts of ``gpus_per_host`` past one); compute alone without ``intra``."""
+    from . import predict
+
+    g, hosts = (n, 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
+    compute = cal.compute_at(n, per_replica_batch, "dedicated")
+    if intra is None:
+        return compute
+    return predict.step_time(compute, predict.allreduce_time(cal.gradient_bytes, g, hosts, intra, inter))
+
+
+def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
+                gpus_per_host: int, host_cores: int | None = None) -> tuple[pd.DataFrame | None, dict]:
+    """At which GPU count the input of hosts like the run's (or of ``host_cores`` cores) becomes the limit, at
+    ``per_replica_batch``: (the frame per GPU count with predict's input columns, advice.json's ``input_limit``).
+
+    The images/sec each count consumes come from predict's model, over ``interconnect`` when given (the time model
+    above). Without one, from the compute alone: N x the batch over one GPU's step, the most N GPUs could consume,
+    so the count it names is the earliest at which input could become the limit."""
+    from . import predict
+
+    host, why = predict.input_host(s, host_cores)
+    if host is None:
+        return None, {"forecast": False, "why": why}
+    try:
+        cal = predict.calibrate_summary(s, "summary.json")
+    except RunDirError as e:
+        return None, {**predict.host_fields(host), "forecast": False, "why": f"no throughput to compare it with: {e}"}
+    refusal = predict.gpu_forecast_refusal(cal, "dedicated")
+    if refusal:
+        return None, {**predict.host_fields(host), "forecast": False,
+                      "why": f"no GPU throughput to compare it with: {refusal}"}
+    intra = predict.parse_link(interconnect) if interconnect else None
+    inter = predict.parse_link(inter_host) if interconnect else None
+    rows = []
+    for hosts, g in predict.layouts(max_replicas, gpus_per_host):
+        n = hosts * g
+        t = _step_time(cal, n, per_replica_batch, gpus_per_host, intra, inter)
+        rows.append({"replicas": n, "hosts": hosts, "global_batch": n * per_replica_batch, "step_time_s": t,
+                     "images_per_sec": n * per_replica_batch / t})
+    frame = predict.add_input_limit(pd.DataFrame(rows), host, gpus_per_host)
+    model = (f"predict's model over {intra.name}" + (f" + {inter.name}" if inter else "") if intra
+             else "compute alone: no all-reduce, the most the GPUs could consume")
+    return frame, {**predict.host_fields(host), "throughput_model": model, **predict.input_limit(frame, host)}
 
 
 def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
@@ -153,17 +195,19 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
 
 def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
            interconnect: str | None = None, inter_host: str = "ib200", gpus_per_host: int = 8,
-           figures: bool = True) -> dict:
+           figures: bool = True, host_cores: int | None = None) -> dict:
     """``tftoolkit advise``: advice.json, tradeoff.csv and figures in ``out`` (default: RUN_DIR).
 
     The advice says first whether it can be trusted (``reliable``, ``warnings``); without a positive noise scale
-    there is no recommendation (``recommended`` is None), rather than one made from noise."""
+    there is no recommendation (``recommended`` is None), rather than one made from noise. Either way it says at
+    which GPU count the host's input becomes the limit (``input_limit``, input_limit.csv)."""
     from .. import fileio
 
     s, steps = read_run(run_dir)
     est = estimate(s, steps)
     b_crit = est["noise_scale"]
     b = int(per_replica_batch or s["per_replica_batch"])
+    input_frame, input_fields = input_limit(s, b, max_replicas, interconnect, inter_host, gpus_per_host, host_cores)
     current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"]))
     usable = math.isfinite(b_crit) and b_crit > 0
     time_refused = None
@@ -194,6 +238,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         "noise_scale_steps": est["window_steps"], "per_replica_batch": b, "max_replicas": max_replicas,
         "current": current,
         "recommended": rec,
+        "input_limit": input_fields,
         "notes": [
             "B_crit is taken as the measured B_simple = tr(Sigma)/|G|^2 (McCandlish et al. 2018); it can be off by a "
             "small factor when the Hessian is far from a multiple of the identity.",
@@ -212,6 +257,8 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     out = Path(out) if out is not None else Path(run_dir)
     fileio.write_csv(out / "tradeoff.csv", frame)
     fileio.write_json(out / "advice.json", result)
+    if input_frame is not None:
+        fileio.write_csv(out / "input_limit.csv", input_frame)
     if figures:
         from ..plots import batch as bplots
         from ..plots.theme import save_figure
@@ -221,17 +268,21 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
             save_figure(bplots.noise_scale_trace(steps), out, "noise_scale", formats=("png",))
     result["frame"] = frame
+    result["input_frame"] = input_frame
     return result
 
 
 def describe(result: dict) -> str:
-    """What ``advise`` found, the reasons not to trust it first (before any recommendation)."""
+    """What ``advise`` found, the reasons not to trust it first (before any recommendation), the input limit last."""
+    from .predict import input_lines
+
     rec, cur = result["recommended"], result["current"]
     lines = [f"NOT RELIABLE: {w}" for w in result.get("warnings", [])]
     lo, hi = result.get("noise_scale_interval") or [math.nan, math.nan]
     interval = f", 90% interval {lo:.3g} to {hi:.3g}" if lo == lo and hi == hi else ""
     if rec is None:
-        return "\n".join(lines + ["no recommendation: there is no positive noise scale to make one from"])
+        return "\n".join(lines + ["no recommendation: there is no positive noise scale to make one from"]
+                         + input_lines(result.get("input_limit")))
     lines += [
         f"noise scale B_simple = {result['noise_scale']:.4g}{interval} (over {result.get('noise_scale_steps')} steps) "
         "~ critical batch",
@@ -246,4 +297,4 @@ def describe(result: dict) -> str:
         tm = result["time_model"]
         lines.append(f"with {tm['interconnect']} (+ {tm['inter_host']} between hosts): fastest to the same loss at "
                      f"{tm['fastest_replicas']} GPUs ({tm['fastest_time_ratio']:.2f} x the time on 1 GPU)")
-    return "\n".join(lines)
+    return "\n".join(lines + input_lines(result.get("input_limit")))

@@ -69,6 +69,7 @@ class Run:
         self.wall = dict.fromkeys(("import_s", "setup_s", "tracing_s", "train_steps_s", "host_loop_s", "evaluation_s",
                                    "checkpoints_s", "measurement_s", "teardown_s"), 0.0)
         self.first_call = None  # (seconds, steps) of the first loop call: tracing is in it
+        self.input_capacity = {}  # measure.inputbench.probe's fields, once the run has trained
         self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
@@ -165,6 +166,21 @@ class Run:
                 "input_transform": (info.get("transform", "") + (" + augment" if self.config.augment else ""))
                 if self.source.streamed else "",
                 "skipped_images": count, "skipped_image_examples": names[:SHOW_SKIPPED]}
+
+    def _input_verdict(self, thr: dict) -> dict:
+        """The summary's input capacity fields: the probe's figures and what they say against the training rate."""
+        from ..measure import inputbench
+
+        nan = float("nan")
+        cap = {"input_capacity_images_per_sec": nan, "input_capacity_method": f"not measured (the run {self.status})",
+               "input_cores": None, "input_capacity_per_core": nan, **self.input_capacity}
+        service = None
+        if self.config.data_service:
+            from ..data import service as service_mod
+
+            service = service_mod.describe(self.config.data_service)
+        return {**cap, **inputbench.verdict(cap["input_capacity_images_per_sec"], thr.get("images_per_sec", nan),
+                                            self.setup.kind), "data_service": service}
 
     def _start_tensorboard(self):
         from .tensorboard import Events, Profile, trial_id
@@ -293,6 +309,8 @@ class Run:
                        breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
                        before_call=before_call, on_loop=on_loop,
                        on_epoch_end=on_epoch_end)
+            if self.status == "ok":
+                self._probe_input()
         finally:
             drive_s = time.perf_counter() - t_drive
             t0 = time.perf_counter()
@@ -302,10 +320,24 @@ class Run:
                 self.profile.stop()  # a run that stopped inside the range still leaves its trace
             self.wall["teardown_s"] += time.perf_counter() - t0
             inside = (self.wall["train_steps_s"] + self.wall["evaluation_s"] + self.wall["checkpoints_s"]
-                      + self.wall["setup_s"] - setup_before)
+                      + self.wall["setup_s"] - setup_before + self.wall["measurement_s"])
             self.wall["host_loop_s"] = max(0.0, drive_s - inside)
         if self.status == "ok":
             self._checkpoint()
+
+    def _probe_input(self):
+        """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
+        a figure for the summary's input verdict; a failure to measure it fails nothing."""
+        from ..measure import inputbench
+
+        t0 = time.perf_counter()
+        try:
+            self.input_capacity = inputbench.probe(self.engine.strategy, self.engine.feed, self.iterator,
+                                                   workers=self.config.workers)
+        except Exception as e:  # noqa: BLE001 - the run trained; say what could not be measured
+            log.warning("input capacity not measured: %s", error_line(e))
+            self.input_capacity = {"input_capacity_method": f"not measured: {error_line(e)}"}
+        self.wall["measurement_s"] += time.perf_counter() - t0
 
     def _diverged(self, losses, first_step) -> bool:
         start = float(self.state["initial_loss"].numpy())
@@ -490,6 +522,7 @@ class Run:
             "data_placement_reason": self.engine.feed.reason,
             **self._input_fields(),
             **thr,
+            **self._input_verdict(thr),
             "initial_loss": float(st["initial_loss"].numpy()),
             "final_loss": losses[-1] if losses else math.nan,
             "final_loss_mean10": float(np.mean(losses[-10:])) if losses else math.nan,

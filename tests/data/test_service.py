@@ -1,0 +1,151 @@
+"""The tf.data service, client side (data/service.py): a run's training input through a dispatcher's workers.
+
+The servers are processes of `tftoolkit data-service start`, started by fixtures and stopped by pid."""
+
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tftoolkit
+from tftoolkit import cli
+from tftoolkit.config import RunConfig
+from tftoolkit.errors import ConfigError
+
+from helpers import FAST
+
+SMALL = dict(dataset="synthetic", image_size=16, train_images=512, steps_per_loop=4, measure=False, **FAST)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+# --- bad input: one line, exit 2, before anything trains -------------------------------------------------------
+@pytest.mark.parametrize("address", ["localhost", "localhost:0", "http://localhost:5050", "a b:1", "host:123456"])
+def test_a_malformed_address_is_refused_by_the_config(address):
+    with pytest.raises(ConfigError, match="^--data-service .*HOST:PORT"):
+        RunConfig(data_service=address)
+
+
+def test_a_partial_last_batch_cannot_travel_through_the_service():
+    with pytest.raises(ConfigError, match="--last-batch partial cannot go through --data-service"):
+        RunConfig(data_service="localhost:5050", last_batch="partial")
+
+
+def test_an_address_nothing_listens_on_stops_the_run_before_it_reads_data(tmp_path, capsys):
+    port = _free_port()
+    rc = cli.main(["train", "--replicas", "2", "--dataset", "synthetic", "--data-service", f"localhost:{port}",
+                   "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f"--data-service localhost:{port}: no tf.data service dispatcher answers there" in err[0]
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_data_placement_device_is_refused_with_the_service():
+    from tftoolkit.engine.feed import choose
+    from tftoolkit.engine.devices import DeviceSetup
+
+    setup = DeviceSetup(kind="GPU", devices=("/gpu:0", "/gpu:1"), gpu_indices=(0, 1), host_cores=16)
+    assert choose("auto", setup, 10, gpu_memory=10**12, service=True)[0] == "host"
+    with pytest.raises(ConfigError, match="--data-placement device cannot go with --data-service"):
+        choose("device", setup, 10, gpu_memory=10**12, service=True)
+
+
+def test_a_pipeline_that_runs_python_per_element_is_refused():
+    import tensorflow as tf
+
+    from tftoolkit.data import service
+
+    pure = tf.data.Dataset.range(8).map(lambda i: i * 2)
+    service.check_pure(pure)  # no error
+    python = tf.data.Dataset.range(8).map(lambda i: tf.py_function(lambda x: x, [i], tf.int64))
+    with pytest.raises(ConfigError, match=r"runs Python per element \(EagerPyFunc"):
+        service.check_pure(python)
+    gen = tf.data.Dataset.from_generator(lambda: iter(range(3)), output_signature=tf.TensorSpec([], tf.int64))
+    with pytest.raises(ConfigError, match="needs a pure tf.data pipeline"):
+        service.through(gen, "localhost:5050", 1, "job")
+
+
+# --- training through the service ------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_one_service_worker_trains_exactly_what_the_local_pipeline_trains(tmp_path):
+    """One worker makes the epochs in order, so the run through the service is the local run, loss for loss."""
+    import tensorflow as tf
+
+    svc = tf.data.experimental.service
+    dispatcher = svc.DispatchServer(svc.DispatcherConfig(port=0))
+    worker = svc.WorkerServer(svc.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1],
+                                               heartbeat_interval_ms=500))
+    try:
+        losses = {}
+        for name, extra in (("local", {}), ("served", {"data_service": dispatcher.target})):
+            cfg = RunConfig(replicas=2, global_batch=64, epochs=2, augment=True, **SMALL, **extra)
+            s = tftoolkit.train(cfg, tmp_path / name, quiet=True)
+            assert s["status"] == "ok"
+            losses[name] = pd.read_csv(tmp_path / name / "steps.csv")["loss"].to_numpy()
+        assert s["data_service"] == {"address": dispatcher.target, "mode": "distributed_epoch", "workers": None}
+        assert s["data_placement"] == "host" and "tf.data service" in s["data_placement_reason"]
+        assert len(losses["served"]) == 16
+        np.testing.assert_array_equal(losses["served"], losses["local"])
+    finally:
+        worker.stop()
+        dispatcher.stop()
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    from helpers import data_service
+
+    with data_service(2) as service:
+        yield service
+
+
+@pytest.mark.slow
+def test_a_run_through_two_service_workers_learns(two_workers, tmp_path):
+    cfg = RunConfig(replicas=2, global_batch=64, optimizer="adam", base_lr=0.005, lr_rule="none", epochs=3,
+                    data_service=two_workers.address, **{**SMALL, "train_images": 1024})
+    s = tftoolkit.train(cfg, tmp_path / "run", quiet=True)
+    steps = pd.read_csv(tmp_path / "run" / "steps.csv")
+    assert s["status"] == "ok" and s["steps"] == 48
+    first, last = steps["loss"].iloc[:4].mean(), steps["loss"].iloc[-4:].mean()
+    assert last < 0.5 * first, (first, last)
+    assert s["val_accuracy"] > 0.3  # 10 classes: chance is 0.1
+    # Every step's global batch whole and split as without the service: each replica trained B/R per step.
+    assert s["examples_per_replica"] == [48 * 32, 48 * 32]
+    assert s["data_service"]["address"] == two_workers.address and s["input_capacity_images_per_sec"] > 0
+
+
+@pytest.mark.slow
+def test_a_service_worker_killed_mid_run_leaves_the_run_to_the_other(two_workers, tmp_path):
+    """The client skips a worker that no longer answers and reads on from the rest: the run finishes (the epoch
+    the dead worker was making is lost with it; data/service.py says so). Last in this module: it uses up a worker."""
+    import threading
+    import time
+
+    out = tmp_path / "run"
+    killed = {}
+
+    def kill_at_first_checkpoint():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list((out / "checkpoints").glob("*.index")):
+            time.sleep(0.05)
+        two_workers.workers[0].kill()
+        killed["at"] = time.monotonic()
+
+    killer = threading.Thread(target=kill_at_first_checkpoint, daemon=True)
+    killer.start()
+    cfg = RunConfig(replicas=2, global_batch=64, epochs=6, checkpoint_every=8, data_service=two_workers.address,
+                    **SMALL)
+    s = tftoolkit.train(cfg, out, quiet=True)
+    finished = time.monotonic()
+    killer.join(timeout=5)
+    assert "at" in killed and killed["at"] < finished, "the worker was not killed while the run trained"
+    assert two_workers.workers[0].proc.poll() is not None  # it really is gone
+    assert s["status"] == "ok" and s["steps"] == 48  # 6 epochs of 8 steps, all trained after the loss
