@@ -138,6 +138,7 @@ timing_warmup_steps: int = 10  # steps left out of throughput (tracing, autotuni
 steps_per_loop: int = 10  # training steps per tf.function call
 measure: bool = True  # time compute, all-reduce and input wait separately (a few extra loops per run)
 seed: int = 0  # seed for weights and data order
+data_service: str = ""  # HOST:PORT of a tf.data service (tftoolkit data-service start) to read the input from; "": local
 smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores (synthetic data, a few steps)
 out_dir: str = "runs/01_data_parallel_scaling"  # where runs/, scaling.csv and figures/ go
 """),
@@ -153,7 +154,7 @@ out = nb.start(out_dir)
     code("""
 config = nb.training_config(smoke, model=model, dataset=dataset, per_replica_batch=per_replica_batch,
                             global_batch=global_batch, steps=steps, timing_warmup_steps=timing_warmup_steps,
-                            steps_per_loop=steps_per_loop, measure=measure, seed=seed)
+                            steps_per_loop=steps_per_loop, measure=measure, seed=seed, data_service=data_service)
 nb.prepare_data(config["dataset"])
 config
 """),
@@ -226,6 +227,7 @@ model: str = "small_cnn_bn"  # registered model name, or package.module:function
 dataset: str = "shapes16k"  # shapes16k (made on first use), synthetic, or a folder of images / TFRecords
 noise_scale: bool = True  # also measure the gradient noise scale B_simple in every run (a few % of a step)
 seed: int = 0  # seed for weights and data order (the same for every run)
+data_service: str = ""  # HOST:PORT of a tf.data service (tftoolkit data-service start) to read the input from; "": local
 smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores (synthetic data, a few steps)
 out_dir: str = "runs/02_batch_and_lr_scaling"  # where runs/, results.csv and figures/ go
 """),
@@ -243,7 +245,7 @@ out = nb.start(out_dir)
     code("""
 config = nb.training_config(smoke, replicas=replicas, base_lr=base_lr, base_batch=base_batch, optimizer=optimizer,
                             schedule=schedule, epochs=epochs, train_images=train_images, model=model, dataset=dataset,
-                            noise_scale=noise_scale, seed=seed, measure=False)
+                            noise_scale=noise_scale, seed=seed, measure=False, data_service=data_service)
 nb.prepare_data(config["dataset"])
 config
 """),

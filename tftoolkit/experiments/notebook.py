@@ -94,11 +94,11 @@ def start(out_dir: str, quiet: bool = False) -> Path:
 def training_config(smoke: bool, **config) -> dict:
     """A training config dict: the notebook's parameters, with ``SMOKE`` applied when ``smoke``.
 
-    ``global_batch=0`` and ``train_images=0`` mean "not set" (papermill parameters cannot be None-typed
-    and still document their type).
+    ``global_batch=0``, ``train_images=0`` and ``data_service=""`` mean "not set" (papermill parameters cannot be
+    None-typed and still document their type).
     """
-    for key in ("global_batch", "train_images"):
-        if config.get(key) == 0:
+    for key, unset in (("global_batch", 0), ("train_images", 0), ("data_service", "")):
+        if key in config and config[key] == unset:
             config[key] = None
     if smoke:
         config.update(SMOKE)
