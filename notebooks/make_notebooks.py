@@ -139,6 +139,8 @@ steps_per_loop: int = 10  # training steps per tf.function call
 measure: bool = True  # time compute, all-reduce and input wait separately (a few extra loops per run)
 seed: int = 0  # seed for weights and data order
 data_service: str = ""  # HOST:PORT of a tf.data service (tftoolkit data-service start) to read the input from; "": local
+loss: str = ""  # a Keras loss name for a model of another task (mse, ...); "": classification, or the model's own
+metrics: str = ""  # comma-separated Keras metric names, each reported as val_<name>
 smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores (synthetic data, a few steps)
 out_dir: str = "runs/01_data_parallel_scaling"  # where runs/, scaling.csv and figures/ go
 """),
@@ -154,7 +156,8 @@ out = nb.start(out_dir)
     code("""
 config = nb.training_config(smoke, model=model, dataset=dataset, per_replica_batch=per_replica_batch,
                             global_batch=global_batch, steps=steps, timing_warmup_steps=timing_warmup_steps,
-                            steps_per_loop=steps_per_loop, measure=measure, seed=seed, data_service=data_service)
+                            steps_per_loop=steps_per_loop, measure=measure, seed=seed, data_service=data_service,
+                            loss=loss, metrics=metrics)
 nb.prepare_data(config["dataset"])
 config
 """),
@@ -539,6 +542,88 @@ fig
        "`prediction.csv`, `prediction.json` and `figures/`."),
 ]
 
+
+NOTEBOOKS["06_your_fit"] = [
+    md("""
+# 06 · Your own `model.fit`, measured
+
+Most TensorFlow training is a Keras model compiled under `MirroredStrategy` and trained with `model.fit`. Add one
+callback, `tftoolkit.RunRecorder(out_dir)`, and that fit writes a run directory like the toolkit's own runs:
+images/sec with its uncertainty (warm-up steps left out, the devices synchronised before each clock read),
+step-time percentiles, the final metrics, the hardware monitor, the environment and TensorBoard events. The
+report, the plots, `tftoolkit tensorboard`, `advise` and `predict` read it. Here the data and the model are small
+stand-ins from the package (`tftoolkit.experiments.your_fit`): replace them, and the `fit` call, with yours.
+
+A scaling study of your fit is this notebook at 1, 2 and 4 replicas, each in its own process:
+`tftoolkit sweep sweeps/your_fit.yaml --out runs/your_fit`; its report draws images/sec and the efficiency
+against replicas.
+
+""" + run_hint("06_your_fit", " -p replicas 2")),
+    params("""
+replicas: int = 2  # data-parallel replicas: the first N GPUs, or N simulated CPU devices
+gpus: list = []  # GPU numbers to use instead, e.g. [0, 2] ([]: the first `replicas`)
+per_replica_batch: int = 64  # examples per replica per step: fit's batch_size is this x replicas
+epochs: int = 3  # epochs of model.fit
+train_images: int = 4096  # training examples (rendered in memory)
+val_images: int = 1024  # validation examples, evaluated after every epoch
+image_size: int = 32  # image side in pixels
+learning_rate: float = 0.001  # Adam's learning rate
+warmup_steps: int = 10  # steps left out of images/sec (tracing, autotuning)
+seed: int = 0  # seed for the data
+smoke: bool = False  # shrink to a < 30 s check on 2 CPU cores (fewer, smaller images; 2 epochs)
+out_dir: str = "runs/06_your_fit"  # where run/ (the recorded fit), the tables and figures/ go
+"""),
+    code("""
+%matplotlib inline
+import keras
+import tftoolkit
+from tftoolkit import summary
+from tftoolkit.experiments import notebook as nb, report, your_fit
+
+setup = tftoolkit.init_devices(replicas, nb.as_list(gpus, int, "gpus") if gpus else None)  # first: before TensorFlow
+out = nb.start(out_dir)
+p = your_fit.settings(smoke, train_images=train_images, val_images=val_images, image_size=image_size, epochs=epochs,
+                      warmup_steps=warmup_steps)
+"""),
+    md("## Your data, your strategy, your model (here: the package's stand-ins)"),
+    code("""
+(x, y), (x_val, y_val) = your_fit.example_data(p["train_images"], p["val_images"], p["image_size"], seed)
+strategy = your_fit.mirrored(setup)  # in a script on GPUs: tf.distribute.MirroredStrategy()
+"""),
+    code("""
+with strategy.scope():
+    model = your_fit.example_model(p["image_size"])
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+"""),
+    md("""
+## Your usual `model.fit`, with one callback more
+
+`force=True` lets a rerun of this notebook replace the fit it recorded before with other parameters.
+"""),
+    code("""
+recorder = tftoolkit.RunRecorder(out / "run", warmup_steps=p["warmup_steps"], force=True)
+history = model.fit(x, y, batch_size=per_replica_batch * strategy.num_replicas_in_sync, epochs=p["epochs"],
+                    validation_data=(x_val, y_val), verbose=2, callbacks=[recorder])
+"""),
+    md("## Images per second, and what else the run directory holds"),
+    code("""
+result = summary.read(out / "run")
+{k: result.get(k) for k in ("status", "replicas", "global_batch", "images_per_sec", "images_per_sec_uncertainty",
+                            "timed_steps", "step_time_p50_s", "step_time_p90_s", "val_loss", "val_accuracy")}
+"""),
+    md("## The hardware monitor over the fit (GPUs, or the host's CPUs for simulated replicas)"),
+    code("""
+res = report.load([out])
+report.figure(res, "monitor", out / "figures")
+"""),
+    code("""
+report.save_tables(res, out)
+"""),
+    md("Written to `out_dir`: `run/` (config.json, summary.json, steps.csv, evals.csv, monitor.csv, env.json, "
+       "tensorboard/), `runs.csv`, `points.csv` and `figures/`. `tftoolkit tensorboard OUT_DIR/run` shows the "
+       "events."),
+]
 
 def build(name: str, cells: list) -> nbformat.NotebookNode:
     for i, cell in enumerate(cells):

@@ -1,7 +1,8 @@
 """tftoolkit: measure and tune multi-GPU data-parallel training with TensorFlow.
 
 Importing the package does not import TensorFlow (the monitor, the report and the plots work without
-it); TensorFlow is imported by the functions that train. Replicas are simulated on CPU where there is
+it); TensorFlow is imported by the functions that train, and by ``tftoolkit.RunRecorder`` (the callback that
+records a model.fit of your own into a run directory). Replicas are simulated on CPU where there is
 no GPU: call ``init_devices(N)`` first in a notebook that will use up to N simulated replicas.
 """
 
@@ -24,8 +25,17 @@ from .training import train  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["RunConfig", "train", "init_devices", "ToolkitError", "ConfigError", "DataError", "DeviceError",
-           "ModelError", "RunDirError"]
+__all__ = ["RunConfig", "train", "RunRecorder", "init_devices", "ToolkitError", "ConfigError", "DataError",
+           "DeviceError", "ModelError", "RunDirError"]
+
+
+def __getattr__(name):
+    # RunRecorder is a Keras callback, so its module imports Keras (and TensorFlow): only when it is asked for.
+    if name == "RunRecorder":
+        from .training.recorder import RunRecorder
+
+        return RunRecorder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def init_devices(replicas=None, gpus=None):

@@ -116,6 +116,12 @@ class RunConfig:
                              "batches gathered there: only indices cross from the host), auto (device on GPUs when "
                              "the split takes at most a quarter of each GPU's memory, by NVML; host otherwise and on "
                              "CPU). Same examples, same results in every placement", ("host", "device", "auto"), identity=False)
+    loss: str | None = _f(None, "the training loss, a name Keras knows (mse, mae, binary_crossentropy, huber, ...); "
+                                "default: sparse categorical cross-entropy on logits (image classification), or the "
+                                "loss the model was compiled with. One value per example, averaged over pixels or "
+                                "tokens as Keras' own reduction does (engine/losses.py)")
+    metrics: str | None = _f(None, "metrics to evaluate, comma-separated Keras names (mae,auc,...); each is reported "
+                                   "as val_<name> (classification reports val_accuracy without asking)")
     data_service: str | None = _f(None, "HOST:PORT of a tf.data service dispatcher (tftoolkit data-service start): "
                                         "the training input pipeline runs on its workers, which read the same files "
                                         "(same paths) and stream each step's batches here; validation stays local. "

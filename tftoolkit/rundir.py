@@ -54,7 +54,8 @@ def identity(config_dict: dict, like: dict | None = None) -> dict:
     return out
 
 
-def _config_defaults() -> dict:
+def config_defaults() -> dict:
+    """Every RunConfig field's default: what a run directory written before a field existed ran with."""
     import dataclasses
 
     from .config import RunConfig
@@ -74,7 +75,7 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
         try:
             old = read_json(cfg_path).get("config", {})
             # A run directory written before a config field existed ran with that field's default.
-            old = {**_config_defaults(), **old}
+            old = {**config_defaults(), **old}
         except (OSError, ValueError):
             old = None
         if old is not None and identity(old) == identity(config_dict, like=old):

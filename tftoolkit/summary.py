@@ -30,7 +30,8 @@ def _fields(group: str, rows: list[tuple[str, str, str]]) -> list[Field]:
 
 _ALL = (
     _fields("outcome", [
-        ("status", "", "ok, diverged (the loss blew up: the run stopped itself) or failed"),
+        ("status", "", "ok, diverged (the loss blew up: the run stopped itself) or failed; a recorded model.fit "
+                       "(RunRecorder) also interrupted (Ctrl-C, or an exception outside a training step)"),
         ("error", "", "what went wrong, one line; None when status is ok"),
         ("resumed_from_step", "", "the checkpointed step this run resumed from (0: a fresh run)"),
         ("wall_time_s", "s", "wall time of this process's run, from set-up (devices, data) to the summary"),
@@ -74,6 +75,9 @@ _ALL = (
                               "deterministic kernels cost throughput; off under XLA)"),
         ("deterministic_reason", "", "why deterministic has its value"),
         ("optimizer", "", "sgd, momentum, adam, adamw or lamb"),
+        ("loss", "", "the training loss: sparse_categorical_crossentropy (from logits) for classification, else the "
+                     "loss given or compiled (its name)"),
+        ("metrics", "", "the metrics given or compiled, by name: each is also a field val_<name> (see is_metric)"),
     ])
     + _fields("data", [
         ("dataset", "", "dataset name (shapes16k, synthetic, arrays, a folder's name)"),
@@ -108,6 +112,8 @@ _ALL = (
     ])
     + _fields("throughput", [
         ("images_per_sec", "images/s", "global batch / mean step time over timed loops"),
+        ("examples_per_sec", "images/s", "the same figure as images_per_sec, named for any data (tokens rows, tabular "
+                                         "rows, images): examples per second"),
         ("images_per_sec_uncertainty", "images/s", "standard error of images_per_sec (std/sqrt(n) over timed loops)"),
         ("images_per_sec_jitter", "images/s", "1.4826 x median absolute deviation of per-loop rates"),
         ("step_time_s", "s", "median step time"),
@@ -122,7 +128,7 @@ _ALL = (
         ("final_loss", "", "training loss of the last step"),
         ("final_loss_mean10", "", "mean training loss of the last 10 steps"),
         ("val_loss", "", "validation loss after the last evaluation (NaN without a held-out split)"),
-        ("val_accuracy", "1", "validation accuracy after the last evaluation"),
+        ("val_accuracy", "1", "validation accuracy after the last evaluation (classification; NaN for other tasks)"),
     ])
     + _fields("input capacity (every run)", [
         ("input_capacity_images_per_sec", "images/s", "what the run's input path alone delivers on this host (its data, "
@@ -203,9 +209,20 @@ _ALL = (
 FIELDS: dict[str, Field] = {f.name: f for f in _ALL}
 
 
+# The metrics a run is given (tftoolkit.train(metrics=...), a compiled model's, a recorded fit's) are named by the
+# user: each is a field val_<name> (its value after the last evaluation) or train_<name> (its last training value,
+# from a recorded model.fit), documented by this rule rather than one by one.
+METRIC_PREFIXES = ("val_", "train_")
+
+
+def is_metric(name: str) -> bool:
+    return name.startswith(METRIC_PREFIXES) and name not in FIELDS
+
+
 def check(summary: dict) -> dict:
-    """``summary`` unchanged, after checking every field is documented here (the writer calls this)."""
-    unknown = sorted(set(summary) - set(FIELDS))
+    """``summary`` unchanged, after checking every field is documented here (the writer calls this); the given
+    metrics' fields (``is_metric``) follow their rule."""
+    unknown = sorted(n for n in set(summary) - set(FIELDS) if not is_metric(n))
     if unknown:
         raise ValueError(f"summary fields not documented in tftoolkit/summary.py: {', '.join(unknown)}")
     return summary

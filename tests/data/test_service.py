@@ -3,8 +3,6 @@
 The servers are processes of `tftoolkit data-service start`, started by fixtures and stopped by pid."""
 
 import socket
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd

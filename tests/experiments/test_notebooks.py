@@ -32,9 +32,9 @@ def _python(source: str) -> str:
     return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
-def test_there_are_the_five_notebooks():
+def test_there_are_the_notebooks():
     assert {"00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication",
-            "04_report"} <= set(NAMES)
+            "04_report", "05_batch_science", "06_your_fit"} <= set(NAMES)
 
 
 @pytest.mark.slow
@@ -231,6 +231,58 @@ def test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root
     _REPORTS["rendered"] = Path(html)
 
 
+@pytest.mark.slow
+def test_06_your_fit_smoke(out_root):
+    # A user's model.fit under MirroredStrategy with tftoolkit.RunRecorder: the run directory and its images/sec.
+    assert hint_args("06_your_fit") == ["-p", "smoke", "True", "-p", "replicas", "2"]
+    out, nb = _execute("06_your_fit", out_root)
+    s = json.loads((out / "run" / "summary.json").read_text())
+    # Smoke: 512 images in global batches of 64 x 2 replicas, 2 epochs: 8 steps, the first 2 warming up.
+    assert s["status"] == "ok" and s["replicas"] == 2 and s["global_batch"] == 128 and s["steps"] == 8
+    assert s["timed_steps"] == 6 and s["images_per_sec"] > 0 and s["images_per_sec_uncertainty"] > 0
+    assert s["val_accuracy"] >= 0 and s["train_accuracy"] >= 0
+    steps = pd.read_csv(out / "run" / "steps.csv")
+    assert steps["step"].tolist() == list(range(1, 9))
+    written = {p.name for p in (out / "run").iterdir()}
+    assert {"env.json", "monitor.csv", "evals.csv", "config.json", "tensorboard"} <= written
+    assert (out / "runs.csv").exists()
+    _figures(out, "monitor")
+    shown = "".join(o.get("data", {}).get("text/plain", "") for c in _code_cells(nb) for o in c.get("outputs", []))
+    assert "'images_per_sec'" in shown and _shows_images(nb) >= 1
+
+
+def test_06_sweep_spec_runs_it_at_1_2_and_4_replicas(capsys):
+    from tftoolkit import cli
+    from tftoolkit.experiments.sweep_spec import load
+
+    spec = load(ROOT / "sweeps" / "your_fit.yaml")
+    assert spec.notebook == ROOT / "notebooks" / "06_your_fit.ipynb"
+    assert [p.params["replicas"] for p in spec.points] == [1, 2, 4]
+    argv = ["sweep", str(ROOT / "sweeps" / "your_fit.yaml"), "--out", "/nonexistent/your_fit", "--dry-run"]
+    assert cli.main(argv) == 0
+    assert "3 points, 3 would run" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_06_swept_over_replicas_is_a_scaling_study_of_a_users_fit(tmp_path):
+    from matplotlib.figure import Figure
+
+    from tftoolkit.experiments import report, sweep
+    from tftoolkit.experiments.sweep_spec import load
+
+    spec_file = tmp_path / "your_fit.yaml"
+    spec_file.write_text(f"notebook: {ROOT / 'notebooks' / '06_your_fit.ipynb'}\nreport: null\n"
+                         "fixed:\n  smoke: true\ngrid:\n  replicas: [1, 2]\n")
+    s = sweep.run(load(spec_file), tmp_path / "sweep", timeout=300, report=False, quiet=True)
+    assert s["counts"]["ok"] == 2, s
+    res = report.load([tmp_path / "sweep"])
+    table = report.scaling_frame(res)
+    assert table["replicas"].tolist() == [1, 2] and table["speedup"].iloc[0] == 1.0
+    assert isinstance(report.figure(res, "throughput"), Figure)
+    results = pd.read_csv(tmp_path / "sweep" / "results.csv")
+    assert (results["status"] == "ok").all() and results["images_per_sec"].gt(0).all()
+
+
 _REPORTS: dict = {}
 
 
@@ -302,7 +354,8 @@ def test_04_with_nothing_to_report_says_so_and_does_not_raise(tmp_path):
     assert "Nothing to report yet" in text and "run notebooks 01-03" in text.lower()
 
 
-MINE = ("00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication", "04_report")
+MINE = ("00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication", "04_report",
+        "06_your_fit")
 
 
 def test_every_notebook_is_executed_by_a_test():

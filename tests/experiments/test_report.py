@@ -177,6 +177,17 @@ def test_overview_of_run_folders_shows_the_config_that_varied(tmp_path):
     assert ov["replicas"].tolist() == [1, 2] and ov["images/sec"].tolist() == ["100", "200"]
 
 
+def test_another_tasks_runs_show_their_loss_and_given_metrics_by_name(tmp_path):
+    for n in (1, 2):
+        _run(tmp_path / "reg" / f"r{n}", {"status": "ok", "replicas": n, "global_batch": 64, "train_examples": 640,
+                                          "images_per_sec": 100.0 * n, "val_accuracy": float("nan"),
+                                          "val_loss": 0.25 * n, "val_mae": 0.5 * n, "loss": "mse", "metrics": ["mae"]},
+             {"replicas": n, "seed": 0, "steps": 10})
+    ov = report.overview(report.load([tmp_path / "reg"]))
+    assert list(ov.columns) == ["run", "replicas", "status", "images/sec", "val loss", "val mae"]
+    assert ov["val mae"].tolist() == ["0.5", "1"] and ov["val loss"].tolist() == ["0.25", "0.5"]
+
+
 def test_save_tables(sweeps, tmp_path):
     res = report.load(list(sweeps))
     written = report.save_tables(res, tmp_path / "tables")

@@ -99,8 +99,11 @@ def _bad_datasets():
                                            output_signature=(tf.TensorSpec((None, None, 3)), tf.TensorSpec((), tf.int64)))
     return [
         (tf.data.Dataset.from_tensor_slices((x, y)).batch(4), "looks batched .* ds.unbatch()"),
-        (tf.data.Dataset.from_tensor_slices(x), "a tf.data.Dataset of \\(image, label\\) pairs is needed"),
-        (tf.data.Dataset.from_tensor_slices((x, y.astype(np.float32))), "labels must be integers"),
+        (tf.data.Dataset.from_tensor_slices(x), "a tf.data.Dataset of \\(inputs, targets\\) pairs is needed \\(\\(image, label\\) pairs"),
+        # float targets could be another task's (a regression): refused for the default classification loss only,
+        # once the model says it is not compiled with another one
+        (tf.data.Dataset.from_tensor_slices((np.zeros((32, 8, 8, 3), np.float32), np.zeros(32, np.float32))),
+         "labels must be integers"),
         (mixed, "images of different shapes \\(\\(6, 6, 3\\) and \\(8, 8, 3\\)"),
         (tf.data.Dataset.from_tensor_slices((x, y + 7)), "label out of range: labels span \\[7, 7\\] but there are 4"),
     ]

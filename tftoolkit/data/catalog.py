@@ -25,7 +25,8 @@ from ..errors import DataError
 from . import tfrecords
 from .home import SHAPES16K, data_root, default_dir
 from .functions import plain
-from .source import DataSource, from_arrays, from_dataset, is_dataset, limit, synthetic
+from .source import (DataSource, from_arrays, from_dataset, from_structures, is_dataset, is_images_and_labels, limit,
+                     synthetic)
 
 log = logging.getLogger("tftoolkit")
 
@@ -65,6 +66,8 @@ def _from_python(data, config) -> DataSource:
         raise DataError(f"data= takes (x, y) or (x, y, x_val, y_val) arrays, or (train, val) datasets; got "
                         f"{len(data)} items")
     x, y, *rest = data
+    if not is_images_and_labels(x, y) or (rest and not is_images_and_labels(*rest)):
+        return from_structures(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
     return from_arrays(x, y, val=tuple(rest) if rest else None, num_classes=config.num_classes)
 
 

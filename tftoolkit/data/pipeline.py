@@ -118,13 +118,17 @@ def host_gather(store, config, with_ids: bool = False):
     """The host-side map from (indices, epoch) to a replica's batch: one gather, augmentation on uint8."""
     import tensorflow as tf
 
-    _, labels_t, ids_t = store.tensors()
+    _, _, ids_t = store.tensors()
+    if config.augment and store.structured:
+        raise ConfigError("--augment flips and shifts images of one array (N, H, W, C) with class labels; this data "
+                          "is another task's (several inputs, or targets that are not class labels): train it "
+                          "without --augment, or augment it in the data you pass")
 
     def gather(indices, epoch):
         images = store.gather_images(indices)
         if config.augment:
             images = augment(images, augment_keys(indices, epoch, config.seed))
-        out = (images, tf.gather(labels_t, indices))
+        out = (images, store.gather_labels(indices))
         return out + (tf.gather(ids_t, indices),) if with_ids else out
 
     return gather
@@ -242,5 +246,5 @@ def first_batch(source: DataSource, global_batch: int):
     store = source.store("train")
     if not store.in_memory:
         return store.first_batch(global_batch)
-    images = store.gather_images(tf.range(global_batch, dtype=tf.int64))
-    return to_float(images), store.tensors()[1][:global_batch]
+    first = tf.range(global_batch, dtype=tf.int64)
+    return to_float(store.gather_images(first)), store.gather_labels(first)

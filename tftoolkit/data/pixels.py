@@ -6,12 +6,16 @@ from __future__ import annotations
 
 
 def to_float(image):
-    """uint8 pixels to [0, 1] floats; float images are kept as they are."""
+    """uint8 pixels to [0, 1] floats, other floats to float32; integer inputs (token ids, indices) kept as they
+    are. ``image`` may be a structure of inputs (a dict or tuple for a model with several)."""
     import tensorflow as tf
 
-    if image.dtype == tf.uint8:
-        return tf.cast(image, tf.float32) / 255.0
-    return tf.cast(image, tf.float32)
+    def one(t):
+        if t.dtype == tf.uint8:
+            return tf.cast(t, tf.float32) / 255.0
+        return tf.cast(t, tf.float32) if t.dtype.is_floating else t
+
+    return tf.nest.map_structure(one, image)
 
 
 _GOLDEN = -7046029254386353131       # 0x9E3779B97F4A7C15 as int64

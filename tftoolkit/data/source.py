@@ -40,6 +40,11 @@ class DataSource:
     streams: dict = field(default_factory=dict)  # split -> stream.StreamSplit: the files a split is read from
     streamed: bool = False  # the splits stream from their files while training (over --data-memory-gb)
 
+    @property
+    def structured(self) -> bool:
+        """Another task's data (engine/losses.py): inputs and targets of any structure, not images and class labels."""
+        return self.info.get("task_data") == "structured"
+
     def store(self, split: str = "train"):
         """The split as a ``store.Store`` (None for a missing validation split); a file dataset is read into
         memory on the first call (its one cold read, timed into ``info['read_s']``), then kept. A streamed
@@ -134,6 +139,82 @@ def from_arrays(x, y, name="arrays", val: tuple | None = None, num_classes: int 
     return DataSource(name, ds(x, y), val_ds, len(x), n_val, tuple(x.shape[1:]), k, stores=stores)
 
 
+def is_images_and_labels(x, y) -> bool:
+    """Whether (x, y) is the default task's data: one image array (N, H, W, C) and integer class labels (N,)."""
+    return (not isinstance(x, (dict, list, tuple)) and not isinstance(y, (dict, list, tuple))
+            and np.asarray(x).ndim == 4 and np.asarray(y).ndim == 1 and np.issubdtype(np.asarray(y).dtype, np.integer))
+
+
+def from_structures(x, y, name="arrays", val: tuple | None = None, num_classes: int | None = None) -> DataSource:
+    """A source for any task (engine/losses.py): ``x`` what the model takes, ``y`` what the loss compares its output
+    with, each an array or a dict / tuple of arrays (several inputs or outputs), first axis the example: float
+    targets, per-pixel masks, multi-hot vectors, token ids, tabular rows. uint8 arrays of rank 4 are images and are
+    made float on the replicas as always; other inputs go to the model as they are.
+
+    ``num_classes`` (what a model builder is told): given, or for integer targets in one array (labels, masks,
+    token labels) the largest + 1, else None."""
+    import tensorflow as tf
+
+    x, y = store_mod.map_tree(np.asarray, x), store_mod.map_tree(np.asarray, y)
+    n = _rows(x, y, "")
+    if val is not None:
+        vx, vy = store_mod.map_tree(np.asarray, val[0]), store_mod.map_tree(np.asarray, val[1])
+        _rows(vx, vy, "validation ")
+        for what, a, b in (("inputs", x, vx), ("targets", y, vy)):
+            try:
+                tf.nest.assert_same_structure(a, b)
+            except (ValueError, TypeError):
+                raise DataError(f"validation {what} are structured differently from the training {what}") from None
+            for ta, tb in zip(store_mod.leaves(a), store_mod.leaves(b)):
+                if ta.shape[1:] != tb.shape[1:] or ta.dtype != tb.dtype:
+                    raise DataError(f"validation {what}: an array of {tb.dtype} {tb.shape[1:]} per example where the "
+                                    f"training {what} have {ta.dtype} {ta.shape[1:]}; give both alike")
+    k = num_classes
+    if k is None and not isinstance(y, (dict, list, tuple)) and np.issubdtype(y.dtype, np.integer):
+        top = int(max(y.max(), val[1].max() if val is not None else 0)) + 1
+        k = top if top >= 2 else None
+    stores = {"train": store_mod.Store(x, y, np.arange(n, dtype=np.int64))}
+    n_val = 0
+    if val is not None:
+        n_val = len(store_mod.leaves(vx)[0])
+        stores["val"] = store_mod.Store(vx, vy, np.arange(n_val, dtype=np.int64))
+
+    def ds(st):
+        return tf.data.Dataset.from_tensor_slices((st.images, st.labels, st.ids))
+
+    shape = store_mod.map_tree(lambda a: tuple(a.shape[1:]), x)
+    return DataSource(name, ds(stores["train"]), ds(stores["val"]) if val is not None else None, n, n_val, shape, k,
+                      stores=stores, info={"task_data": "structured"})
+
+
+def _rows(x, y, what: str) -> int:
+    """The examples in (x, y): every array's first axis, which must agree."""
+    sizes = {len(a) if a.ndim else -1 for a in store_mod.leaves(x) + store_mod.leaves(y)}
+    if len(sizes) != 1 or -1 in sizes:
+        raise DataError(f"{what}inputs and targets must have one row per example, the same number in every array; "
+                        f"got first axes of {sorted(sizes)}")
+    n = sizes.pop()
+    if n == 0:
+        raise DataError(f"{what}data: no examples")
+    return n
+
+
+def dataset_arrays(ds, what: str = "data"):
+    """(x, y) as NumPy structures from an unbatched dataset of (inputs, targets): the whole of it, read once."""
+    import tensorflow as tf
+
+    spec = ds.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2):
+        raise DataError(f"{what}: a tf.data.Dataset of (inputs, targets) pairs is needed ((image, label) pairs, or any "
+                        f"task's), got elements {spec}")
+    parts = [b for b in ds.batch(4096).as_numpy_iterator()]
+    if not parts:
+        raise DataError(f"{what}: the dataset is empty")
+    x = tf.nest.map_structure(lambda *a: np.concatenate(a), *[p[0] for p in parts])
+    y = tf.nest.map_structure(lambda *a: np.concatenate(a), *[p[1] for p in parts])
+    return x, y
+
+
 def is_dataset(obj) -> bool:
     return type(obj).__module__.startswith("tensorflow") and hasattr(obj, "element_spec")
 
@@ -148,6 +229,9 @@ def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = 
     """
     import tensorflow as tf
 
+    if not _image_pairs(ds) or (val is not None and not _image_pairs(val)):
+        return from_structures(*dataset_arrays(ds), name=name, num_classes=num_classes,
+                               val=dataset_arrays(val, "validation data") if val is not None else None)
     ds, n, k = _checked(ds, "data", num_classes)
     shape = tuple(int(d) for d in ds.element_spec[0].shape)
     if val is not None:
@@ -169,6 +253,18 @@ def from_dataset(ds, val=None, name: str = "dataset", num_classes: int | None = 
 
     return DataSource(name, with_ids(ds), with_ids(val) if val is not None else None, n, n_val,
                       shape if len(shape) == 3 else (*shape, 1), k)
+
+
+def _image_pairs(ds) -> bool:
+    """Whether a dataset holds the default task's examples: (image, integer class label) pairs."""
+    import tensorflow as tf
+
+    spec = ds.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, tf.TensorSpec) for s in spec)):
+        return False
+    image, label = spec[0].shape.rank, spec[1].shape.rank
+    # (image, label) pairs, or what looks like them batched (which _checked refuses, saying so).
+    return spec[1].dtype.is_integer and ((image in (2, 3, None) and label in (0, None)) or (image == 4 and label == 1))
 
 
 def _checked(ds, what: str, num_classes: int | None):

@@ -1,7 +1,9 @@
 """One split held for random access: the arrays the input pipeline gathers whole batches from.
 
 A ``Store`` is a split's examples as arrays indexed 0..n-1: images (uint8, or float32 for float sources), labels
-(int32) and ids (int64, what the audit of the split across replicas reads). The pipeline never walks a dataset
+(int32) and ids (int64, what the audit of the split across replicas reads). For a task other than image
+classification (engine/losses.py) ``images`` is whatever the model takes and ``labels`` whatever the loss compares
+with: each an array, or a dict or tuple of arrays (several inputs or outputs), first axis the example. The pipeline never walks a dataset
 example by example: each step it gathers a replica's batch by index, one op per batch, on the host or, with
 ``--data-placement device``, from a copy on the device itself.
 
@@ -14,30 +16,55 @@ memory. A split too large for memory is not a Store: it streams from its files (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 READ_BATCH = 1024  # examples per batch when a dataset is read into a store (one op per batch, not per image)
 
 
+def leaves(tree) -> list:
+    """The arrays of an input or target structure (an array, or a dict / tuple / list of them), in a fixed order."""
+    if isinstance(tree, dict):
+        return [a for k in sorted(tree) for a in leaves(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [a for v in tree for a in leaves(v)]
+    return [tree]
+
+
+def map_tree(fn, tree):
+    """``tree`` with ``fn`` applied to each array (the structure kept)."""
+    if isinstance(tree, dict):
+        return {k: map_tree(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(map_tree(fn, v) for v in tree)
+    return fn(tree)
+
+
 @dataclass
 class Store:
-    images: np.ndarray   # (n, H, W, C) uint8 or float32
-    labels: np.ndarray   # (n,) int32
+    images: Any          # (n, H, W, C) uint8 or float32; or the model's inputs, an array or a dict/tuple of them
+    labels: Any          # (n,) int32; or the loss's targets, likewise
     ids: np.ndarray      # (n,) int64
 
     @property
     def n(self) -> int:
-        return int(len(self.labels))
+        return int(len(self.ids))
+
+    @property
+    def structured(self) -> bool:
+        """Whether this is another task's data (not one image array with one class label each)."""
+        return not (isinstance(self.images, np.ndarray) and isinstance(self.labels, np.ndarray)
+                    and self.images.ndim == 4 and self.labels.ndim == 1 and self.labels.dtype == np.int32)
 
     @property
     def nbytes(self) -> int:
         """What a copy of the split takes: images, labels and ids."""
-        return int(self.images.nbytes + self.labels.nbytes + self.ids.nbytes)
+        return int(sum(a.nbytes for a in leaves(self.images) + leaves(self.labels)) + self.ids.nbytes)
 
     def head(self, n: int) -> "Store":
         """The first ``n`` examples (views, no copy)."""
-        return Store(self.images[:n], self.labels[:n], self.ids[:n])
+        return Store(map_tree(lambda a: a[:n], self.images), map_tree(lambda a: a[:n], self.labels), self.ids[:n])
 
     in_memory = True
 
@@ -47,14 +74,23 @@ class Store:
 
         if getattr(self, "_tensors", None) is None:
             with tf.device("/cpu:0"):
-                self._tensors = (tf.constant(self.images), tf.constant(self.labels), tf.constant(self.ids))
+                self._tensors = (map_tree(tf.constant, self.images), map_tree(tf.constant, self.labels),
+                                 tf.constant(self.ids))
         return self._tensors
 
     def gather_images(self, indices):
-        """The images at ``indices`` (a tensor), uint8 or float32 as stored: one gather."""
-        import tensorflow as tf
+        """The images at ``indices`` (a tensor), uint8 or float32 as stored: one gather (one per input)."""
+        return gather(self.tensors()[0], indices)
 
-        return tf.gather(self.tensors()[0], indices)
+    def gather_labels(self, indices):
+        return gather(self.tensors()[1], indices)
+
+
+def gather(tree, indices):
+    """Rows ``indices`` of every tensor of a structure: one gather each."""
+    import tensorflow as tf
+
+    return map_tree(lambda t: tf.gather(t, indices), tree)
 
 
 def from_arrays(images, labels, ids=None) -> Store:

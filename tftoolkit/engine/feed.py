@@ -172,7 +172,7 @@ class Feed:
             lo, hi = r * n // total, (r + 1) * n // total
             if batch[1] is None:
                 return tf.identity(batch[0][lo:hi]), tf.constant(0, tf.int64)
-            return tuple(tf.identity(t[lo:hi]) for t in batch)
+            return tf.nest.map_structure(lambda t: tf.identity(t[lo:hi]), batch)
 
         return strategy.experimental_distribute_values_from_function(piece)
 
@@ -218,6 +218,12 @@ def make(config, setup, strategy, source) -> Feed:
                                gpu_memory=gpu_memory_bytes(setup) if need_gpu else None,
                                host_available=host_available_bytes() if config.data_placement == "device" else None,
                                in_memory=store.in_memory, service=config.data_service is not None)
+    if placement == "device" and store.structured:
+        if config.data_placement == "device":
+            raise ConfigError("--data-placement device holds one image array and its class labels on each device; "
+                              "this data is another task's (several inputs, or other targets): use --data-placement "
+                              "host (or auto)")
+        placement, reason = "host", "auto: the data is not one image array with class labels (device holds those only)"
     log.info("data placement: %s (%s)", placement, reason)
     if placement == "host":
         return Feed("host", reason)  # the host pipeline augments itself (data.pipeline.host_gather)

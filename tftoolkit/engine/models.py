@@ -288,11 +288,13 @@ def qualified_name(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', None) or '<unknown>'}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-def build(name, input_shape, num_classes: int):
+def build(name, input_shape, num_classes: int, classifier: bool = True):
     """Build model ``name`` for this dataset; call inside ``strategy.scope()``.
 
     ``name``: a registered name, a keras.applications name, ``package.module:function``, or a Python callable
-    ``fn(input_shape, num_classes) -> keras.Model`` (a model written in a notebook cell, say).
+    ``fn(input_shape, num_classes) -> keras.Model`` (a model written in a notebook cell, say). ``classifier``: check
+    it gives (batch, num_classes) logits, as the default task needs (``check_classifier``); another task's loss is
+    checked against the outputs on real examples instead (engine/losses.py).
     """
     import keras
 
@@ -309,6 +311,13 @@ def build(name, input_shape, num_classes: int):
         raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
     if not isinstance(model, keras.Model):
         raise ModelError(f"model {label!r} returned {type(model).__name__}, not a keras.Model")
+    if classifier:
+        check_classifier(model, label, num_classes)
+    return model
+
+
+def check_classifier(model, label: str, num_classes: int) -> None:
+    """The default task's model: (batch, num_classes) logits, and no final softmax (warned about)."""
     out = model.output_shape
     if not (isinstance(out, tuple) and out[-1] == num_classes):
         raise ModelError(f"model {label!r} outputs shape {out}; expected (batch, {num_classes}) logits")
@@ -319,7 +328,6 @@ def build(name, input_shape, num_classes: int):
             "model %r ends in a softmax, but the loss takes logits (SparseCategoricalCrossentropy(from_logits=True)): "
             "it would train on the log of probabilities, slowly and wrongly scaled; remove the final softmax "
             "(Dense(num_classes) with no activation)", label)
-    return model
 
 
 def ends_in_softmax(model) -> bool:
@@ -335,11 +343,21 @@ def ends_in_softmax(model) -> bool:
     return activation is not None and getattr(activation, "__name__", "") == "softmax"
 
 
+def _shape(input_shape):
+    """A per-example input shape as builders get it: a tuple, or for several inputs a dict / tuple of tuples."""
+    if isinstance(input_shape, dict):
+        return {k: _shape(v) for k, v in input_shape.items()}
+    if isinstance(input_shape, (list, tuple)) and input_shape and isinstance(input_shape[0], (list, tuple, dict)):
+        return tuple(_shape(v) for v in input_shape)
+    return tuple(input_shape)
+
+
 def _call(fn, label: str, input_shape, num_classes):
+    shape = _shape(input_shape)
     try:
-        return fn(tuple(input_shape), num_classes)
+        return fn(shape, num_classes)
     except Exception as e:  # noqa: BLE001 - the user's function: its error, in one line
-        raise ModelError(f"{label}(input_shape={tuple(input_shape)}, num_classes={num_classes}) failed: "
+        raise ModelError(f"{label}(input_shape={shape}, num_classes={num_classes}) failed: "
                          f"{type(e).__name__}: {e}") from None
 
 

@@ -52,11 +52,15 @@ def two_halves(forward_backward, images, labels, denom):
     """
     import tensorflow as tf
 
-    n = tf.shape(labels)[0]
+    n = tf.shape(tf.nest.flatten(labels)[0])[0]
     h = n // 2
     share_a = tf.cast(h, tf.float32) / tf.cast(tf.maximum(n, 1), tf.float32)
-    loss_a, g_a = forward_backward(images[:h], labels[:h], denom, share_a)
-    loss_b, g_b = forward_backward(images[h:], labels[h:], denom, 1.0 - share_a)
+
+    def half(tree, first):  # every input and target of a structure, cut alike
+        return tf.nest.map_structure(lambda t: t[:h] if first else t[h:], tree)
+
+    loss_a, g_a = forward_backward(half(images, True), half(labels, True), denom, share_a)
+    loss_b, g_b = forward_backward(half(images, False), half(labels, False), denom, 1.0 - share_a)
     grads = [None if a is None else _dense(a) + _dense(b) for a, b in zip(g_a, g_b)]
     return loss_a + loss_b, grads, [(g_a, h), (g_b, n - h)]
 

@@ -100,6 +100,8 @@ class Session:
     strategy: Any
     impl: str              # the all-reduce implementation the strategy uses
     model: Any = None      # a Python callable building the model, when one replaces config.model
+    loss: Any = None       # a loss object or callable (engine/losses.py), when one replaces config.loss
+    metrics: Any = None    # metric objects, when they replace config.metrics
     started: float = 0.0   # time.time() when set-up began: the start of the run's wall clock
     import_s: float = 0.0  # of which importing TensorFlow (when this set-up was the first to import it)
     jit: bool = False           # the step is XLA-compiled (config.jit, where XLA can compile it)
@@ -112,8 +114,21 @@ class Session:
         return self.config.derived(self.source.train_examples)
 
 
+def with_task(config: RunConfig, loss=None, metrics=None) -> tuple:
+    """(config, loss, metrics): a loss named by a string, and metrics that are all names, go into the config (recorded
+    in config.json, and what a sweep or the CLI can say: --loss, --metrics); objects and callables stay in this
+    process (Session.loss, Session.metrics)."""
+    if isinstance(loss, str):
+        config, loss = config.replace(loss=loss), None
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    if isinstance(metrics, (list, tuple)) and metrics and all(isinstance(m, str) for m in metrics):
+        config, metrics = config.replace(metrics=",".join(metrics)), None
+    return config, loss, metrics
+
+
 def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
-          strategy: tuple | None = None, load_data: bool = True, model=None,
+          strategy: tuple | None = None, load_data: bool = True, model=None, loss=None, metrics=None,
           worker: tuple[int, int] | None = None) -> Session:
     """Set up a run of ``config``; ``data`` replaces the dataset (see data.catalog.load_source: NumPy arrays or
     tf.data datasets), ``model`` (a callable) replaces ``config.model``, whose name it records.
@@ -144,7 +159,11 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
             raise ConfigError(f"num_classes={config.num_classes}, but {source.name} has {source.num_classes} classes; "
                               "leave num_classes unset (it is taken from the data)")
         config = config.replace(num_classes=source.num_classes)  # what config.json records: the data's count
-    if source is not None:
+    if source is not None and source.structured:
+        if config.image_size is not None:
+            raise ConfigError(f"image_size={config.image_size}, but the data given is not one image array; leave "
+                              "image_size unset for another task's data")
+    elif source is not None:
         h, w = source.input_shape[:2]
         if config.image_size is None and h == w:
             config = config.replace(image_size=h)  # recorded as the data was decoded
@@ -166,5 +185,6 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     effective = effective_cross_device_ops(strategy[1], setup, jit)
     if effective != strategy[1]:
         log.info("all-reduce: %s (under XLA MirroredStrategy ignores cross_device_ops=%s)", effective, strategy[1])
-    return Session(config, setup, source, *strategy, model=model, started=started, import_s=import_s, jit=jit,
+    return Session(config, setup, source, *strategy, model=model, loss=loss, metrics=metrics, started=started,
+                   import_s=import_s, jit=jit,
                    deterministic=deterministic, deterministic_reason=why, cross_device_ops=effective)

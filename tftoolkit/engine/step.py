@@ -33,6 +33,8 @@ class Engine:
     noise: Any = None  # noise.NoiseScale with --noise-scale: EMAs, and the latest loop's per-step values
     model_source: Any = None  # what built the model: config.model, or the Python callable that replaced it
     feed: Any = None   # feed.Feed: what the iterator yields (host batches, or indices into device-resident data)
+    task: Any = None   # losses.Task: the loss per example and the metrics evaluation reports
+    task_spec: tuple = (None, None)  # (loss, metrics) as given: another engine of the same run (breakdown) uses them
 
 
 def jit_effective(config, kind: str, replicas: int) -> bool:
@@ -60,10 +62,11 @@ def pad_empty(images, labels):
     """
     import tensorflow as tf
 
-    n = tf.shape(labels)[0]
+    n = tf.shape(tf.nest.flatten(labels)[0])[0]
 
-    def dummy():
-        return (tf.zeros(tf.concat([[1], tf.shape(images)[1:]], 0), images.dtype), tf.zeros([1], labels.dtype))
+    def dummy():  # every input and target of the structure, one zero example
+        return tf.nest.map_structure(lambda t: tf.zeros(tf.concat([[1], tf.shape(t)[1:]], 0), t.dtype),
+                                     (images, labels))
 
     images, labels = tf.cond(n > 0, lambda: (images, labels), dummy)
     weights = tf.cast(tf.range(tf.maximum(n, 1)) < n, tf.float32)
@@ -71,17 +74,18 @@ def pad_empty(images, labels):
 
 
 def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
-                 schedule=None, model=None, feed=None) -> Engine:
+                 schedule=None, model=None, feed=None, loss=None, metrics=None) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
     gradients (scaled as if summed): the same compute without communication, for the step-time breakdown.
     ``schedule`` replaces the config's learning-rate schedule (the LR finder's sweep); ``model``, a callable
     ``fn(input_shape, num_classes) -> keras.Model``, replaces ``config.model`` (which then records its name).
     ``feed`` (engine.feed.make) says where the data lives; by default the host pipeline's batches.
+    ``loss`` and ``metrics``: the task (engine/losses.py); by default the config's --loss/--metrics, else a compiled
+    model's, else classification.
     """
-    import keras
     import tensorflow as tf
 
-    from . import feed as feed_mod, models, noise as noise_mod, schedules
+    from . import feed as feed_mod, losses, models, noise as noise_mod, schedules
     from ..data.pipeline import to_float
     from .optimizers import make_optimizer
 
@@ -91,12 +95,17 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     partial = config.last_batch == "partial"
     with strategy.scope():
         model_source = model if model is not None else config.model
-        model = models.build(model_source, source.input_shape, source.num_classes)
+        loss = loss if loss is not None else config.loss
+        metrics = metrics if metrics is not None else (losses.names_of(config.metrics) or None)
+        model = models.build(model_source, source.input_shape, source.num_classes, classifier=False)
+        task = losses.resolve(model, loss, metrics)  # in the scope: metrics make their variables here
+        if task.classification:
+            models.check_classifier(model, models.qualified_name(model_source) if callable(model_source)
+                                    else model_source, source.num_classes)
         if schedule is None:
             schedule = schedules.from_config(config, train_examples)
         optimizer = make_optimizer(config, schedule)
         optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
     noise = noise_mod.NoiseScale(replicas, model=model) if config.noise_scale and allreduce else None
 
@@ -111,7 +120,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         with tf.GradientTape() as tape:
             with models.example_weights(weights):
                 logits = model(images, training=True)
-            per_example = loss_fn(labels, logits)
+            per_example = task.per_example(labels, logits)
             if weights is not None:
                 per_example = per_example * weights
             # Sum over this replica / global batch: summing these over replicas gives the global mean.
@@ -125,7 +134,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
 
     def replica_step(element, resident=None):
         images, labels = feed.batch(element, resident)
-        local_n = tf.shape(labels)[0]
+        local_n = tf.shape(tf.nest.flatten(labels)[0])[0]
         if partial:
             # A short last batch is split unevenly; divide by the true global count, not the nominal one.
             denom = all_sum_no_gradient(local_n)
@@ -197,9 +206,15 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     def replica_eval(element):
         images, labels, weights = pad_empty(to_float(element[0]), element[1])
         logits = model(images, training=False)
-        per_example = loss_fn(labels, logits) * weights
-        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
-        return tf.reduce_sum(per_example), tf.reduce_sum(hits * weights), tf.reduce_sum(weights)
+        per_example = task.per_example(labels, logits) * weights
+        updates = [m.update_state(*losses.pick(labels, logits, out, model), sample_weight=weights)
+                   for m, out in zip(task.metrics, task.metric_outputs)]
+        with tf.control_dependencies([u for u in updates if u is not None]):
+            if task.classification:
+                hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
+            else:
+                hits = tf.zeros_like(weights)  # accuracy belongs to the default task; others report their metrics
+            return tf.reduce_sum(per_example), tf.reduce_sum(hits * weights), tf.reduce_sum(weights)
 
     def replica_add(total, element):
         return total + tf.stack(replica_eval(element))
@@ -213,4 +228,5 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         total = dist_dataset.reduce(zeros, lambda total, element: strategy.run(replica_add, args=(total, element)))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
 
-    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source, feed)
+    return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source, feed, task,
+                  (loss, metrics))

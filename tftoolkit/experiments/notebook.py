@@ -94,10 +94,10 @@ def start(out_dir: str, quiet: bool = False) -> Path:
 def training_config(smoke: bool, **config) -> dict:
     """A training config dict: the notebook's parameters, with ``SMOKE`` applied when ``smoke``.
 
-    ``global_batch=0``, ``train_images=0`` and ``data_service=""`` mean "not set" (papermill parameters cannot be
+    ``global_batch=0``, ``train_images=0`` and ``""`` for data_service, loss and metrics mean "not set" (papermill parameters cannot be
     None-typed and still document their type).
     """
-    for key, unset in (("global_batch", 0), ("train_images", 0), ("data_service", "")):
+    for key, unset in (("global_batch", 0), ("train_images", 0), ("data_service", ""), ("loss", ""), ("metrics", "")):
         if key in config and config[key] == unset:
             config[key] = None
     if smoke:

@@ -608,8 +608,10 @@ def points_frame(res: Results) -> pd.DataFrame:
     elif res.runs.empty:
         return pd.DataFrame(columns=["source", "run", "status", "error"])
     else:
-        cols = ["source", "run", "status", "error"] + KEY_FIGURES
-        out = res.runs[[c for c in cols if c in res.runs.columns]]
+        # and another task's validation loss and given metrics (val_<name>), which the overview shows
+        given = ["val_loss"] + [c for c in res.runs.columns if summary_schema.is_metric(c)]
+        cols = ["source", "run", "status", "error"] + KEY_FIGURES + given
+        out = res.runs[[c for c in dict.fromkeys(cols) if c in res.runs.columns]]
     out = out.copy()
     if "error" in out.columns:
         out["error"] = out["error"].astype(object).fillna("")  # a finished point has no error (not "NaN")
@@ -678,7 +680,14 @@ def overview(res: Results) -> pd.DataFrame:
     if "val_accuracy" in full.columns:
         out.insert(len(out.columns) - 1, "val accuracy",
                    [f"{v:.1%}" if _finite(v) else "" for v in full["val_accuracy"]])
-    empty = [c for c in ("images/sec", "input headroom") if (out[c] == "").all()]
+    # Another task's figures (engine/losses.py): its validation loss and its given metrics, val_<name>.
+    given = [c for c in full.columns if c.startswith("val_") and c not in ("val_accuracy", "val_examples")
+             and pd.to_numeric(full[c], errors="coerce").notna().any()]
+    if given and ("val accuracy" not in out.columns or (out["val accuracy"] == "").any()):
+        for c in given:
+            out.insert(len(out.columns) - 1, c.replace("_", " ", 1),
+                       [f"{v:.4g}" if _finite(v) else "" for v in pd.to_numeric(full[c], errors="coerce")])
+    empty = [c for c in ("images/sec", "input headroom", "val accuracy") if c in out.columns and (out[c] == "").all()]
     return out.drop(columns=empty).reset_index(drop=True)
 
 

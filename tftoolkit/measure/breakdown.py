@@ -176,7 +176,8 @@ def time_step_parts(engine, config, source, train_examples: int, rounds: int = M
     saved = _snapshot(engine)
     try:
         bare = build_engine(config, strategy, source, train_examples, allreduce=False, model=engine.model_source
-                            if callable(engine.model_source) else None, feed=engine.feed)
+                            if callable(engine.model_source) else None, feed=engine.feed, loss=engine.task_spec[0],
+                            metrics=engine.task_spec[1])
         # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
         _time_loop(engine.train_loop, iterator, 1)
         _time_loop(bare.train_loop, iterator, 1)

@@ -34,8 +34,9 @@ def puller(strategy, feed, local: bool = False):
 
     def replica(*args):
         images, labels = feed.batch(*args)
-        # Depend on the last pixel so the gather and the conversion are not pruned; count the examples.
-        return tf.shape(labels, out_type=tf.int64)[0] + tf.cast(images[-1, -1, -1, -1] * 0, tf.int64)
+        # Depend on the last value of every input so the gathers and conversions are not pruned; count the examples.
+        last = tf.add_n([tf.cast(tf.reshape(t, [-1])[-1], tf.float32) for t in tf.nest.flatten(images)])
+        return tf.shape(tf.nest.flatten(labels)[0], out_type=tf.int64)[0] + tf.cast(last * 0, tf.int64)
 
     def total(per_replica):
         if local:

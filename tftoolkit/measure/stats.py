@@ -37,7 +37,8 @@ def throughput(step_times, examples_per_step: int) -> dict:
     """
     t = np.asarray(step_times, dtype=float)
     if t.size == 0:
-        return {"images_per_sec": math.nan, "images_per_sec_uncertainty": math.nan, "images_per_sec_jitter": math.nan,
+        return {"images_per_sec": math.nan, "examples_per_sec": math.nan, "images_per_sec_uncertainty": math.nan,
+                "images_per_sec_jitter": math.nan,
                 "step_time_s": math.nan, "step_time_p50_s": math.nan, "step_time_p90_s": math.nan,
                 "step_time_p99_s": math.nan, "timed_steps": 0}
     mean_t, se_t = mean_and_uncertainty(t)
@@ -45,6 +46,7 @@ def throughput(step_times, examples_per_step: int) -> dict:
     rates = examples_per_step / t
     return {
         "images_per_sec": ips,
+        "examples_per_sec": ips,  # the same rate, named for data that are not images
         "images_per_sec_uncertainty": ips * se_t / mean_t if not math.isnan(se_t) else math.nan,
         "images_per_sec_jitter": jitter(rates),
         "step_time_s": float(np.median(t)),

@@ -26,7 +26,7 @@ def default_out(config: RunConfig) -> Path:
 
 
 def train(config: RunConfig | dict, out: str | Path | None = None, *, force: bool = False, quiet: bool = False,
-          data=None, model=None) -> dict:
+          data=None, model=None, loss=None, metrics=None) -> dict:
     """Train data-parallel as ``config`` says and write the run directory; returns the summary dict.
 
     ``data`` instead of ``config.dataset``: NumPy arrays (x, y) or (x, y, x_val, y_val), or a tf.data.Dataset of
@@ -35,6 +35,15 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     defined in a notebook cell included; the config records its qualified name (``__main__.my_model``).
     Both stay in this process: a sweep runs its points in fresh processes, so there they are names
     (a registered model or ``package.module:function``, a dataset name or folder).
+
+    ``data`` for another task than image classification: (x, y) or (x, y, x_val, y_val) where x is what the model
+    takes and y what the loss compares its outputs with, each an array or a dict / tuple of arrays (several inputs
+    or outputs), or tf.data datasets of unbatched (inputs, targets) pairs. ``loss``: a Keras loss (an object or a
+    name), or a callable ``(y_true, y_pred) -> per-example losses``, or one per output (a dict by output name);
+    ``metrics``: Keras metrics (objects or names), each reported as ``val_<name>``. A model its builder compiled
+    brings its own loss and metrics. engine/losses.py says how a loss is divided so that N replicas equal one
+    device (one value per example, averaged over pixels or tokens as Keras does). Names go into the config
+    (``loss``, ``metrics``), so they are recorded and reach sweeps and the CLI (``--loss mse``).
     """
     from ..cluster import spec
     from ..engine import session
@@ -44,6 +53,7 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     config = session.resolve(config)
     if model is not None:
         config = session.with_model(config, model)  # the run directory records the callable's name
+    config, loss, metrics = session.with_task(config, loss, metrics)  # names into the config; objects stay here
     if config.workers > 1:
         from ..data import catalog
 
@@ -51,31 +61,32 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
         if out is None:
             raise ConfigError("a multi-worker run needs a run directory (out=... / --out) that every worker names")
         if cluster is None:
-            if data is not None or model is not None:
-                raise ConfigError("in-memory data and model callables cannot be handed to worker processes; give a "
-                                  "dataset name and a model name (or package.module:function), or run the workers "
-                                  "yourself (TF_CONFIG) with them in each")
+            if data is not None or model is not None or loss is not None or metrics is not None:
+                raise ConfigError("in-memory data, model callables and loss or metric objects cannot be handed to "
+                                  "worker processes; give a dataset name, a model name (or package.module:function) "
+                                  "and loss / metric names, or run the workers yourself (TF_CONFIG) with them in each")
             from ..cluster import launch
 
             return launch.train_here(config, out, force=force, quiet=quiet)
-        return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data, model=model)
+        return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data, model=model, loss=loss,
+                             metrics=metrics)
     out = Path(out) if out is not None else default_out(config)
     # Held from before anything is set up (a second process stops at once) until the summary is written, and
     # before --force may clear the folder: one writer per run directory.
     with rundir.lock(out):
-        sess = session.start(config, data, model=model)
+        sess = session.start(config, data, model=model, loss=loss, metrics=metrics)
         out, resuming = rundir.prepare(out, sess.config.to_dict(), force=force)
         return _run(sess, out, quiet, resuming=resuming)
 
 
-def _train_worker(config, cluster, out, *, force, quiet, data, model) -> dict:
+def _train_worker(config, cluster, out, *, force, quiet, data, model, loss=None, metrics=None) -> dict:
     """This worker's part of a multi-worker run; returns the summary (a non-chief's copy is not written)."""
     from ..cluster import workers
     from ..engine import session
 
     setup, strategy, out, lock = workers.join(config, cluster, out, force=force)
     try:
-        sess = session.start(config, data, setup=setup, strategy=strategy, model=model,
+        sess = session.start(config, data, setup=setup, strategy=strategy, model=model, loss=loss, metrics=metrics,
                              worker=(cluster.worker_id, cluster.workers))
         # Every worker reads summary.json after all have joined, when only the chief could have changed it.
         hosts = len({a.rsplit(":", 1)[0] for a in cluster.addresses})

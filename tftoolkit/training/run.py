@@ -43,7 +43,38 @@ def error_line(e: BaseException) -> str:
         causes = [line for line in lines[1:] if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
         if causes:
             return f"{type(e).__name__}: {first} {causes[-1]}"[:500]
+        # An op's own failure (a check in the input pipeline, say) names no Python exception: its message is the
+        # line before the first [[{{node ...}}]].
+        node = next((i for i, line in enumerate(lines) if line.startswith("[[{{node")), 0)
+        if first.endswith("Graph execution error:") and node > 1:
+            return f"{type(e).__name__}: {first} {lines[node - 1]}"[:500]
     return f"{type(e).__name__}: {first}"
+
+
+def write_env(out: Path, kind: str, device_names) -> None:
+    """env.json: the hardware report, then the toolkit's view of the devices (a run's, or a recorded fit's)."""
+    import tensorflow as tf
+
+    from ..measure import hardware
+
+    env = hardware.collect(tf_info={"version": tf.__version__, **tf.sysconfig.get_build_info()})
+    env["tftoolkit"] = {"device_kind": kind, "devices": list(device_names), "threads": devices.thread_settings()}
+    fileio.write_json(out / "env.json", env)
+
+
+def _check_class_labels(source) -> None:
+    """The default loss (classification) on another task's data: its targets must be class indices, one per
+    example, or the cross-entropy would read floats or vectors as classes without a word."""
+    import numpy as np
+
+    from ..errors import DataError
+
+    labels = source.store("train").labels
+    if isinstance(labels, (dict, list, tuple)) or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        what = "several arrays" if isinstance(labels, (dict, list, tuple)) else f"{labels.dtype} {labels.shape[1:]}"
+        raise DataError(f"labels must be integers (class indices, one per example) for the default classification "
+                        f"loss, got {what} per example; for other targets give the loss that fits them (loss='mse', "
+                        "a keras.losses object, or --loss)")
 
 
 class Run:
@@ -90,8 +121,17 @@ class Run:
                 if split.skip_bad:
                     split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
         eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model,
+                           loss=self.session.loss, metrics=self.session.metrics,
                            feed=feed.make(config, setup, strategy, self.source))
         self.engine = eng
+        if eng.task.classification and self.source.structured:
+            _check_class_labels(self.source)
+        if not eng.task.classification:
+            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line.
+            from ..data import pipeline
+            from ..engine import losses
+
+            losses.check(eng.task, eng.model, *pipeline.first_batch(self.source, min(4, self.source.train_examples)))
         self.state = {
             "step": tf.Variable(0, dtype=tf.int64, trainable=False),
             "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
@@ -207,15 +247,7 @@ class Run:
             self.profile = Profile(self.out / "tensorboard", a, b) if self.chief else None
 
     def _write_env(self):
-        import tensorflow as tf
-
-        from ..measure import hardware
-
-        info = {"version": tf.__version__, **tf.sysconfig.get_build_info()}
-        env = hardware.collect(tf_info=info)
-        env["tftoolkit"] = {"device_kind": self.setup.kind, "devices": list(self.setup.devices),
-                            "threads": devices.thread_settings()}
-        fileio.write_json(self.out / "env.json", env)
+        write_env(self.out, self.setup.kind, self.setup.devices)
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self):
@@ -358,13 +390,20 @@ class Run:
     def _evaluate(self, dist_val, epoch, step):
         if dist_val is None:
             return
+        task = self.engine.task
+        for m in task.metrics:
+            m.reset_state()
         loss_sum, correct, count = self.engine.evaluate(dist_val).numpy()
-        row = {"epoch": epoch, "step": step, "val_loss": float(loss_sum / count), "val_accuracy": float(correct / count),
-               "val_examples": int(count)}
+        metrics = {f"val_{m.name}": float(np.asarray(m.result())) for m in task.metrics}
+        row = {"epoch": epoch, "step": step, "val_loss": float(loss_sum / count),
+               "val_accuracy": float(correct / count) if task.classification else math.nan, "val_examples": int(count),
+               **metrics}
         self.evals.append(row)
         if self.events is not None:
-            self.events.evaluation(step, row["val_loss"], row["val_accuracy"])
-        log.info("epoch %d (step %d): val_loss %.4f, val_accuracy %.4f", epoch, step, row["val_loss"], row["val_accuracy"])
+            self.events.evaluation(step, row["val_loss"], row["val_accuracy"], {k[4:]: v for k, v in metrics.items()})
+        shown = {**({"val_accuracy": row["val_accuracy"]} if task.classification else {}), **metrics}
+        log.info("epoch %d (step %d): val_loss %.4f%s", epoch, step, row["val_loss"],
+                 "".join(f", {k} {v:.4f}" for k, v in shown.items()))
 
     # --- files ---------------------------------------------------------------------------------
     def _steps_frame(self):
@@ -386,7 +425,8 @@ class Run:
 
         fileio.write_csv(self.out / "steps.csv", self._steps_frame())
         fileio.write_csv(self.out / "evals.csv",
-                         pd.DataFrame(self.evals, columns=["epoch", "step", "val_loss", "val_accuracy", "val_examples"]))
+                         pd.DataFrame(self.evals, columns=["epoch", "step", "val_loss", "val_accuracy", "val_examples",
+                                                           *(f"val_{n}" for n in self.engine.task.metric_names)]))
 
     def _reload_logs(self):
         import pandas as pd
@@ -528,6 +568,9 @@ class Run:
             "final_loss_mean10": float(np.mean(losses[-10:])) if losses else math.nan,
             "val_loss": last.get("val_loss", math.nan),
             "val_accuracy": last.get("val_accuracy", math.nan),
+            "loss": self.engine.task.loss_name,
+            "metrics": self.engine.task.metric_names,
+            **{f"val_{n}": last.get(f"val_{n}", math.nan) for n in self.engine.task.metric_names},
         }
         self.wall["teardown_s"] += time.perf_counter() - t_finish
         t_measure = time.perf_counter()
@@ -559,6 +602,8 @@ class Run:
                 self.events.close()
         if self.chief:
             fileio.write_json(self.out / "summary.json", summary_schema.check(summary))
+        if self.status == "ok" and self.chief and summary["input_verdict"]:
+            log.info("input: %s", summary["input_note"])
         if self.status == "ok" and self.chief:  # one "done" line per run: the chief's, with the run's figures
             loops = len(self.loop_times)  # the uncertainty is the spread over timed loop calls: it needs two
             if loops > 1:
@@ -570,6 +615,8 @@ class Run:
             else:
                 rate = (f"images/sec not measured: all {step - self.resumed_from} steps fell in the timing warm-up "
                         f"(--timing-warmup-steps {config.timing_warmup_steps}, loops of {config.steps_per_loop})")
-            log.info("done: %d steps, %s, final loss %.4f, val_accuracy %s -> %s", step, rate, summary["final_loss"],
-                     f"{summary['val_accuracy']:.4f}", self.out)
+            shown = ["val_accuracy"] if self.engine.task.classification else \
+                ["val_loss"] + [f"val_{n}" for n in self.engine.task.metric_names]
+            log.info("done: %d steps, %s, final loss %.4f, %s -> %s", step, rate, summary["final_loss"],
+                     ", ".join(f"{k} {summary[k]:.4f}" for k in shown), self.out)
         return summary
