@@ -107,16 +107,18 @@ def two_workers():
 
 @pytest.mark.slow
 def test_a_run_through_two_service_workers_learns(two_workers, tmp_path):
-    cfg = RunConfig(replicas=2, global_batch=64, optimizer="adam", base_lr=0.005, lr_rule="none", epochs=3,
+    # 4 epochs: at 3 the same recipe run locally ends at 0.43 of its first loss, too near the bar for an order that
+    # changes from run to run (two workers: epochs interleave in arrival order); at 4 it ends at 0.18.
+    cfg = RunConfig(replicas=2, global_batch=64, optimizer="adam", base_lr=0.005, lr_rule="none", epochs=4,
                     data_service=two_workers.address, **{**SMALL, "train_images": 1024})
     s = tftoolkit.train(cfg, tmp_path / "run", quiet=True)
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")
-    assert s["status"] == "ok" and s["steps"] == 48
+    assert s["status"] == "ok" and s["steps"] == 64
     first, last = steps["loss"].iloc[:4].mean(), steps["loss"].iloc[-4:].mean()
     assert last < 0.5 * first, (first, last)
     assert s["val_accuracy"] > 0.3  # 10 classes: chance is 0.1
     # Every step's global batch whole and split as without the service: each replica trained B/R per step.
-    assert s["examples_per_replica"] == [48 * 32, 48 * 32]
+    assert s["examples_per_replica"] == [64 * 32, 64 * 32]
     assert s["data_service"]["address"] == two_workers.address and s["input_capacity_images_per_sec"] > 0
 
 

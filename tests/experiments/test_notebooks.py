@@ -263,26 +263,6 @@ def test_06_sweep_spec_runs_it_at_1_2_and_4_replicas(capsys):
     assert "3 points, 3 would run" in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_06_swept_over_replicas_is_a_scaling_study_of_a_users_fit(tmp_path):
-    from matplotlib.figure import Figure
-
-    from tftoolkit.experiments import report, sweep
-    from tftoolkit.experiments.sweep_spec import load
-
-    spec_file = tmp_path / "your_fit.yaml"
-    spec_file.write_text(f"notebook: {ROOT / 'notebooks' / '06_your_fit.ipynb'}\nreport: null\n"
-                         "fixed:\n  smoke: true\ngrid:\n  replicas: [1, 2]\n")
-    s = sweep.run(load(spec_file), tmp_path / "sweep", timeout=300, report=False, quiet=True)
-    assert s["counts"]["ok"] == 2, s
-    res = report.load([tmp_path / "sweep"])
-    table = report.scaling_frame(res)
-    assert table["replicas"].tolist() == [1, 2] and table["speedup"].iloc[0] == 1.0
-    assert isinstance(report.figure(res, "throughput"), Figure)
-    results = pd.read_csv(tmp_path / "sweep" / "results.csv")
-    assert (results["status"] == "ok").all() and results["images_per_sec"].gt(0).all()
-
-
 _REPORTS: dict = {}
 
 

@@ -210,7 +210,10 @@ def test_training_summary_has_the_breakdown_fields(tmp_path):
     for key in measure.FIELDS:
         assert key in s, key
     assert s["compute_time_s"] > 0 and s["step_time_no_input_s"] > 0
-    assert s["allreduce_time_s"] >= 0 and s["allreduce_direct_time_s"] > 0 and s["input_wait_s"] >= 0
+    assert s["allreduce_time_s"] >= 0 and s["input_wait_s"] >= 0
+    # The all-reduce timed alone: a time, or on a loaded machine 0 with the bound its noise sets (measure.allreduce)
+    assert s["allreduce_direct_time_s"] > 0 or (s["allreduce_direct_time_s"] == 0
+                                                and s["allreduce_direct_time_uncertainty_s"] > 0)
     for key in ("input_wait_fraction", "communication_fraction"):
         assert 0.0 <= s[key] <= 1.0, key
     assert s["communication_note"].startswith(("compute-bound", "communication-bound"))

@@ -54,7 +54,8 @@ def puller(strategy, feed, local: bool = False):
 
 
 # --- the input verdict every run carries ----------------------------------------------------------------------
-PROBE_S = 0.5          # seconds of pulling a single-process run spends on its capacity probe
+PROBE_S = 0.5          # seconds of pulling a single-process run spends on its capacity probe, at most...
+PROBE_SHARE = 0.03     # ...and at most this share of the run's training time (a short run's probe is shorter)
 PROBE_STEPS_WORKERS = 8  # a multi-worker run's fixed probe: every worker must pull as many steps (see probe)
 INPUT_BOUND, NEAR = 1.25, 2.0  # headroom under INPUT_BOUND: input-bound; under NEAR: little to spare
 

@@ -364,8 +364,9 @@ class Run:
 
         t0 = time.perf_counter()
         try:
+            seconds = min(inputbench.PROBE_S, inputbench.PROBE_SHARE * self.wall["train_steps_s"])
             self.input_capacity = inputbench.probe(self.engine.strategy, self.engine.feed, self.iterator,
-                                                   workers=self.config.workers)
+                                                   workers=self.config.workers, seconds=seconds)
         except Exception as e:  # noqa: BLE001 - the run trained; say what could not be measured
             log.warning("input capacity not measured: %s", error_line(e))
             self.input_capacity = {"input_capacity_method": f"not measured: {error_line(e)}"}
