@@ -19,6 +19,9 @@ from tftoolkit.errors import ConfigError, RunDirError
 
 from helpers import FAST, assert_no_tensorflow
 
+# Every test here runs a model.fit (1-3 s each on 2 cores): make test runs them, make test-fast leaves them out.
+pytestmark = pytest.mark.slow
+
 TINY_TRAIN = dict(replicas=1, per_replica_batch=16, steps=2, steps_per_loop=2, dataset="synthetic", image_size=8,
                   train_images=64, measure=False, timing_warmup_steps=0, **FAST)
 PARAMS = 8 * 8 * 3 * 3 + 3  # the tiny model: one Dense layer on 8x8x3 inputs, 3 classes

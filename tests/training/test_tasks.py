@@ -101,6 +101,7 @@ def test_the_cli_names_a_loss_and_refuses_an_unknown_one_in_one_line(tmp_path, c
     assert rc == 2 and len(err) == 1 and "unknown loss 'msqe'" in err[0], err
 
 
+@pytest.mark.slow
 def test_a_compiled_model_brings_its_loss_and_metrics(tmp_path):
     data, build, _, _ = tasks.regression()
 
@@ -113,6 +114,7 @@ def test_a_compiled_model_brings_its_loss_and_metrics(tmp_path):
     assert s["loss"] == "mse" and s["metrics"] == ["mae"] and s["val_mae"] > 0
 
 
+@pytest.mark.slow
 def test_a_callable_loss_gives_its_per_example_values(tmp_path):
     import tensorflow as tf
 
