@@ -291,3 +291,13 @@ def test_a_tie_is_not_called_a_best_rule(tmp_path):
     finally:
         findings.report.batch_frames = monkey
     assert "32: no rule better than another (all 33%)" in line and "256: linear (90%)" in line
+
+
+def test_a_list_parameter_with_one_value_per_point_is_named_by_its_value(tmp_path):
+    # Notebook 01 takes `replicas` as a list; its sweep gives each point one value, [1] or [2]: "replicas=2".
+    _sweep(tmp_path / "scaling", "01_data_parallel_scaling.ipynb", [
+        (f"0{i}_replicas-{n}", {"replicas": [n]}, {"status": "ok", "replicas": n, "global_batch": 64 * n,
+                                                  "train_examples": 640, "images_per_sec": 100.0 * n})
+        for i, n in enumerate((1, 2))])
+    labels = report.run_labels(report.load([tmp_path / "scaling"]))
+    assert sorted(labels) == ["replicas=1", "replicas=2"]

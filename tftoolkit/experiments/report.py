@@ -589,9 +589,16 @@ def run_labels(res: Results) -> pd.Series:
     for _, r in res.runs.iterrows():
         params = json.loads(r["point_params"]) if isinstance(r.get("point_params"), str) else {}
         values = params if params else {k: r.get(f"config.{k}") for k in varied.get(r["source"], [])}
-        text = ", ".join(f"{k}={values[k]}" for k in varied.get(r["source"], []) if k in values) or str(r["run"])
+        text = ", ".join(f"{k}={_one_value(values[k])}" for k in varied.get(r["source"], []) if k in values) \
+            or str(r["run"])
         labels.append(f"{text} in {r['source']}" if several else text)
     return pd.Series(labels, index=res.runs.index)
+
+
+def _one_value(v):
+    """A swept value as a sentence names it: a one-element list (a notebook's list parameter, one per point) as its
+    element, "replicas=4" rather than "replicas=[4]"."""
+    return v[0] if isinstance(v, list) and len(v) == 1 else v
 
 
 def points_frame(res: Results) -> pd.DataFrame:
