@@ -170,3 +170,20 @@ def data_service(workers: int = 2, timeout: float = 90):
                     pass
 
     return running()
+
+
+def event_accumulator(path):
+    """TensorBoard's reader of the event files under ``path``, loaded (tests of what a run or a recorded fit wrote)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def event_series(acc, tag):
+    """[(step, value)] of scalar ``tag`` as written by tf.summary.scalar (a tensor event)."""
+    import numpy as np
+    from tensorboard.util import tensor_util
+
+    return [(e.step, float(np.asarray(tensor_util.make_ndarray(e.tensor_proto)))) for e in acc.Tensors(tag)]

@@ -17,7 +17,7 @@ from tftoolkit.engine import strategy as strategy_mod
 from tftoolkit.engine import timer
 from tftoolkit.errors import ConfigError, RunDirError
 
-from helpers import FAST, assert_no_tensorflow
+from helpers import FAST, assert_no_tensorflow, event_accumulator, event_series
 
 # Every test here runs a model.fit (1-3 s each on 2 cores): make test runs them, make test-fast leaves them out.
 pytestmark = pytest.mark.slow
@@ -121,34 +121,23 @@ def test_validation_and_the_given_metrics_reach_the_summary_and_evals(recorded):
     assert evals["val_top2"].tolist() == pytest.approx(history["val_top2"])
 
 
-def _accumulator(path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
-    acc.Reload()
-    return acc
-
-
-def _series(acc, tag):
-    from tensorboard.util import tensor_util
-
-    return [(e.step, float(np.asarray(tensor_util.make_ndarray(e.tensor_proto)))) for e in acc.Tensors(tag)]
 
 
 def test_tensorboard_events_carry_every_step_and_evaluation(recorded):
     out, _, _, s, _ = recorded
     steps = pd.read_csv(out / "steps.csv")
-    train = _accumulator(out / "tensorboard" / "train")
+    train = event_accumulator(out / "tensorboard" / "train")
     tags = set(train.Tags()["tensors"])
     assert {"loss", "learning_rate", "step_time_s", "images_per_sec", "final/images_per_sec"} <= tags
-    loss = _series(train, "loss")
+    loss = event_series(train, "loss")
     assert [st for st, _ in loss] == list(range(1, 17))
     assert [v for _, v in loss] == pytest.approx(steps["loss"].tolist(), rel=1e-6)
-    assert [v for _, v in _series(train, "step_time_s")] == pytest.approx(steps["step_time_s"].tolist(), rel=1e-6)
+    assert [v for _, v in event_series(train, "step_time_s")] == pytest.approx(steps["step_time_s"].tolist(), rel=1e-6)
     assert train.PluginTagToContent("hparams")  # the recorded config, as a run's HParams
-    val = _accumulator(out / "tensorboard" / "validation")
-    assert [st for st, _ in _series(val, "top2")] == [8, 16]
-    assert _series(val, "loss")[-1][1] == pytest.approx(s["val_loss"], rel=1e-6)
+    val = event_accumulator(out / "tensorboard" / "validation")
+    assert [st for st, _ in event_series(val, "top2")] == [8, 16]
+    assert event_series(val, "loss")[-1][1] == pytest.approx(s["val_loss"], rel=1e-6)
 
 
 def test_the_monitor_samples_the_fit_in_its_phases(recorded):
@@ -428,7 +417,7 @@ def test_tensorboard_command_finds_a_recorded_fit(scaling_folder, monkeypatch):
     assert cmd[cmd.index("--logdir") + 1] == str(scaling_folder / "r2" / "tensorboard")
     for run in ("r1", "r2"):  # each run's steps in its own event file (one compiled writer serves every run)
         steps = pd.read_csv(scaling_folder / run / "steps.csv")
-        loss = _series(_accumulator(scaling_folder / run / "tensorboard" / "train"), "loss")
+        loss = event_series(event_accumulator(scaling_folder / run / "tensorboard" / "train"), "loss")
         assert [st for st, _ in loss] == steps["step"].tolist()
 
 

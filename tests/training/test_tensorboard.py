@@ -13,23 +13,13 @@ from tftoolkit import cli
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 
+from helpers import event_accumulator, event_series
+
 SMALL = dict(replicas=2, per_replica_batch=16, steps=12, steps_per_loop=2, dataset="synthetic", image_size=8,
              train_images=128, measure=False, model="small_cnn", timing_warmup_steps=2)
 
 
-def _accumulator(path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
-    acc.Reload()
-    return acc
-
-
-def _series(acc, tag):
-    import numpy as np
-    from tensorboard.util import tensor_util
-
-    return [(e.step, float(np.asarray(tensor_util.make_ndarray(e.tensor_proto)))) for e in acc.Tensors(tag)]
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +33,19 @@ def test_scalars_per_step_and_per_epoch_read_back_with_tensorboard(profiled):
     import pandas as pd
 
     out, s = profiled
-    train = _accumulator(out / "tensorboard" / "train")
+    train = event_accumulator(out / "tensorboard" / "train")
     assert {"loss", "learning_rate", "images_per_sec", "step_time_s", "noise_scale"} <= set(train.Tags()["tensors"])
-    loss = _series(train, "loss")
+    loss = event_series(train, "loss")
     steps = pd.read_csv(out / "steps.csv")
     assert [st for st, _ in loss] == list(range(1, 13))
     assert [v for _, v in loss] == pytest.approx(steps["loss"].tolist(), rel=1e-6)
-    assert [v for _, v in _series(train, "learning_rate")] == pytest.approx(steps["learning_rate"].tolist(), rel=1e-6)
-    assert all(v > 0 for _, v in _series(train, "images_per_sec"))
-    val = _accumulator(out / "tensorboard" / "validation")
+    assert [v for _, v in event_series(train, "learning_rate")] == pytest.approx(steps["learning_rate"].tolist(), rel=1e-6)
+    assert all(v > 0 for _, v in event_series(train, "images_per_sec"))
+    val = event_accumulator(out / "tensorboard" / "validation")
     evals = pd.read_csv(out / "evals.csv")
-    assert [st for st, _ in _series(val, "accuracy")] == evals["step"].tolist()
-    assert [v for _, v in _series(val, "accuracy")] == pytest.approx(evals["val_accuracy"].tolist(), rel=1e-6)
-    final = dict(_series(train, "final/val_accuracy"))
+    assert [st for st, _ in event_series(val, "accuracy")] == evals["step"].tolist()
+    assert [v for _, v in event_series(val, "accuracy")] == pytest.approx(evals["val_accuracy"].tolist(), rel=1e-6)
+    final = dict(event_series(train, "final/val_accuracy"))
     assert final == {12: pytest.approx(s["val_accuracy"], rel=1e-6)}
 
 
@@ -63,7 +53,7 @@ def test_the_config_is_written_as_hparams(profiled):
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     out, _ = profiled
-    acc = _accumulator(out / "tensorboard" / "train")
+    acc = event_accumulator(out / "tensorboard" / "train")
     content = acc.PluginTagToContent("hparams")
     assert content, "no HParams summary"
     data = plugin_data_pb2.HParamsPluginData.FromString(next(iter(content.values())))
@@ -149,7 +139,7 @@ def _sessions(run_dir):
 
     ids, finals = [], set()
     for f in sorted((run_dir / "tensorboard" / "train").glob("events.out.tfevents.*")):
-        acc = _accumulator(f)
+        acc = event_accumulator(f)
         try:
             contents = acc.PluginTagToContent("hparams").values()
         except KeyError:  # this event file holds no HParams

@@ -155,17 +155,17 @@ def from_structures(x, y, name="arrays", val: tuple | None = None, num_classes: 
     token labels) the largest + 1, else None."""
     import tensorflow as tf
 
-    x, y = store_mod.map_tree(np.asarray, x), store_mod.map_tree(np.asarray, y)
+    x, y = tf.nest.map_structure(np.asarray, (x, y))
     n = _rows(x, y, "")
     if val is not None:
-        vx, vy = store_mod.map_tree(np.asarray, val[0]), store_mod.map_tree(np.asarray, val[1])
+        vx, vy = tf.nest.map_structure(np.asarray, (val[0], val[1]))
         _rows(vx, vy, "validation ")
         for what, a, b in (("inputs", x, vx), ("targets", y, vy)):
             try:
                 tf.nest.assert_same_structure(a, b)
             except (ValueError, TypeError):
                 raise DataError(f"validation {what} are structured differently from the training {what}") from None
-            for ta, tb in zip(store_mod.leaves(a), store_mod.leaves(b)):
+            for ta, tb in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
                 if ta.shape[1:] != tb.shape[1:] or ta.dtype != tb.dtype:
                     raise DataError(f"validation {what}: an array of {tb.dtype} {tb.shape[1:]} per example where the "
                                     f"training {what} have {ta.dtype} {ta.shape[1:]}; give both alike")
@@ -176,20 +176,22 @@ def from_structures(x, y, name="arrays", val: tuple | None = None, num_classes: 
     stores = {"train": store_mod.Store(x, y, np.arange(n, dtype=np.int64))}
     n_val = 0
     if val is not None:
-        n_val = len(store_mod.leaves(vx)[0])
+        n_val = len(tf.nest.flatten(vx)[0])
         stores["val"] = store_mod.Store(vx, vy, np.arange(n_val, dtype=np.int64))
 
     def ds(st):
         return tf.data.Dataset.from_tensor_slices((st.images, st.labels, st.ids))
 
-    shape = store_mod.map_tree(lambda a: tuple(a.shape[1:]), x)
+    shape = tf.nest.map_structure(lambda a: tuple(a.shape[1:]), x)
     return DataSource(name, ds(stores["train"]), ds(stores["val"]) if val is not None else None, n, n_val, shape, k,
                       stores=stores, info={"task_data": "structured"})
 
 
 def _rows(x, y, what: str) -> int:
     """The examples in (x, y): every array's first axis, which must agree."""
-    sizes = {len(a) if a.ndim else -1 for a in store_mod.leaves(x) + store_mod.leaves(y)}
+    import tensorflow as tf
+
+    sizes = {len(a) if a.ndim else -1 for a in tf.nest.flatten((x, y))}
     if len(sizes) != 1 or -1 in sizes:
         raise DataError(f"{what}inputs and targets must have one row per example, the same number in every array; "
                         f"got first axes of {sorted(sizes)}")

@@ -23,24 +23,6 @@ import numpy as np
 READ_BATCH = 1024  # examples per batch when a dataset is read into a store (one op per batch, not per image)
 
 
-def leaves(tree) -> list:
-    """The arrays of an input or target structure (an array, or a dict / tuple / list of them), in a fixed order."""
-    if isinstance(tree, dict):
-        return [a for k in sorted(tree) for a in leaves(tree[k])]
-    if isinstance(tree, (list, tuple)):
-        return [a for v in tree for a in leaves(v)]
-    return [tree]
-
-
-def map_tree(fn, tree):
-    """``tree`` with ``fn`` applied to each array (the structure kept)."""
-    if isinstance(tree, dict):
-        return {k: map_tree(fn, v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(map_tree(fn, v) for v in tree)
-    return fn(tree)
-
-
 @dataclass
 class Store:
     images: Any          # (n, H, W, C) uint8 or float32; or the model's inputs, an array or a dict/tuple of them
@@ -60,11 +42,16 @@ class Store:
     @property
     def nbytes(self) -> int:
         """What a copy of the split takes: images, labels and ids."""
-        return int(sum(a.nbytes for a in leaves(self.images) + leaves(self.labels)) + self.ids.nbytes)
+        import tensorflow as tf
+
+        return int(sum(a.nbytes for a in tf.nest.flatten((self.images, self.labels))) + self.ids.nbytes)
 
     def head(self, n: int) -> "Store":
         """The first ``n`` examples (views, no copy)."""
-        return Store(map_tree(lambda a: a[:n], self.images), map_tree(lambda a: a[:n], self.labels), self.ids[:n])
+        import tensorflow as tf
+
+        images, labels = tf.nest.map_structure(lambda a: a[:n], (self.images, self.labels))
+        return Store(images, labels, self.ids[:n])
 
     in_memory = True
 
@@ -74,8 +61,7 @@ class Store:
 
         if getattr(self, "_tensors", None) is None:
             with tf.device("/cpu:0"):
-                self._tensors = (map_tree(tf.constant, self.images), map_tree(tf.constant, self.labels),
-                                 tf.constant(self.ids))
+                self._tensors = tf.nest.map_structure(tf.constant, (self.images, self.labels, self.ids))
         return self._tensors
 
     def gather_images(self, indices):
@@ -90,7 +76,7 @@ def gather(tree, indices):
     """Rows ``indices`` of every tensor of a structure: one gather each."""
     import tensorflow as tf
 
-    return map_tree(lambda t: tf.gather(t, indices), tree)
+    return tf.nest.map_structure(lambda t: tf.gather(t, indices), tree)
 
 
 def from_arrays(images, labels, ids=None) -> Store:

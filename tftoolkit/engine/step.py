@@ -207,14 +207,12 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         images, labels, weights = pad_empty(to_float(element[0]), element[1])
         logits = model(images, training=False)
         per_example = task.per_example(labels, logits) * weights
-        updates = [m.update_state(*losses.pick(labels, logits, out, model), sample_weight=weights)
-                   for m, out in zip(task.metrics, task.metric_outputs)]
-        with tf.control_dependencies([u for u in updates if u is not None]):
-            if task.classification:
-                hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
-            else:
-                hits = tf.zeros_like(weights)  # accuracy belongs to the default task; others report their metrics
-            return tf.reduce_sum(per_example), tf.reduce_sum(hits * weights), tf.reduce_sum(weights)
+        for m, out in zip(task.metrics, task.metric_outputs):  # variable updates: tf.function keeps their order
+            m.update_state(*losses.pick(labels, logits, out, model), sample_weight=weights)
+        if not task.classification:  # accuracy belongs to the default task; others report their metrics
+            return tf.reduce_sum(per_example), tf.constant(0.0), tf.reduce_sum(weights)
+        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
+        return tf.reduce_sum(per_example), tf.reduce_sum(hits * weights), tf.reduce_sum(weights)
 
     def replica_add(total, element):
         return total + tf.stack(replica_eval(element))
