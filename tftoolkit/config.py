@@ -27,6 +27,7 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "lamb")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one", "collective")
 LAST_BATCH = ("drop", "partial")
+ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_PER_REPLICA_BATCH = 64  # when neither --per-replica-batch nor --global-batch is given
 
 
@@ -50,6 +51,14 @@ class RunConfig:
                                        "reduce_to_one on CPU replicas; collective = MirroredStrategy's own "
                                        "CollectiveAllReduce (ring on CPU, NCCL on GPUs: what multi-worker runs and "
                                        "XLA use); hierarchical_copy needs an even replica count", CROSS_DEVICE_OPS)
+    allreduce_dtype: str = _f("float32", "dtype the gradients travel in through the all-reduce: cast before it, back "
+                                         "to float32 after (bfloat16/float16 move half the bytes; float16 needs a loss "
+                                         "scale, turned on with it when --precision does not bring one)",
+                              ALLREDUCE_DTYPES)
+    allreduce_packs: int = _f(1, "all-reduce the gradients in this many packs of about equal bytes, last layers "
+                                 "first, each its own collective: a pack whose gradients are ready can go while the "
+                                 "backward pass computes the rest (DDP's buckets; engine/collectives.py). The same sums: a run may resume with "
+                                 "another value", identity=False)
     # --- batch and learning rate ----------------------------------------------------------------
     # The default recipe, tuned on shapes16k so that the README's first command learns (>= 0.80 validation
     # accuracy after 5 epochs, at 4 x 100 and at 1 x 128; BENCHMARKS.md): small_vgg with Adam at 4e-3 for a
@@ -58,10 +67,14 @@ class RunConfig:
     # the toolkit's former default, stays near chance on small_vgg (0.19 after 5 epochs at 4 x 100: with no
     # normalisation layer to condition it, it plateaus); it remains one flag away, and the batch-size study
     # (sweeps/batch_lr.yaml) uses it on small_cnn_bn, whose batch norm it needs, as Goyal et al. did.
-    per_replica_batch: int | None = _f(None, f"examples per replica per step; global batch = this x replicas "
+    per_replica_batch: int | None = _f(None, f"examples per replica per forward/backward pass; global batch = this x replicas "
                                              f"(default: {DEFAULT_PER_REPLICA_BATCH}, or --global-batch / replicas; "
                                              "given with --global-batch, the two must agree)")
-    global_batch: int | None = _f(None, "global batch instead of --per-replica-batch; must divide by replicas")
+    global_batch: int | None = _f(None, "global batch instead of --per-replica-batch; must divide by replicas "
+                                        "(x --accumulate)")
+    accumulate: int = _f(1, "micro-batches of --per-replica-batch each replica runs per optimizer step, summing their "
+                            "gradients before one all-reduce: global batch = per-replica batch x replicas x this, a "
+                            "batch larger than the devices hold (gradient accumulation)")
     base_lr: float = _f(0.004, "learning rate at --base-batch; the LR rule scales it to the global batch")
     base_batch: int = _f(256, "global batch at which --base-lr was tuned")
     lr_rule: str = _f("sqrt", "how the LR scales with global batch: linear (Goyal et al. 2017, for SGD), "
@@ -166,7 +179,7 @@ class RunConfig:
                                   + "; give one or the other")
             object.__setattr__(self, "gpus", gpus)
         for name in ("replicas", "workers", "per_replica_batch", "global_batch", "base_batch", "steps",
-                     "steps_per_loop", "train_images", "image_size"):
+                     "steps_per_loop", "train_images", "image_size", "accumulate", "allreduce_packs"):
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise ConfigError(f"{name} must be > 0, got {v}")
@@ -191,14 +204,21 @@ class RunConfig:
         if self.replicas is not None and self.replicas % self.workers:
             raise ConfigError(f"replicas={self.replicas} does not divide among workers={self.workers}: replicas "
                               f"counts every worker's replicas; use a multiple of {self.workers}")
-        if self.global_batch is not None and self.replicas is not None and self.global_batch % self.replicas:
-            raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}; "
-                              f"use a multiple of {self.replicas}")
+        k = self.accumulate
+        acc = f" x accumulate={k}" if k > 1 else ""
+        if self.global_batch is not None and self.replicas is not None and self.global_batch % (self.replicas * k):
+            fix = (f"use a multiple of {self.replicas * k}" if k == 1 else
+                   f"use a multiple of {self.replicas * k}, or give --per-replica-batch")
+            raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}{acc}; {fix}")
         if self.global_batch is not None and self.per_replica_batch is not None and self.replicas is not None \
-                and self.per_replica_batch * self.replicas != self.global_batch:
+                and self.per_replica_batch * self.replicas * k != self.global_batch:
             raise ConfigError(f"global_batch={self.global_batch} and per_replica_batch={self.per_replica_batch} disagree "
-                              f"on {self.replicas} replica(s) ({self.per_replica_batch} x {self.replicas} = "
-                              f"{self.per_replica_batch * self.replicas}); give one or the other")
+                              f"on {self.replicas} replica(s){acc} ({self.per_replica_batch} x {self.replicas}"
+                              f"{f' x {k}' if k > 1 else ''} = {self.per_replica_batch * self.replicas * k}); give one "
+                              "or the other")
+        if k > 1 and self.last_batch == "partial":
+            raise ConfigError("--accumulate needs whole batches (each replica runs --accumulate micro-batches of "
+                              "--per-replica-batch): use --last-batch drop")
         if self.data_service is not None:
             service_address(self.data_service)
             if self.last_batch == "partial":
@@ -212,7 +232,7 @@ class RunConfig:
             # and on several replicas one example per replica makes |G_small|^2 a single per-example norm,
             # the noisiest estimate there is: refuse both rather than report a number that has not settled.
             small = ((self.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) if self.global_batch is None
-                     else self.global_batch // self.replicas if self.replicas else None)
+                     else self.global_batch // (self.replicas * self.accumulate) if self.replicas else None)
             if small is not None and small < 2:
                 raise ConfigError(f"noise_scale needs a per-replica batch of at least 2, got {small}; raise "
                                   "--per-replica-batch (or --global-batch) or drop --noise-scale")
@@ -265,16 +285,24 @@ class RunConfig:
 
     @property
     def global_batch_size(self) -> int:
+        """Examples per optimizer step: what the LR rules, the schedule, steps per epoch and throughput count."""
         n = self._need_replicas()
         if self.global_batch is not None:
             return self.global_batch
-        return (self.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * n
+        return (self.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * n * self.accumulate
 
     @property
     def per_replica_batch_size(self) -> int:
+        """Examples a replica computes on in one forward/backward pass (a micro-batch, with --accumulate)."""
         # Each replica gets an equal slice of the global batch; gradients are then summed across replicas
-        # of per-example losses divided by the *global* batch, which equals the 1-device mean gradient.
-        return self.global_batch_size // self._need_replicas()
+        # (and micro-batches) of per-example losses divided by the *global* batch: the 1-device mean gradient.
+        return self.global_batch_size // (self._need_replicas() * self.accumulate)
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Examples all replicas compute on in one pass: the global batch without accumulation, 1/accumulate of it
+        with. Synchronized batch norm normalises over these; evaluation batches are this size (what fits)."""
+        return self.per_replica_batch_size * self._need_replicas()
 
     @property
     def replicas_per_worker(self) -> int:
@@ -316,6 +344,7 @@ class RunConfig:
             "replicas_per_worker": self.replicas_per_worker,
             "global_batch": self.global_batch_size,
             "per_replica_batch": self.per_replica_batch_size,
+            "accumulate": self.accumulate,
             "learning_rate": self.learning_rate,
             "lr_scale": self.lr_scale,
             "train_examples": train_examples,

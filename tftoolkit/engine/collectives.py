@@ -30,3 +30,83 @@ def all_sum(x):
     def summed(value):
         return all_sum_no_gradient(value), all_sum_no_gradient
     return summed(x)
+
+
+# --- the gradient all-reduce: its dtype and its packs ------------------------------------------------------
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def gradient_sizes(variables) -> list[int]:
+    """Elements of each variable's gradient (a sparse gradient counts as its dense size: what it can move)."""
+    return [int(v.shape.num_elements()) for v in variables]
+
+
+def gradient_bytes(variables, dtype: str = "float32") -> int:
+    """Bytes one all-reduce of the gradients of ``variables`` moves per replica, in ``dtype``."""
+    return sum(gradient_sizes(variables)) * DTYPE_BYTES[dtype]
+
+
+def pack_plan(sizes: list[int], packs: int) -> list[list[int]]:
+    """Indices of the gradients in each pack: ``packs`` runs of consecutive gradients of about equal size, in reverse
+    order (the last layer's gradient first), so the first pack holds what the backward pass finishes first.
+
+    TensorFlow's own ``NcclAllReduce(num_packs=K)`` / ``HierarchicalCopyAllReduce(num_packs=K)`` concatenate *all*
+    gradients before cutting them into K (``_ConcatAndSplitPacker`` in cross_device_ops.py), so no pack can start
+    before the last gradient exists: K chunks, no overlap with the backward pass. Each pack here is its own all-reduce
+    call, depending only on its own gradients, which is what ``CommunicationOptions(bytes_per_pack)`` does inside
+    CollectiveAllReduce (it too reverses the list first), for every implementation alike.
+    """
+    from ..errors import ConfigError
+
+    n = len(sizes)
+    if not 1 <= packs <= n:
+        raise ConfigError(f"--allreduce-packs {packs}: the model has {n} gradient tensors, so at most {n} packs "
+                          f"(each pack holds at least one); use a number from 1 to {n}")
+    order = list(range(n - 1, -1, -1))
+    total = float(sum(sizes)) or 1.0
+    plan, current, done = [], [], 0.0
+    for pos, i in enumerate(order):
+        current.append(i)
+        done += sizes[i]
+        left_tensors, left_packs = n - pos - 1, packs - len(plan) - 1
+        # Close the pack at its share of the bytes, and always while the tensors left can still fill the packs left.
+        if left_packs and (done >= total * (len(plan) + 1) / packs or left_tensors == left_packs):
+            plan.append(current)
+            current = []
+    plan.append(current)
+    return plan
+
+
+def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | None = None, extra=None):
+    """The SUM all-reduce of a replica's gradients: cast to ``dtype``, one all-reduce call per pack of ``plan``
+    (pack_plan; default one pack), cast back to each gradient's own dtype. ``extra`` (a tensor, e.g. the noise
+    scale's float64 sums) rides in the last pack's call, uncast. Returns the reduced gradients (and ``extra``).
+
+    Mixed precision's loss scale sits before the cast: the gradients are cast while still multiplied by it (the loss
+    was scaled before differentiation), so float16 keeps small gradients in range; LossScaleOptimizer.apply divides
+    it out in float32 after the all-reduce, and skips a step whose sum overflowed to inf (lowering the scale).
+    """
+    import tensorflow as tf
+
+    target = tf.as_dtype(dtype)
+    plan = plan if plan is not None else [list(range(len(grads)))[::-1]]
+
+    def cast(g, to):
+        if g is None or g.dtype == to:
+            return g
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(tf.cast(g.values, to), g.indices, g.dense_shape)
+        return tf.cast(g, to)
+
+    out = list(grads)
+    reduced_extra = None
+    for p, pack in enumerate(plan):
+        members = [i for i in pack if grads[i] is not None]
+        values = [cast(grads[i], target) for i in members]
+        if extra is not None and p == len(plan) - 1:
+            *values, reduced_extra = all_sum_no_gradient(values + [extra])
+        elif values:
+            values = all_sum_no_gradient(values)
+        for i, v in zip(members, values):
+            out[i] = cast(v, grads[i].dtype)
+    return out if extra is None else (out, reduced_extra)

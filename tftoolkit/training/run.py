@@ -109,9 +109,11 @@ class Run:
         config, setup, derived, strategy = self.config, self.setup, self.derived, self.session.strategy
         sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
         log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
-        log.info("global batch %d = %d per replica x %d; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
+        acc = (f" x {config.accumulate} micro-batches accumulated (one all-reduce per optimizer step)"
+               if config.accumulate > 1 else "")
+        log.info("global batch %d = %d per replica x %d%s; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
                  "%d steps/epoch, %d steps, warmup %d steps",
-                 derived["global_batch"], derived["per_replica_batch"], config.replicas, derived["learning_rate"],
+                 derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
                  config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
                  derived["total_steps"], derived["warmup_steps"])
         from ..engine import feed
