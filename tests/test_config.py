@@ -54,6 +54,14 @@ def test_from_dict_rejects_unknown_key_by_name():
     ({"replicas": True}, "replicas: expected int or None"),
     ({"gpus": [0, 0]}, "distinct"),
     ({"gpus": [0, 1], "replicas": 3}, "replicas=3 but gpus names 2"),
+    ({"accumulate": 0}, "accumulate must be > 0"),
+    ({"accumulate": -2}, "accumulate must be > 0"),
+    ({"replicas": 2, "accumulate": 4, "global_batch": 100}, "does not divide by replicas=2 x accumulate=4; use a "
+                                                            "multiple of 8, or give --per-replica-batch"),
+    ({"replicas": 2, "accumulate": 2, "global_batch": 64, "per_replica_batch": 32}, r"32 x 2 x 2 = 128"),
+    ({"accumulate": 2, "last_batch": "partial"}, "--accumulate needs whole batches.*--last-batch drop"),
+    ({"allreduce_dtype": "int8"}, "allreduce_dtype: unknown value 'int8'; choose one of float32, bfloat16, float16"),
+    ({"allreduce_packs": 0}, "allreduce_packs must be > 0"),
 ])
 def test_bad_values_name_the_key(params, match):
     with pytest.raises(ConfigError, match=match):
@@ -77,3 +85,15 @@ def test_config_is_frozen():
     with pytest.raises(Exception):
         c.replicas = 3  # type: ignore[misc]
     assert math.isclose(RunConfig(replicas=1, per_replica_batch=256, base_lr=0.5).learning_rate, 0.5)
+
+
+def test_accumulation_multiplies_the_global_batch_and_everything_derived_from_it():
+    c = RunConfig(replicas=2, per_replica_batch=16, accumulate=4, base_batch=64, lr_rule="linear", base_lr=0.1)
+    assert (c.global_batch_size, c.per_replica_batch_size, c.micro_batch_size) == (128, 16, 32)
+    assert c.learning_rate == pytest.approx(0.2)  # the LR rule sees the global batch: 128 / 64
+    assert c.steps_per_epoch(1000) == 7
+    d = c.derived(1000)
+    assert (d["global_batch"], d["per_replica_batch"], d["accumulate"]) == (128, 16, 4)
+    # Given as a global batch, the micro-batch is what is left after replicas and K.
+    g = RunConfig(replicas=2, global_batch=128, accumulate=4)
+    assert (g.per_replica_batch_size, g.global_batch_size) == (16, 128)

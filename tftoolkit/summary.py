@@ -67,7 +67,12 @@ _ALL = (
     + _fields("model", [
         ("model", "", "registered model name or package.module:function"),
         ("params", "", "model parameters"),
-        ("gradient_bytes", "bytes", "bytes all-reduced per step (trainable variables)"),
+        ("gradient_bytes", "bytes", "bytes each replica all-reduces per optimizer step, as moved: the trainable "
+                                    "variables' gradients in allreduce_dtype"),
+        ("allreduce_dtype", "", "dtype the gradients travelled in through the all-reduce (float32, bfloat16, float16; "
+                                "cast back to float32 after)"),
+        ("allreduce_packs", "", "all-reduce calls per optimizer step, each a pack of gradients in reverse layer order "
+                                "(--allreduce-packs)"),
         ("precision", "", "float32, mixed_float16 or mixed_bfloat16"),
         ("jit", "", "whether XLA compilation was asked for"),
         ("jit_effective", "", "whether the step really was XLA-compiled (not over several simulated CPU replicas)"),
@@ -99,8 +104,10 @@ _ALL = (
         ("skipped_image_examples", "", "the first few of them, by file (and record)"),
     ])
     + _fields("batch and learning rate", [
-        ("per_replica_batch", "", "examples per replica per step"),
-        ("global_batch", "", "examples per step over all replicas"),
+        ("per_replica_batch", "", "examples per replica per forward/backward pass (a micro-batch with accumulate > 1)"),
+        ("global_batch", "", "examples per optimizer step over all replicas: per_replica_batch x replicas x accumulate"),
+        ("accumulate", "", "micro-batches each replica ran per optimizer step, their gradients summed before one "
+                           "all-reduce (--accumulate; 1: none)"),
         ("learning_rate", "1", "peak learning rate after the LR rule scaled base_lr to the global batch"),
         ("base_lr", "1", "learning rate at base_batch"),
         ("base_batch", "", "global batch at which base_lr was tuned"),
@@ -152,6 +159,8 @@ _ALL = (
     + _fields("breakdown (measure=True)", [
         ("step_time_no_input_s", "s", "the full step on one batch already on the devices (no input pipeline)"),
         ("compute_time_s", "s", "the same step without the gradient all-reduce"),
+        ("micro_step_time_s", "s", "compute_time_s / accumulate: one micro-batch's forward and backward pass (with its "
+                                   "share of the update); an optimizer step is accumulate of them and one all-reduce"),
         ("allreduce_time_s", "s", "step_time_no_input_s - compute_time_s: the all-reduce the step pays"),
         ("allreduce_direct_time_s", "s", "the gradient all-reduce timed alone (nothing to overlap with)"),
         ("input_wait_s", "s", "step_time_s - step_time_no_input_s: waiting for input"),

@@ -84,3 +84,51 @@ def test_sync_batch_norm_equals_keras_synchronized_batch_norm_with_one_all_reduc
             np.testing.assert_allclose(ra.numpy(), rb.numpy(), rtol=1e-5, atol=1e-5)
     # The statistics are the global batch's: both replicas normalise by the mean of all 8 images.
     np.testing.assert_allclose(ours.moving_mean.numpy(), 0.1 * np.concatenate(images).mean(axis=(0, 1, 2)), rtol=1e-5)
+
+
+# --- the gradient exchange: dtype and packs (issue 25) ---------------------------------------------------------
+def test_packs_go_last_layer_first_in_runs_of_about_equal_bytes():
+    from tftoolkit.engine.collectives import pack_plan
+
+    sizes = [10, 1, 10, 1, 100, 1]  # conv kernel, bias, ..., the last dense kernel and bias
+    assert pack_plan(sizes, 1) == [[5, 4, 3, 2, 1, 0]]
+    plan = pack_plan(sizes, 3)
+    assert plan == [[5, 4], [3], [2, 1, 0]]  # the last layer's 101 first: it is ready first in the backward pass
+    assert sorted(i for p in plan for i in p) == list(range(6))
+    assert pack_plan([5, 5, 5, 5], 4) == [[3], [2], [1], [0]]  # as many packs as tensors: one each
+    assert pack_plan([100, 1, 1, 1], 2) == [[3, 2, 1], [0]]  # no empty pack, however the bytes fall
+
+
+@pytest.mark.parametrize("packs", [0, 7])
+def test_more_packs_than_gradient_tensors_or_none_is_refused(packs):
+    from tftoolkit.engine.collectives import pack_plan
+    from tftoolkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="at most 6 packs"):
+        pack_plan([1] * 6, packs)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_16_bit_all_reduce_sums_the_rounded_gradients_and_returns_float32(two_replicas, dtype):
+    # Replica values that 16 bits cannot hold exactly: the result is the 16-bit sum of the 16-bit roundings, back in
+    # float32, in every pack; the extra vector rides along uncast (float64).
+    from tftoolkit.engine.collectives import all_reduce_gradients
+
+    rng = np.random.default_rng(0)
+    a = [rng.normal(size=s).astype("float32") for s in [(3, 4), (4,), (5,)]]
+    b = [rng.normal(size=s).astype("float32") for s in [(3, 4), (4,), (5,)]]
+    extra = [np.array([1e-12, 1.0]), np.array([2e-12, 3.0])]
+    ga = [_per_replica(two_replicas, [x, y]) for x, y in zip(a, b)]
+    ex = _per_replica(two_replicas, extra)
+
+    def replica(g0, g1, g2, e):
+        return all_reduce_gradients([g0, g1, g2], dtype, plan=[[2], [1, 0]], extra=e)
+
+    grads, summed_extra = tf.function(lambda: two_replicas.run(replica, args=(*ga, ex)))()
+    for got, x, y in zip(grads, a, b):
+        want = (tf.cast(tf.cast(x, dtype) + tf.cast(y, dtype), tf.float32)).numpy()
+        for value in two_replicas.experimental_local_results(got):
+            assert value.dtype == tf.float32
+            np.testing.assert_array_equal(value.numpy(), want)
+            assert not np.array_equal(value.numpy(), x + y)  # rounded: the cast happened
+    np.testing.assert_array_equal(two_replicas.experimental_local_results(summed_extra)[0].numpy(), [3e-12, 4.0])

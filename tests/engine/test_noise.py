@@ -96,14 +96,18 @@ def _softmax_problem(n=8192, d=8, seed=0):
     return (x, y), softmax_at_zero_truth(mu, s, pi)
 
 
-@pytest.mark.parametrize("replicas", [4, 1])
-def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, replicas):
+@pytest.mark.parametrize("replicas, accumulate", [(4, 1), (1, 1), (2, 2), (1, 4)])
+def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, replicas, accumulate):
+    # With --accumulate K the small batches are the micro-batches (B_small = 16 at 2 x K2 and 1 x K4, as at 4 x 1),
+    # B_big the global batch: the estimate is the same whatever K, within the bar.
     (x, y), (truth_g2, truth_tr) = _softmax_problem()
     cfg = RunConfig(replicas=replicas, global_batch=64, model=ZERO_LINEAR, num_classes=4, optimizer="sgd",
-                    base_lr=1e-9, lr_rule="none", epochs=1, steps_per_loop=32, noise_scale=True, measure=False)
+                    base_lr=1e-9, lr_rule="none", epochs=1, steps_per_loop=32, noise_scale=True, measure=False,
+                    accumulate=accumulate)
     s = tftoolkit.train(cfg, tmp_path / "run", quiet=True, data=(x, y))
     assert s["status"] == "ok" and s["noise_scale_steps"] == 128
-    assert s["noise_scale_big_batch"] == 64 and s["noise_scale_small_batch"] == (16 if replicas == 4 else 32)
+    small = 32 if replicas * accumulate == 1 else 64 // (replicas * accumulate)
+    assert s["noise_scale_big_batch"] == 64 and s["noise_scale_small_batch"] == small
     assert s["noise_scale_trace"] == pytest.approx(truth_tr, rel=TOLERANCE)
     assert s["noise_scale_grad_sq"] == pytest.approx(truth_g2, rel=TOLERANCE)
     assert s["noise_scale_ema"] == pytest.approx(truth_tr / truth_g2, rel=TOLERANCE)  # 26.0

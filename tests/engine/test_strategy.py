@@ -124,3 +124,38 @@ def test_strategies_of_different_sizes_in_one_process_take_fresh_collective_keys
     done = subprocess.run([sys.executable, "-c", COLLECTIVE_KEYS_CHILD], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+# --- the all-reduce dtype on GPUs (issue 25) ------------------------------------------------------------------
+@pytest.mark.parametrize("impl", ["nccl", "collective", "collective_nccl", "collective_ring"])
+def test_bfloat16_gradients_are_refused_where_tensorflow_cannot_reduce_them_on_gpus(impl):
+    from tftoolkit.engine.strategy import check_allreduce_dtype
+
+    with pytest.raises(ConfigError, match="bfloat16 cannot go through .* float16"):
+        check_allreduce_dtype("bfloat16", impl, GPU4, jit=False, replicas=4)
+    check_allreduce_dtype("float16", impl, GPU4, jit=False, replicas=4)  # half precision goes everywhere
+    check_allreduce_dtype("bfloat16", impl, CPU4, jit=False, replicas=4)  # CPU replicas reduce bfloat16
+    check_allreduce_dtype("bfloat16", impl, GPU4, jit=False, replicas=1)  # one replica reduces nothing
+
+
+@pytest.mark.parametrize("impl", ["hierarchical_copy", "reduce_to_one", "collective_nccl (xla)"])
+def test_bfloat16_gradients_go_through_add_n_reductions_and_xla(impl):
+    from tftoolkit.engine.strategy import check_allreduce_dtype
+
+    check_allreduce_dtype("bfloat16", impl, GPU4, jit=impl.endswith("(xla)"), replicas=4)
+
+
+def test_the_nccl_op_and_add_n_on_gpus_take_the_dtypes_the_check_assumes():
+    # What check_allreduce_dtype stands on, read from this TensorFlow's registry (a newer one that adds bfloat16 to
+    # NcclAllReduce makes this fail, and the refusal can go): the op's T excludes bfloat16 and admits half; AddN, the
+    # sum of hierarchical_copy and reduce_to_one, has GPU kernels for both.
+    import tensorflow as tf
+    from tensorflow.python.framework import kernels, op_def_registry
+
+    attr = {a.name: a for a in op_def_registry.get("NcclAllReduce").attr}["T"]
+    allowed = set(attr.allowed_values.list.type)
+    assert tf.float16.as_datatype_enum in allowed and tf.float32.as_datatype_enum in allowed
+    assert tf.bfloat16.as_datatype_enum not in allowed
+    gpu_types = {t for k in kernels.get_registered_kernels_for_op("AddN").kernel if k.device_type == "GPU"
+                 for c in k.constraint for t in c.allowed_values.list.type}
+    assert {tf.bfloat16.as_datatype_enum, tf.float16.as_datatype_enum} <= gpu_types

@@ -121,3 +121,30 @@ def test_when_no_checkpoint_restores_the_rerun_exits_2_naming_them(tmp_path, cap
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoint in" in err[0] and "ckpt-4 (" in err[0] and "--force" in err[0]
+
+
+# --- gradient accumulation across a resume (issue 25) ---------------------------------------------------------
+def test_accumulating_two_replicas_resumed_mid_epoch_equal_one_device_at_four_times_the_batch(tmp_path):
+    # 2 replicas x --accumulate 2 x 8 = one device x 32. Checkpoints fall between optimizer steps (the micro-batches'
+    # sums live inside one compiled step), so a run stopped after step 6 of 12 per epoch resumes exactly there.
+    args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 2, "per_replica_batch": 8, "accumulate": 2}
+    one = tftoolkit.train(RunConfig(**{**args, "replicas": 1, "per_replica_batch": 32, "accumulate": 1}),
+                          tmp_path / "one", quiet=True)
+    out = tmp_path / "run"
+    tftoolkit.train(RunConfig(**args), out, quiet=True)
+    (out / "summary.json").unlink()  # as a crash after step 6's checkpoint leaves it
+    for f in (out / "checkpoints").glob("ckpt-8.*"):
+        f.unlink()
+    s = tftoolkit.train(RunConfig(**args), out, quiet=True)
+    assert s["status"] == "ok" and s["resumed_from_step"] == 6 and s["steps"] == 8
+    assert (s["global_batch"], s["per_replica_batch"], s["accumulate"]) == (32, 8, 2) and one["global_batch"] == 32
+    assert s["examples_per_replica"] == [128, 128]  # 8 steps x 2 micro-batches x 8
+    a, b = checkpoint_variables(tmp_path / "one"), checkpoint_variables(out)
+    moved = [n for n in a if "_trainable_variables" in n]
+    assert len(moved) == 10
+    for name in moved:
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    import pandas as pd
+
+    np.testing.assert_allclose(pd.read_csv(out / "steps.csv")["loss"], pd.read_csv(tmp_path / "one" / "steps.csv")["loss"],
+                               rtol=1e-5)

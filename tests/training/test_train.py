@@ -152,3 +152,36 @@ def test_too_few_timed_steps_say_why_there_is_no_rate(tmp_path, caplog):
     assert math.isnan(s["images_per_sec"]) and s["timed_steps"] == 0
     assert "images/sec not measured: all 2 steps fell in the timing warm-up (--timing-warmup-steps 10" in caplog.text
     assert "nan ± nan" not in caplog.text
+
+
+def test_accumulation_and_a_16_bit_exchange_are_said_measured_and_recorded(tmp_path, caplog):
+    # Through the CLI as a user types it: the derived-arithmetic line, the summary's fields, the breakdown's split.
+    from tftoolkit import cli
+
+    argv = ["train", "--out", str(tmp_path / "run"), "--replicas", "2", "--per-replica-batch", "16", "--accumulate",
+            "2", "--allreduce-dtype", "bfloat16", "--allreduce-packs", "2", "--dataset", "synthetic", "--image-size",
+            "16", "--train-images", "512", "--steps", "12", "--steps-per-loop", "4", "--timing-warmup-steps", "4",
+            "--model", "small_cnn", "--warmup-epochs", "0", "--schedule", "constant"]
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        assert cli.main(argv) == 0
+    assert "global batch 64 = 16 per replica x 2 x 2 micro-batches accumulated (one all-reduce per optimizer step)" \
+        in caplog.text
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (s["global_batch"], s["per_replica_batch"], s["accumulate"]) == (64, 16, 2)
+    assert (s["allreduce_dtype"], s["allreduce_packs"]) == ("bfloat16", 2)
+    assert s["gradient_bytes"] == 2 * s["params"]  # as moved: two bytes a gradient
+    assert s["examples_per_replica"] == [12 * 32, 12 * 32]
+    assert s["images_per_sec"] == pytest.approx(64 / s["step_time_s"], rel=0.05)  # examples per optimizer step
+    assert s["micro_step_time_s"] == pytest.approx(s["compute_time_s"] / 2)
+    assert "(2 micro-steps of" in caplog.text
+
+
+def test_more_packs_than_gradient_tensors_exit_2_naming_the_most(tmp_path, capsys):
+    from tftoolkit import cli
+
+    argv = ["train", "--out", str(tmp_path / "run"), "--replicas", "2", "--allreduce-packs", "99", "--dataset",
+            "synthetic", "--image-size", "8", "--train-images", "128", "--steps", "1", "--quiet", "--model",
+            "small_cnn", "--no-measure"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--allreduce-packs 99: the model has 10 gradient tensors, so at most 10 packs" in err[0]

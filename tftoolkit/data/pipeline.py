@@ -47,18 +47,22 @@ def epoch_order(n: int, seed: int, epoch):
 
 
 # --- which indices each replica gets ----------------------------------------------------------------------
-def _pieces(order, global_batch: int, total: int, first: int, local: int, partial: bool, skip=0):
+def _pieces(order, global_batch: int, total: int, first: int, local: int, partial: bool, skip=0, accumulate: int = 1):
     """This input pipeline's per-replica index vectors for one pass over ``order``, from batch ``skip`` on.
 
     Full batches: one reshape and a slice (a [steps * local, B/R] matrix, one row per replica-step). A short
     last batch (kept only when ``partial``) is cut into even pieces, the only place a piece has its own dataset.
+    With ``accumulate`` K a replica's row is its K micro-batches in turn, and micro-batch k of all replicas together
+    is the global batch's k-th slice of B/K (replica r holding slice r of it, as in any batch): so R replicas x K
+    micro-batches compute what one device computes with K micro-batches of R times the size, batch norm included.
     """
     import tensorflow as tf
 
     n = int(order.shape[0])
     per = global_batch // total
     full = n // global_batch
-    even = tf.reshape(order[:full * global_batch], [full, total, per])[skip:, first:first + local]
+    grid = tf.reshape(order[:full * global_batch], [full, accumulate, total, per // accumulate])
+    even = tf.transpose(grid, [0, 2, 1, 3])[skip:, first:first + local]  # [steps, replicas, micro-batches, rows]
     ds = tf.data.Dataset.from_tensor_slices(tf.reshape(even, [-1, per]))
     rest = n - full * global_batch
     if partial and rest:
@@ -160,7 +164,7 @@ def train_elements(store, config, ctx, start_step: int = 0, placement: str = "ho
     def one_epoch(epoch):
         skip = tf.where(epoch == first_epoch, tf.constant(pos, tf.int64), tf.constant(0, tf.int64))
         order = epoch_order(n, seed, epoch)[:n_use]
-        ds = _pieces(order, batch, total, first, local, partial, skip)
+        ds = _pieces(order, batch, total, first, local, partial, skip, config.accumulate)
         return ds.map(lambda indices: (indices, epoch))
 
     # Epochs without end: the consumer stops where its run does (an LR sweep may outlast the config's epochs).
@@ -226,7 +230,8 @@ def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
 
     def dataset_fn(ctx):
         total, local, first = _layout(ctx)
-        ds = _pieces(tf.range(store.n, dtype=tf.int64), config.global_batch_size, total, first, local, True)
+        # Evaluation batches are one pass of all replicas (without --accumulate, the global batch): what fits.
+        ds = _pieces(tf.range(store.n, dtype=tf.int64), config.micro_batch_size, total, first, local, True)
         ds = ds.map(plain(lambda indices: gather(indices, tf.constant(0, tf.int64))),
                     num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
         return ds.prefetch(PREFETCH * local).with_options(_options())

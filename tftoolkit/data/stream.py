@@ -391,6 +391,8 @@ class StreamSplit:
         import tensorflow as tf
 
         total, local, first = ctx_layout
+        # A replica's element is its share of the global batch; with --accumulate its micro-batches are its own
+        # consecutive records (streamed data keeps no N-replicas-equal-one-device order to preserve).
         per = config.global_batch_size // total
         batch, seed = config.global_batch_size, config.seed
         if worker_shard is not None:  # this worker's shards only: its own order, its share of every batch
@@ -423,7 +425,7 @@ class StreamSplit:
         import tensorflow as tf
 
         total, local, first = ctx_layout
-        per = config.global_batch_size // total
+        per = config.micro_batch_size // total  # one pass of the replicas (--accumulate does not grow it)
         decode = self.decode_fn(train=False, augment=False)
         ds = self._in_order()
         if local != total:

@@ -131,6 +131,20 @@ class Feed:
         """strategy.run's arguments for one step."""
         return (element,) if self.resident is None else (element, self.resident)
 
+    def micro(self, element, k, size: int):
+        """Micro-batch ``k`` (rows [k*size, (k+1)*size)) of a replica's element, before it becomes a batch: host
+        elements are sliced as they are (every input, target and id); device elements by their indices, so only
+        the micro-batch is gathered from the resident split."""
+        import tensorflow as tf
+
+        def rows(t):
+            return t[k * size:(k + 1) * size]
+
+        if self.resident is None:
+            return tf.nest.map_structure(rows, element)
+        indices, epoch = element
+        return rows(indices), epoch
+
     def batch(self, element, resident=None):
         """(images float32, labels) for this replica, inside the replica function."""
         import tensorflow as tf

@@ -74,15 +74,18 @@ class NoiseScale:
     the EMAs and returns (|G|², tr Σ, B_simple of the EMAs) for steps.csv.
     """
 
-    def __init__(self, replicas: int, decay: float = EMA_DECAY, model=None):
+    def __init__(self, replicas: int, decay: float = EMA_DECAY, model=None, accumulate: int = 1):
         import tensorflow as tf
 
-        if replicas == 1 and model is not None and any("BatchNormalization" in type(layer).__name__
-                                                       for layer in _all_layers(model)):
+        if replicas == 1 and accumulate == 1 and model is not None and any(
+                "BatchNormalization" in type(layer).__name__ for layer in _all_layers(model)):
             log.warning("--noise-scale on one replica runs the batch as two halves, so batch norm normalises "
                         "each half by its own statistics (like ghost batch norm): training differs from a run "
-                        "without it. Use 2 or more replicas to measure the noise scale without changing training")
+                        "without it. Use 2 or more replicas (or --accumulate 2) to measure the noise scale without "
+                        "changing training")
         self.replicas = replicas
+        # With --accumulate K the small batches are the replicas' micro-batches: replicas x K of them per step.
+        self.accumulate = accumulate
         self.decay = float(decay)
         # Plain variables on the host, outside the strategy's scope: only the cross-replica part of the
         # training loop touches them, once per step, with values every replica has computed identically.
@@ -95,25 +98,28 @@ class NoiseScale:
     def checkpoint_items(self) -> dict:
         return {"noise_scale_ema": self.ema, "noise_scale_count": self.count}
 
-    def replica_sums(self, parts, denom, scale):
-        """[Σ|mean gradient of part|², Σ 1/b, parts, parts usable] on this replica."""
+    def part_sums(self, grads, b, denom, scale):
+        """[|mean gradient of the part|², 1/b, 1, usable] for one small batch of ``b`` examples (a replica's batch,
+        one of its halves, or one of its micro-batches): additive over the parts of a step."""
         import tensorflow as tf
 
         denom = tf.cast(denom, tf.float64)
-        sq, inv, ok = [], [], []
-        for grads, b in parts:
-            b = tf.cast(b, tf.float64)
-            safe_b = tf.maximum(b, 1.0)
-            # A replica's gradient is its batch-mean gradient x b/denom (the loss is divided by the global
-            # batch so that the all-reduce SUM gives the global mean): undo that factor, and the loss scale.
-            sq.append(sq_norm(grads) * tf.square(denom / safe_b / scale))
-            inv.append(1.0 / safe_b)
-            usable = b >= 1.0
-            if self.replicas > 1:
-                # An uneven split (partial last batch) would weight the regularisation gradient unevenly.
-                usable = tf.logical_and(usable, tf.equal(b * self.replicas, denom))
-            ok.append(tf.cast(usable, tf.float64))
-        return tf.stack([tf.add_n(sq), tf.add_n(inv), tf.constant(float(len(parts)), tf.float64), tf.add_n(ok)])
+        b = tf.cast(b, tf.float64)
+        safe_b = tf.maximum(b, 1.0)
+        # A part's gradient is its batch-mean gradient x b/denom (the loss is divided by the global batch so that
+        # the all-reduce SUM gives the global mean): undo that factor, and the loss scale.
+        sq = sq_norm(grads) * tf.square(denom / safe_b / scale)
+        usable = b >= 1.0
+        if self.replicas * self.accumulate > 1:
+            # An uneven split (partial last batch) would weight the regularisation gradient unevenly.
+            usable = tf.logical_and(usable, tf.equal(b * self.replicas * self.accumulate, denom))
+        return tf.stack([sq, 1.0 / safe_b, tf.constant(1.0, tf.float64), tf.cast(usable, tf.float64)])
+
+    def replica_sums(self, parts, denom, scale):
+        """[Σ|mean gradient of part|², Σ 1/b, parts, parts usable] on this replica, for parts [(grads, b), ...]."""
+        import tensorflow as tf
+
+        return tf.add_n([self.part_sums(grads, b, denom, scale) for grads, b in parts])
 
     def estimate(self, sums, reduced_grads, denom, scale):
         """This step's (|G|², tr Σ, valid) from the all-reduced sums and gradients (float64 3-vector)."""

@@ -138,7 +138,7 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     """
     from ..data import catalog
     from .step import jit_effective
-    from .strategy import effective_cross_device_ops, make_strategy
+    from .strategy import check_allreduce_dtype, effective_cross_device_ops, make_strategy
 
     started = time.time()
     importlib.import_module("tensorflow")  # timed apart: every TensorFlow program pays it, not this run's work
@@ -185,6 +185,7 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     effective = effective_cross_device_ops(strategy[1], setup, jit)
     if effective != strategy[1]:
         log.info("all-reduce: %s (under XLA MirroredStrategy ignores cross_device_ops=%s)", effective, strategy[1])
+    check_allreduce_dtype(config.allreduce_dtype, effective, setup, jit, config.replicas)
     return Session(config, setup, source, *strategy, model=model, loss=loss, metrics=metrics, started=started,
                    import_s=import_s, jit=jit,
                    deterministic=deterministic, deterministic_reason=why, cross_device_ops=effective)

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from . import collectives
 from .collectives import all_sum_no_gradient
 
 log = logging.getLogger("tftoolkit")
@@ -35,6 +36,22 @@ class Engine:
     feed: Any = None   # feed.Feed: what the iterator yields (host batches, or indices into device-resident data)
     task: Any = None   # losses.Task: the loss per example and the metrics evaluation reports
     task_spec: tuple = (None, None)  # (loss, metrics) as given: another engine of the same run (breakdown) uses them
+    exchange: Any = None  # Exchange: the gradient all-reduce's dtype and packs
+
+
+@dataclass
+class Exchange:
+    """How the step all-reduces gradients: in ``dtype``, in the packs of ``plan`` (collectives.pack_plan)."""
+
+    dtype: str = "float32"
+    plan: list = None
+
+    def __call__(self, grads, extra=None):
+        return collectives.all_reduce_gradients(grads, self.dtype, self.plan, extra)
+
+    def bytes(self, variables) -> int:
+        """Bytes one optimizer step's all-reduce moves per replica (in ``dtype``): summary.json's gradient_bytes."""
+        return collectives.gradient_bytes(variables, self.dtype)
 
 
 def jit_effective(config, kind: str, replicas: int) -> bool:
@@ -92,6 +109,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     feed = feed if feed is not None else feed_mod.host()
     replicas = strategy.num_replicas_in_sync
     global_batch = config.global_batch_size
+    accumulate, micro = config.accumulate, config.per_replica_batch_size
     partial = config.last_batch == "partial"
     with strategy.scope():
         model_source = model if model is not None else config.model
@@ -107,11 +125,15 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         optimizer = make_optimizer(config, schedule)
         optimizer.build(model.trainable_variables)
     # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
-    noise = noise_mod.NoiseScale(replicas, model=model) if config.noise_scale and allreduce else None
+    noise = (noise_mod.NoiseScale(replicas, model=model, accumulate=accumulate)
+             if config.noise_scale and allreduce else None)
+    exchange = Exchange(config.allreduce_dtype, collectives.pack_plan(
+        collectives.gradient_sizes(model.trainable_variables), config.allreduce_packs))
 
     # Only a short last batch (or a half of a one-replica batch, for the noise scale) can leave a replica no
     # example: an ordinary step carries no padding cond and no weights.
-    may_be_empty = partial or noise is not None
+    halves = noise is not None and replicas == 1 and accumulate == 1
+    may_be_empty = partial or halves
 
     def forward_backward(images, labels, denom, reg_share=1.0):
         weights = None
@@ -127,10 +149,27 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=denom)
             if model.losses:
                 # Regularisation is computed identically on every replica; divide by replicas so the sum
-                # over replicas counts it once.
+                # over replicas counts it once (and by the micro-batches, so their sum counts it once).
                 loss += reg_share * tf.nn.scale_regularization_loss(tf.add_n(model.losses))
             scaled = optimizer.scale_loss(loss)
         return loss, tape.gradient(scaled, model.trainable_variables)
+
+    def finish(loss, grads, local_n, denom, noise_sums=None):
+        """All-reduce this replica's gradients (summed over its micro-batches) once and apply them."""
+        if allreduce and noise is not None:
+            # The replica's squared norms ride along in the gradient all-reduce: no extra collective.
+            scale = noise_mod.loss_scale(optimizer)
+            grads, sums = exchange(grads, extra=noise_sums)
+            estimate = noise.estimate(sums, grads, denom, scale)
+        elif allreduce:
+            # SUM, not MEAN: each replica's gradient is already divided by the global batch.
+            grads = exchange(grads)
+        else:
+            grads = [g * replicas for g in grads]
+        optimizer.apply(grads, model.trainable_variables)
+        if noise is not None:
+            return loss, local_n, estimate
+        return loss, local_n
 
     def replica_step(element, resident=None):
         images, labels = feed.batch(element, resident)
@@ -140,32 +179,62 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             denom = all_sum_no_gradient(local_n)
         else:
             denom = global_batch
-        if noise is not None and replicas == 1:
+        if halves:
             # One replica has no smaller batch to compare with: its two halves are the small batches.
             loss, grads, parts = noise_mod.two_halves(forward_backward, images, labels, denom)
         else:
             loss, grads = forward_backward(images, labels, denom)
             parts = [(grads, local_n)]
+        noise_sums = None
         if allreduce and noise is not None:
-            # The replica's squared norm rides along in the gradient all-reduce: no extra collective.
-            scale = noise_mod.loss_scale(optimizer)
-            *grads, sums = all_sum_no_gradient(list(grads) + [noise.replica_sums(parts, denom, scale)])
-            estimate = noise.estimate(sums, grads, denom, scale)
-        elif allreduce:
-            # SUM, not MEAN: each replica's gradient is already divided by the global batch.
-            grads = all_sum_no_gradient(grads)
-        else:
-            grads = [g * replicas for g in grads]
-        optimizer.apply(grads, model.trainable_variables)
-        if noise is not None:
-            return loss, local_n, estimate
-        return loss, local_n
+            noise_sums = noise.replica_sums(parts, denom, noise_mod.loss_scale(optimizer))
+        return finish(loss, grads, local_n, denom, noise_sums)
+
+    # --accumulate K: the replica's element holds K micro-batches. Each runs in its own strategy.run (synchronized
+    # batch norm all-reduces inside the forward pass, which TensorFlow allows only outside control flow in the
+    # replica function), adding its gradients to a float32 sum that the loop carries per replica; then one
+    # all-reduce and one update. Micro-batch k of every replica together is the global batch's k-th slice
+    # (data.pipeline orders the examples so), which is what batch norm normalises over.
+    # The sums are float32 (float64 for float64 variables): 16-bit gradients of mixed precision would lose the small
+    # micro-batches' contributions to a large running sum.
+    acc_dtypes = [tf.float64 if v.dtype == tf.float64 else tf.float32 for v in model.trainable_variables]
+
+    def replica_zeros():
+        acc = [tf.zeros(v.shape, d) for v, d in zip(model.trainable_variables, acc_dtypes)]
+        return acc, tf.constant(0.0, tf.float32), tf.constant(0, tf.int32), tf.zeros([4], tf.float64)
+
+    def replica_micro(k, acc, loss_sum, n_sum, noise_sum, element, resident=None):
+        images, labels = feed.batch(feed.micro(element, k, micro), resident)
+        loss, grads = forward_backward(images, labels, global_batch, 1.0 / accumulate)
+        acc = [a + tf.cast(tf.convert_to_tensor(g), a.dtype) for a, g in zip(acc, grads)]
+        if allreduce and noise is not None:
+            noise_sum += noise.part_sums(grads, micro, global_batch, noise_mod.loss_scale(optimizer))
+        return acc, loss_sum + tf.cast(loss, tf.float32), n_sum + tf.shape(tf.nest.flatten(labels)[0])[0], noise_sum
+
+    def replica_finish(acc, loss_sum, n_sum, noise_sum):
+        grads = [tf.cast(a, v.dtype) if a.dtype != v.dtype else a for a, v in zip(acc, model.trainable_variables)]
+        return finish(loss_sum, grads, n_sum, global_batch, noise_sum if noise is not None else None)
 
     kind = "GPU" if "GPU" in strategy.extended.worker_devices[0].upper() else "CPU"
-    if jit_effective(config, kind, len(strategy.extended.worker_devices)):
-        step_fn = tf.function(replica_step, jit_compile=True, autograph=False)
-    else:
-        step_fn = replica_step
+    compile_step = jit_effective(config, kind, len(strategy.extended.worker_devices))
+
+    def compiled(fn):
+        return tf.function(fn, jit_compile=True, autograph=False) if compile_step else fn
+
+    step_fn, micro_fn, finish_fn = compiled(replica_step), compiled(replica_micro), compiled(replica_finish)
+
+    def one_step(element_args):
+        """strategy.run of one optimizer step: (loss, examples, [noise estimate]) per replica."""
+        if accumulate == 1:
+            return strategy.run(step_fn, args=element_args)
+
+        def body(k, acc, loss_sum, n_sum, noise_sum):
+            out = strategy.run(micro_fn, args=(k, acc, loss_sum, n_sum, noise_sum) + element_args)
+            return (k + 1,) + tuple(out)
+
+        start = (tf.constant(0),) + tuple(strategy.run(replica_zeros))
+        _, acc, loss_sum, n_sum, noise_sum = tf.while_loop(lambda k, *_: k < accumulate, body, start)
+        return strategy.run(finish_fn, args=(acc, loss_sum, n_sum, noise_sum))
 
     local_replicas = len(strategy.extended.worker_devices)
 
@@ -186,7 +255,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     @tf.function(autograph=False)
     def train_loop(iterator, n):
         def body(i, losses, counts, noise_rows):
-            out = strategy.run(step_fn, args=feed.args(next(iterator)))
+            out = one_step(feed.args(next(iterator)))
             loss_pr, n_pr = out[0], out[1]
             loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None)
             losses = losses.write(i, tf.cast(loss, tf.float32))
@@ -227,4 +296,4 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
 
     return Engine(strategy, model, optimizer, schedule, train_loop, evaluate, noise, model_source, feed, task,
-                  (loss, metrics))
+                  (loss, metrics), exchange)

@@ -110,6 +110,31 @@ def make_strategy(setup: DeviceSetup, cross_device_ops: str = "auto"):
     return mirrored(setup.devices, cross_device_ops_object(impl)), impl
 
 
+def check_allreduce_dtype(dtype: str, impl: str, setup: DeviceSetup, jit: bool, replicas: int = 2) -> None:
+    """Refuse an all-reduce dtype the implementation cannot reduce on these devices (``impl``: what the step really
+    all-reduces with, effective_cross_device_ops), before anything trains.
+
+    bfloat16 on GPUs, outside XLA: ``NcclAllReduce``'s op admits half, float, double, int32 and int64 only (a
+    TypeError when the graph is built; tests/engine/test_strategy.py reads the op's registered types), and
+    TensorFlow's collective executor rejects a bfloat16 reduction on a GPU at run time ("Collective all-reduce does
+    not support datatype DT_BFLOAT16 on DEVICE_GPU", base_collective_executor.cc), which also aborts every later
+    collective in the process. HierarchicalCopyAllReduce and ReductionToOneDevice add with AddN, which has bfloat16
+    GPU kernels; CPU replicas reduce bfloat16 with any implementation. Under XLA the all-reduce is XLA's own (NCCL,
+    accumulating in float32), not checked by us on GPUs: allowed, and said. float16 works on every path. One replica
+    in all (``replicas``) reduces nothing.
+    """
+    if dtype != "bfloat16" or setup.kind != "GPU" or replicas == 1:
+        return
+    if jit and impl.startswith("collective_nccl (xla)"):
+        log.warning("--allreduce-dtype bfloat16 under XLA on GPUs: XLA's own NCCL all-reduce, which TensorFlow's "
+                    "sources say takes bfloat16; not verified by tftoolkit on GPUs (float16 is)")
+        return
+    if impl in ("nccl", "collective", "collective_nccl", "collective_ring", "tf_default"):
+        raise ConfigError(f"--allreduce-dtype bfloat16 cannot go through {impl} on GPUs: TensorFlow's NCCL and "
+                          "collective all-reduce take no bfloat16 there (outside XLA). Use --allreduce-dtype float16 "
+                          "(the same bytes), or --cross-device-ops hierarchical_copy / reduce_to_one, or --jit")
+
+
 def effective_cross_device_ops(impl: str, setup: DeviceSetup, jit: bool) -> str:
     """What the step really all-reduces with: under XLA on GPUs MirroredStrategy ignores ``cross_device_ops`` and
     uses its CollectiveAllReduce, NCCL between physical GPUs (mirrored_strategy.py, ``_get_cross_device_ops``:

@@ -6,8 +6,12 @@ fields to summary.json:
   step_time_no_input_s    the full step on one real batch already on the devices (no input pipeline at all)
   compute_time_s          the same step with no gradient all-reduce: each replica applies its own gradient
                           (engine.step.build_engine(allreduce=False)), so the only thing missing is communication
+  micro_step_time_s       compute_time_s / accumulate: with --accumulate K an optimizer step is K micro-steps
+                          (forward and backward of one micro-batch each, their share of the update included) and
+                          one all-reduce; without, the compute itself
   allreduce_time_s        step_time_no_input_s - compute_time_s (median of interleaved pairs, >= 0): the
-                          all-reduce time the step really pays, after any overlap with compute
+                          all-reduce time the step really pays, after any overlap with compute (once per
+                          optimizer step, whatever K)
   *_uncertainty_s         the standard error of compute, all-reduce (of the paired differences) and input wait;
                           a part smaller than twice its uncertainty is "within noise", and ``breakdown_note`` says
                           which. The parts are timed apart, so they need not add up to the step exactly
@@ -41,7 +45,7 @@ log = logging.getLogger("tftoolkit")
 MEASURE_ROUNDS = 5  # enough pairs for a standard error of each part
 DIRECT_ALLREDUCE_REPEATS = 5
 
-FIELDS = ("step_time_no_input_s", "compute_time_s", "allreduce_time_s", "allreduce_direct_time_s", "input_wait_s",
+FIELDS = ("step_time_no_input_s", "compute_time_s", "micro_step_time_s", "allreduce_time_s", "allreduce_direct_time_s", "input_wait_s",
           "compute_time_uncertainty_s", "allreduce_time_uncertainty_s", "allreduce_direct_time_uncertainty_s",
           "input_wait_uncertainty_s", "breakdown_note",
           "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
@@ -58,7 +62,7 @@ def standard_error(values) -> float:
 
 def breakdown(step_time_s: float, step_no_input_s: float, compute_s: float, replicas: int,
               allreduce_s: float | None = None, *, full_all=None, compute_all=None,
-              step_time_uncertainty_s: float = math.nan) -> dict:
+              step_time_uncertainty_s: float = math.nan, accumulate: int = 1) -> dict:
     """Split a step into compute, all-reduce and input wait; ``allreduce_s`` defaults to the difference
     ``step_no_input_s - compute_s``. Negative differences (timing noise) are clipped to 0 in the fields, and the
     uncertainties (from the per-round timings ``full_all`` / ``compute_all``, and the training step's own) say
@@ -84,6 +88,7 @@ def breakdown(step_time_s: float, step_no_input_s: float, compute_s: float, repl
     return {
         "step_time_no_input_s": step_no_input_s,
         "compute_time_s": compute_s,
+        "micro_step_time_s": compute_s / accumulate,
         "allreduce_time_s": allreduce_s,
         "input_wait_s": input_wait,
         "compute_time_uncertainty_s": compute_se,
@@ -228,7 +233,8 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1)
         step_se = step * ips_se / ips if ips and ips == ips and ips_se == ips_se else math.nan
         out.update(breakdown(step, parts["full_s"], parts["compute_s"], setup.replicas,
                              allreduce_s=parts["allreduce_s"], full_all=parts["full_all_s"],
-                             compute_all=parts["compute_all_s"], step_time_uncertainty_s=step_se))
+                             compute_all=parts["compute_all_s"], step_time_uncertainty_s=step_se,
+                             accumulate=config.accumulate))
     except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
         errors.append(f"step breakdown: {type(e).__name__}: {e}")
     try:
@@ -250,7 +256,8 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1)
         out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
         log.warning("measurement incomplete: %s", out["measure_error"])
     else:
-        log.info("%s; %s; MFU %.1f%% (%s)", format_line(summary.get("step_time_s", math.nan), out),
+        log.info("%s; %s; MFU %.1f%% (%s)", format_line(summary.get("step_time_s", math.nan),
+                                                         {**out, "accumulate": config.accumulate}),
                  out["communication_note"], out["mfu"] * 100, out["peak_flops_source"])
     return out
 
@@ -266,5 +273,9 @@ def format_line(step_time_s: float, f: dict) -> str:
         text = f"{name} {value * 1e3:.2f}" + (f" ± {se * 1e3:.2f}" if se == se else "") + " ms"
         return text + (" (within noise)" if name in noisy else "")
 
+    compute = part("compute", "compute_time_s")
+    micro, k = f.get("micro_step_time_s", math.nan), f.get("accumulate", 1)
+    if k > 1 and micro == micro:
+        compute += f" ({k} micro-steps of {micro * 1e3:.2f} ms, one all-reduce)"
     return (f"step {step_time_s * 1e3:.2f} ms; timed apart: " + ", ".join(
-        [part("compute", "compute_time_s"), part("all-reduce", "allreduce_time_s"), part("input wait", "input_wait_s")]))
+        [compute, part("all-reduce", "allreduce_time_s"), part("input wait", "input_wait_s")]))

@@ -534,14 +534,17 @@ class Run:
             "threads": devices.thread_settings(),
             "model": config.model,
             "params": int(self.engine.model.count_params()),
-            # What each step all-reduces (trainable variables only); tftoolkit predict scales from it.
-            "gradient_bytes": int(sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
-                                      for v in self.engine.model.trainable_variables)),
+            # What each optimizer step all-reduces (trainable variables only, in allreduce_dtype); tftoolkit predict
+            # scales from it.
+            "gradient_bytes": self.engine.exchange.bytes(self.engine.model.trainable_variables),
+            "allreduce_dtype": config.allreduce_dtype,
+            "allreduce_packs": config.allreduce_packs,
             "dataset": self.source.name,
             "train_examples": self.source.train_examples,
             "num_classes": self.source.num_classes,
             "per_replica_batch": config.per_replica_batch_size,
             "global_batch": config.global_batch_size,
+            "accumulate": config.accumulate,
             "learning_rate": config.learning_rate,
             "base_lr": config.base_lr,
             "base_batch": config.base_batch,
@@ -581,7 +584,8 @@ class Run:
             # Before measure: its extra steps on this engine would move the EMAs.
             rows = [r for r in self.rows if "noise_grad_sq" in r]
             summary.update(self.engine.noise.summary(
-                small_batch=config.global_batch_size / 2 if setup.replicas == 1 else config.per_replica_batch_size,
+                small_batch=(config.global_batch_size / 2 if config.replicas == 1 and config.accumulate == 1
+                             else config.per_replica_batch_size),
                 big_batch=config.global_batch_size, grad_sq=[r["noise_grad_sq"] for r in rows],
                 trace=[r["noise_trace"] for r in rows], final_loss=summary["final_loss_mean10"],
                 classes=self.source.num_classes))
