@@ -212,3 +212,106 @@ def test_advise_bad_host_cores_is_one_line_exit_2(tmp_path, capsys):
     assert main(["advise", str(run), "--host-cores", "0"]) == 2
     err = capsys.readouterr().err
     assert "--host-cores must be a whole number of cores >= 1, got 0" in err and len(err.strip().splitlines()) == 1
+
+
+# --- past the memory cap: accumulation (issue 25) ------------------------------------------------------------
+@pytest.mark.parametrize("global_batch, replicas, cap, fixed, per_replica, k", [
+    (16384, 64, 128, None, 128, 2),   # 256 per replica in 2 micro-batches of the 128 that fit
+    (96, 4, 10, None, 8, 3),          # 24 per replica: 8 is its largest divisor under 10
+    (100, 4, 7, None, 5, 5),          # 25: 5 x 5
+    (512, 4, 1000, None, 128, 1),     # fits in one pass
+    (256, 4, 100, 16, 16, 4),         # the per-replica batch fixed by the user: only K is chosen
+])
+def test_accumulation_plan_takes_the_largest_per_replica_batch_that_fits(global_batch, replicas, cap, fixed,
+                                                                          per_replica, k):
+    plan = advise.accumulation_plan(global_batch, replicas, cap, fixed)
+    assert (plan["per_replica_batch"], plan["accumulate"]) == (per_replica, k)
+    assert plan["per_replica_batch"] * replicas * plan["accumulate"] == global_batch
+    # What fits may be narrower than the cap (on CPU: the estimate with the accumulator).
+    assert advise.accumulation_plan(1024, 1, 1024, fits=lambda b, k: b <= 300)["per_replica_batch"] == 256
+
+
+@pytest.mark.parametrize("args, message", [
+    ((100, 8, 64), "--target-global-batch 100 does not divide among 8 replica(s): use a multiple of 8 (96 or 104)"),
+    ((3, 4, 64), "use a multiple of 4 (4)"),
+    ((0, 2, 8), "--target-global-batch must be a whole number of examples > 0, got 0"),
+    ((-64, 2, 8), "must be a whole number of examples > 0, got -64"),
+    ((100, 4, 64, 16), "--target-global-batch 100 is not a multiple of --per-replica-batch 16 x 4 replica(s) = 64: "
+                       "use 64 or 128, or drop --per-replica-batch"),
+    ((256, 4, 8, 16), "--per-replica-batch 16 does not fit: the most a replica holds is 8"),
+])
+def test_accumulation_plan_bad_input_names_the_fix(args, message):
+    with pytest.raises(ConfigError) as e:
+        advise.accumulation_plan(*args)
+    assert message in str(e.value)
+
+
+def test_recommendation_past_the_gpu_cap_accumulates_when_the_memory_cap_is_known():
+    # B_crit 16384 on 32 per replica asks for 512 GPUs; 64 are allowed and a replica holds 128.
+    rec = advise.recommend(16384.0, 32, 64, max_per_replica_batch=128)
+    assert (rec["replicas"], rec["global_batch"], rec["per_replica_batch"], rec["accumulate"]) == (64, 16384, 128, 2)
+    assert rec["train_with"] == "--replicas 64 --per-replica-batch 128 --accumulate 2"
+    assert rec["steps_ratio"] == pytest.approx(2.0)
+    assert rec["note"].startswith("64 GPU(s) x 128 x accumulate 2 = global batch 16384")
+    # Without the cap it stops at 64 x 32, as before.
+    rec = advise.recommend(16384.0, 32, 64)
+    assert (rec["global_batch"], rec["accumulate"]) == (2048, 1) and "capped at 64 GPUs" in rec["note"]
+    # Where one pass holds it, the per-replica batch rises instead: 4096 / 64 = 64 <= 256.
+    rec = advise.recommend(4096.0, 32, 64, max_per_replica_batch=256)
+    assert (rec["global_batch"], rec["per_replica_batch"], rec["accumulate"]) == (4096, 64, 1)
+    assert "the per-replica batch rises to 64" in rec["note"]
+    # Within the GPUs nothing changes.
+    assert advise.recommend(500.0, 32, 64, max_per_replica_batch=128)["global_batch"] == 512
+    with pytest.raises(ConfigError, match="per-replica batch 64 is over the 32 that fits"):
+        advise.recommend(500.0, 64, 64, max_per_replica_batch=32)
+
+
+def test_advise_reads_the_cap_from_find_batch_and_says_the_accumulate(tmp_path, capsys):
+    from tftoolkit.science import predict
+
+    run = _run_dir(tmp_path, steps=False, noise_scale=16384.0)
+    found = tmp_path / "fb"
+    found.mkdir()
+    (found / "batch_find.json").write_text(json.dumps({"max_per_replica_batch": 128, "device_kind": "GPU",
+                                                       "capped_at_max_batch": False}))
+    assert main(["advise", str(run), "--batch-find", str(found), "--interconnect", "nvlink4"]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: 64 GPU(s) x 128 x accumulate 2 = global batch 16384, closest to the critical batch" in out
+    assert (f"train with --replicas 64 --per-replica-batch 128 --accumulate 2 (a replica holds at most 128: find-batch "
+            f"({found / 'batch_find.json'}, on GPU))") in out
+    advice = json.loads((run / "advice.json").read_text())
+    assert (advice["recommended"]["accumulate"], advice["recommended"]["per_replica_batch"]) == (2, 128)
+    assert advice["max_per_replica_batch"] == 128 and advice["per_replica_batch"] == 32
+    frame = pd.read_csv(run / "tradeoff.csv")
+    rec = frame[frame["recommended"]].iloc[0]
+    assert (rec["replicas"], rec["global_batch"], rec["per_replica_batch"], rec["accumulate"]) == (64, 16384, 128, 2)
+    # Its step: 2 micro-steps of 128, each 4 x the run's 50 ms at 32, and one all-reduce over 8 hosts.
+    comm = predict.allreduce_time(4e6, 8, 8, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
+    assert rec["step_time_s"] == pytest.approx(2 * 0.2 + comm)
+    # The same cap given directly.
+    r = advise.advise(run, tmp_path / "direct", max_per_replica_batch=128, figures=False)
+    assert r["recommended"]["train_with"] == "--replicas 64 --per-replica-batch 128 --accumulate 2"
+    assert r["max_per_replica_batch_source"] == "--max-per-replica-batch"
+
+
+def test_advise_of_an_accumulating_run_shows_its_accumulate(tmp_path):
+    run = _run_dir(tmp_path, steps=False, global_batch=128, accumulate=2)
+    r = advise.advise(run, figures=False)
+    assert (r["current"]["global_batch"], r["current"]["per_replica_batch"], r["current"]["accumulate"]) == (128, 32, 2)
+    cur = r["frame"][r["frame"]["current"]].iloc[0]
+    assert (cur["replicas"], cur["global_batch"], cur["accumulate"]) == (2, 128, 2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-per-replica-batch", "64", "--batch-find", "x"], "give --max-per-replica-batch or --batch-find, not both"),
+    (["--max-per-replica-batch", "0"], "--max-per-replica-batch must be a whole number of examples >= 1, got 0"),
+    (["--batch-find", "nowhere"], "does not exist; write it with `tftoolkit find-batch --out DIR`"),
+    (["--max-per-replica-batch", "16", "--per-replica-batch", "32"],
+     "--per-replica-batch 32 is over the 16 a replica holds (--max-per-replica-batch); give 16 or less"),
+])
+def test_advise_bad_memory_cap_is_one_line_exit_2(tmp_path, capsys, args, message):
+    run = _run_dir(tmp_path, steps=False)
+    assert main(["advise", str(run), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (run / "advice.json").exists()

@@ -171,3 +171,72 @@ def test_find_batch_bad_input(tmp_path, capsys):
                "--memory-limit-mb", "0.001", "--out", str(tmp_path / "c"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and "does not fit even at per-replica batch 1" in err and len(err.strip().splitlines()) == 1
+
+
+# --- a target global batch: the per-replica batch and accumulate that reach it (issue 25) --------------------
+def test_memory_estimate_counts_the_accumulators_float32_gradient_sum():
+    from tftoolkit.engine import models as registry
+
+    model = registry.build(f"{MODELS}:dense_net", (2, 2, 3), 5)
+    params = 12 * 16 + 16 + 16 * 5 + 5
+    one, four = finders.estimate_memory(model, 10, "adam"), finders.estimate_memory(model, 10, "adam", accumulate=4)
+    assert one["accumulator"] == 0 and four["accumulator"] == 4 * params
+    assert four["total"] - one["total"] == 4 * params
+
+
+def test_find_batch_reaches_a_target_global_batch_by_accumulation_on_cpu(tmp_path, capsys):
+    # dense_net on 4x4x3 inputs with momentum: fixed 3 x 3816 bytes, 976 bytes per example; under 0.25 MiB one
+    # replica holds 256. Global 2048 on 2 replicas is 1024 per replica: 256 x 4 would fit alone, but not with the
+    # 3816-byte gradient sum accumulation keeps (11448 + 3816 + 256 x 976 > 262144): 128 x 8.
+    out = tmp_path / "fb"
+    assert main(["find-batch", "--replicas", "2", "--model", f"{MODELS}:dense_net", "--optimizer", "momentum",
+                 "--dataset", "synthetic", "--image-size", "4", "--train-images", "256", "--memory-limit-mb", "0.25",
+                 "--target-global-batch", "2048", "--out", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert ("global batch 2048 = per-replica batch 128 x 2 replica(s) x accumulate 8: train with --replicas 2 "
+            "--per-replica-batch 128 --accumulate 8 (the memory estimate counts the") in text
+    r = json.loads((out / "batch_find.json").read_text())
+    assert r["max_per_replica_batch"] == 256
+    t = r["target"]
+    assert (t["global_batch"], t["replicas"], t["per_replica_batch"], t["accumulate"], t["accumulator_bytes"]) == (
+        2048, 2, 128, 8, 3816)
+
+
+def test_a_gpu_target_says_what_the_trials_did_not_hold():
+    from types import SimpleNamespace
+
+    from tftoolkit.engine import models as registry
+
+    model = registry.build(f"{MODELS}:dense_net", (4, 4, 3), 10)
+    cfg = RunConfig(replicas=4, optimizer="adam")
+    t = finders._target(1000, SimpleNamespace(kind="GPU", replicas=4), 100, None, model, cfg, None)
+    assert (t["per_replica_batch"], t["accumulate"]) == (50, 5)  # 250 per replica: 50 x 5 (125 > 100)
+    assert "not in their peak; leave that much free" in t["memory"] and t["accumulator_bytes"] == 3816
+    t = finders._target(1000, SimpleNamespace(kind="GPU", replicas=4), 300, None, model, cfg, None)
+    assert (t["per_replica_batch"], t["accumulate"]) == (250, 1) and t["memory"].startswith("no accumulation")
+    # A per-replica batch the user fixed is kept, if it fits.
+    t = finders._target(1000, SimpleNamespace(kind="GPU", replicas=4), 100, 25, model, cfg, None)
+    assert (t["per_replica_batch"], t["accumulate"]) == (25, 10)
+    with pytest.raises(ConfigError, match="--per-replica-batch 125 does not fit: the most a replica holds is 100"):
+        finders._target(1000, SimpleNamespace(kind="GPU", replicas=4), 100, 125, model, cfg, None)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target-global-batch", "101"], "--target-global-batch 101 does not divide among 2 replica(s): use a multiple "
+                                       "of 2 (100 or 102)"),
+    (["--target-global-batch", "0"], "--target-global-batch must be a whole number of examples > 0, got 0"),
+    (["--target-global-batch", "100", "--per-replica-batch", "16"],
+     "--target-global-batch 100 is not a multiple of --per-replica-batch 16 x 2 replica(s) = 32: use 96 or 128, or "
+     "drop --per-replica-batch"),
+])
+def test_find_batch_bad_target_is_one_line_exit_2_before_any_trial(tmp_path, capsys, args, message):
+    rc = main(["find-batch", "--replicas", "2", "--model", f"{MODELS}:dense_net", "--dataset", "synthetic",
+               "--image-size", "4", "--memory-limit-mb", "1", "--out", str(tmp_path / "c"), "--quiet", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_find_batch_tries_one_micro_batch(tmp_path):
+    with pytest.raises(ConfigError, match="leave accumulate at 1, and give --target-global-batch"):
+        finders.find_batch(RunConfig(replicas=2, accumulate=2), tmp_path / "a", memory_limit_mb=1, quiet=True)

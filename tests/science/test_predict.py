@@ -320,3 +320,155 @@ def test_simulated_replicas_give_a_per_core_rate_to_plan_gpus_with(tmp_path):
                                 "device_kind": "CPU-simulated"})
     r = predict.run(run, tmp_path / "p", interconnects=FAST, max_replicas=8, compute_ms=100, figures=False)
     assert r["input_limit"]["scenarios"]["fast + ib200"]["limit_replicas"] == 3
+
+
+# --- the gradient exchange: dtype, packs, accumulation (issue 25) ------------------------------------------
+def test_dtype_bytes_are_the_engines():
+    from tftoolkit.config import ALLREDUCE_DTYPES
+    from tftoolkit.engine import collectives
+
+    assert predict.DTYPE_BYTES == collectives.DTYPE_BYTES and set(predict.DTYPE_BYTES) == set(ALLREDUCE_DTYPES)
+
+
+def _pipeline_hidden(allreduce, backward, packs):
+    """Packs of equal bytes, ready at i/P of the backward pass, sent one after another: what ends before it does."""
+    finish = 0.0
+    for i in range(1, packs + 1):
+        finish = max(finish, i * backward / packs) + allreduce / packs
+    return allreduce - (finish - backward)
+
+
+@pytest.mark.parametrize("allreduce, backward, packs", [(0.01, 0.04, 4), (0.1, 0.04, 4), (0.04, 0.04, 2),
+                                                         (0.3, 0.01, 8), (0.02, 0.05, 1), (0.05, 0.02, 3)])
+def test_packs_hide_what_a_pipeline_of_packs_behind_the_backward_pass_hides(allreduce, backward, packs):
+    assert predict.hidden_time(allreduce, backward, packs=packs) == pytest.approx(
+        _pipeline_hidden(allreduce, backward, packs))
+
+
+def test_pack_overlap_and_latency_numbers():
+    # Short all-reduce: all but the last of 4 packs hidden; long one: the first pack waits for 1/4 of the backward pass.
+    assert predict.hidden_time(0.01, 0.04, packs=4) == pytest.approx(0.0075)
+    assert predict.hidden_time(0.1, 0.04, packs=4) == pytest.approx(0.03)
+    assert predict.hidden_time(0.1, 0.04, packs=1) == 0.0
+    assert predict.hidden_time(0.1, 0.04, overlap=0.5) == pytest.approx(0.04)  # given: at most the backward pass
+    # Each pack is an all-reduce of its own: the bytes' term stays, the latency is paid per pack.
+    link = Link("x", 100.0, 5.0)
+    assert predict.allreduce_time(1e9, 8, 1, link, packs=4) == pytest.approx(0.0175 + 4 * 70e-6)
+
+
+def test_calibration_of_an_accumulating_run_in_bfloat16(tmp_path):
+    run = _run_dir(tmp_path, per_replica_batch=32, step_time_s=0.4, accumulate=4, allreduce_dtype="bfloat16",
+                   allreduce_packs=2, gradient_bytes=2_000_000)
+    cal = predict.calibrate(run)
+    # 0.4 s per optimizer step of 4 micro-steps: 0.1 s each; 2 MB in bfloat16 is 4 MB in float32.
+    assert (cal.compute_s, cal.accumulate, cal.allreduce_dtype, cal.allreduce_packs) == (0.1, 4, "bfloat16", 2)
+    assert cal.gradient_bytes_in("float32") == 4e6 and cal.gradient_bytes_in("float16") == 2e6
+    assert cal.gradient_bytes_in() == 2e6
+    assert "100 ms per micro-step" in cal.label and "/ accumulate 4" in cal.label
+    assert cal.compute_at(1, 32, "dedicated", accumulate=4) == pytest.approx(0.4)
+    # --compute-ms is one micro-step's, whatever the run's accumulate.
+    assert predict.calibrate(run, compute_ms=20).compute_s == pytest.approx(0.02)
+    # params stand for elements: bytes in the run's dtype.
+    cal = predict.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "step_time_s": 0.1, "params": 1_000_000,
+                                     "allreduce_dtype": "float16"})
+    assert cal.gradient_bytes == 2e6 and cal.gradient_bytes_in("float32") == 4e6
+    # A run from before the fields: float32, one pack, no accumulation.
+    old = predict.calibrate(_run_dir(tmp_path, "old"))
+    assert (old.accumulate, old.allreduce_dtype, old.allreduce_packs) == (1, "float32", 1)
+    with pytest.raises(RunDirError, match=r"unreadable field\(s\): accumulate \(it is 0\), allreduce_dtype"):
+        predict.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "step_time_s": 0.1, "params": 1,
+                                   "accumulate": 0, "allreduce_dtype": "int8"})
+
+
+def test_accumulation_shrinks_communications_share_and_dtype_and_packs_shrink_it_too():
+    # 10 ms per micro-step, 400 MB of float32 gradients over 10 GB/s without latency: 70 ms on 8 replicas.
+    cal = Calibration(0.01, 32, 1, 4e8, "test")
+    link = Link("l", 10.0, 0.0)
+
+    def at8(**kw):
+        return predict.predict(cal, link, max_replicas=8, **kw).set_index("replicas").loc[8]
+
+    one, four = at8(), at8(accumulate=4)
+    assert one["step_time_s"] == pytest.approx(0.08) and four["step_time_s"] == pytest.approx(0.04 + 0.07)
+    assert four["global_batch"] == 32 * 8 * 4 and four["compute_s"] == pytest.approx(0.04)
+    # Efficiency = compute / step: communication's share falls from 7/8 to 7/11.
+    assert one["efficiency"] == pytest.approx(0.01 / 0.08) and four["efficiency"] == pytest.approx(0.04 / 0.11)
+    assert at8(allreduce_dtype="bfloat16")["allreduce_s"] == pytest.approx(0.035)
+    # 4 packs: 3/4 of the backward pass (2/3 of 10 ms) hidden, 70 ms being longer; none with accumulation, whose
+    # all-reduce follows the micro-batch loop, unless an overlap is given.
+    packed = at8(allreduce_packs=4)
+    assert packed["hidden_s"] == pytest.approx(0.75 * 0.01 * 2 / 3)
+    assert packed["step_time_s"] == pytest.approx(0.08 - 0.005)
+    assert at8(allreduce_packs=4, accumulate=4)["hidden_s"] == 0.0
+    assert at8(allreduce_packs=4, accumulate=4, overlap=1.0)["hidden_s"] == pytest.approx(0.01 * 2 / 3)
+    assert (packed["allreduce_dtype"], packed["allreduce_packs"], packed["accumulate"]) == ("float32", 4, 1)
+    # Strong scaling keeps the global batch: per-replica batch = global / (replicas x K).
+    strong = predict.predict(cal, link, max_replicas=8, mode="strong", global_batch=1024, accumulate=4)
+    assert strong.set_index("replicas")["per_replica_batch"].loc[[1, 8]].tolist() == [256, 32]
+    with pytest.raises(ConfigError, match="--allreduce-packs must be a whole number >= 1, got 0"):
+        predict.predict(cal, link, allreduce_packs=0)
+    with pytest.raises(ConfigError, match="--allreduce-dtype must be one of float32, bfloat16, float16"):
+        predict.predict(cal, link, allreduce_dtype="float64")
+
+
+def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys):
+    run = _run_dir(tmp_path, step_time_s=0.1)  # 1 GPU, 1,000,000 float32 parameters: 4 MB
+    out = tmp_path / "p"
+    assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8",
+                 "--allreduce-dtype", "bfloat16", "--allreduce-packs", "4"]) == 0
+    text = capsys.readouterr().out
+    assert ("one all-reduce of 2.00 MB in bfloat16 (the run's 4.00 MB in float32, converted) in 4 packs; hidden "
+            "behind the backward pass: modelled, not measured here") in text
+    result = json.loads((out / "prediction.json").read_text())
+    assert result["overlap_model"].startswith("modelled, not measured here") and result["overlap_modelled"] is True
+    assert (result["allreduce_dtype"], result["allreduce_packs"], result["accumulate"], result["gradient_bytes"]) == (
+        "bfloat16", 4, 1, 2e6)
+    assert result["measured_point"] is None  # the run all-reduced float32 in one pack: not the forecast's step
+    df = pd.read_csv(out / "prediction.csv").set_index("replicas")
+    assert {"allreduce_dtype", "allreduce_packs", "accumulate", "gradient_bytes", "hidden_s"} <= set(df.columns)
+    comm = 4 * (2 * 7 / 8 * 0.5e6 / 31.5e9 + 14 * 3e-6)
+    assert df.loc[8, "allreduce_s"] == pytest.approx(comm) and df.loc[8, "hidden_s"] == pytest.approx(0.75 * comm)
+    assert df.loc[8, "step_time_s"] == pytest.approx(0.1 + comm / 4)
+    # Accumulation: the step is K micro-steps and one all-reduce; given overlap is said to be given.
+    assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8",
+                 "--accumulate", "4", "--overlap", "0.5"]) == 0
+    assert "step: accumulate 4 (compute 4 x one micro-step" in capsys.readouterr().out
+    result = json.loads((out / "prediction.json").read_text())
+    assert result["overlap_model"].startswith("given (--overlap 0.5)") and result["overlap_modelled"] is False
+    df = pd.read_csv(out / "prediction.csv").set_index("replicas")
+    assert df.loc[8, "global_batch"] == 64 * 8 * 4 and df.loc[8, "compute_s"] == pytest.approx(0.4)
+    # The run's own settings: its measured point is beside the forecast, and nothing is hidden.
+    assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
+    result = json.loads((out / "prediction.json").read_text())
+    assert result["overlap_model"].startswith("none: one all-reduce") and result["measured_point"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--allreduce-packs", "0"], "--allreduce-packs must be a whole number >= 1, got 0"),
+    (["--accumulate", "-2"], "--accumulate must be a whole number >= 1, got -2"),
+    (["--overlap", "1.5"], "--overlap is a fraction of the all-reduce in [0, 1], got 1.5"),
+    (["--allreduce-dtype", "float64"], "invalid choice: 'float64'"),
+])
+def test_cli_predict_bad_exchange_options_are_one_line_exit_2(tmp_path, capsys, args, message):
+    run = _run_dir(tmp_path)
+    try:
+        rc = main(["predict", str(run), "--interconnect", "pcie4", *args])
+    except SystemExit as e:  # argparse's own check of a choice
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (run / "prediction.json").exists()
+
+
+def test_compare_models_each_measured_run_with_its_own_accumulation(tmp_path):
+    cal = Calibration(0.01, 32, 1, 4e6, "test")
+    link = Link("m", 1.0, 100.0)
+    run = _run_dir(tmp_path, "r2", replicas=2, per_replica_batch=32, accumulate=2, step_time_s=0.03)
+    table = tmp_path / "scaling.csv"
+    pd.DataFrame({"replicas": [2], "global_batch": [128], "images_per_sec": [128 / 0.03],
+                  "accumulate": [2]}).to_csv(table, index=False)
+    cmp_ = predict.compare(cal, link, predict.measured_frame([run, table]))
+    # 2 micro-steps of 10 ms + 2*1/2*4e6/1e9 + 2*100e-6 = 24.2 ms, for both (the table's 128 = 32 x 2 x 2).
+    assert cmp_["per_replica_batch"].tolist() == [32, 32]
+    assert cmp_["predicted_step_time_s"].tolist() == pytest.approx([0.0242, 0.0242])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..config import ALLREDUCE_DTYPES
 from .common import add_config_options, config_from_args
 
 
@@ -17,12 +18,23 @@ def add(sub) -> None:
                                    "steps, an interval wider than a factor of 3) are printed before any "
                                    "recommendation and kept in advice.json (reliable, warnings). It also says at "
                                    "which GPU count the host's input becomes the limit, from the run's input rate per "
-                                   "core (input_limit in advice.json, input_limit.csv). Exit code 1 when "
+                                   "core (input_limit in advice.json, input_limit.csv). Given how much a replica "
+                                   "holds (--batch-find or --max-per-replica-batch), a recommended global batch "
+                                   "past --max-replicas GPUs x that comes with the accumulate K and per-replica "
+                                   "batch that reach it. Exit code 1 when "
                                    "there is no positive noise scale to recommend from.")
     p.add_argument("run_dir", help="run directory of a run trained with --noise-scale")
     p.add_argument("--out", help="where to write advice.json, tradeoff.csv, tradeoff.png (default: RUN_DIR)")
-    p.add_argument("--per-replica-batch", type=int, help="per-replica batch to plan with (default: the run's; "
-                                                         "e.g. what find-batch found)")
+    p.add_argument("--per-replica-batch", type=int, help="per-replica batch to plan with (default: the run's, or "
+                                                         "the memory cap if that is smaller)")
+    p.add_argument("--batch-find", metavar="PATH",
+                   help="find-batch's batch_find.json (or the --out folder holding it): its max_per_replica_batch is "
+                        "the memory cap, the most a replica holds. When the critical batch asks for more GPUs than "
+                        "--max-replicas, the recommendation reaches it anyway as per-replica batch (at most the cap) x "
+                        "GPUs x accumulate K, and says which K (advice.json: recommended.accumulate)")
+    p.add_argument("--max-per-replica-batch", type=int, metavar="B",
+                   help="the memory cap given directly instead of --batch-find: the largest per-replica batch that "
+                        "fits on the GPUs you will train on")
     p.add_argument("--max-replicas", type=int, default=64, help="most GPUs to consider (default: 64)")
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
                                           + ", ".join(predict.PRESETS) + " or NAME=GBps[:latency_us]")
@@ -48,11 +60,19 @@ def add(sub) -> None:
                                 "estimated training memory stays under it; on GPUs an extra cap on the measured peak")
             p.add_argument("--max-batch", type=int, default=finders.MAX_BATCH,
                            help=f"stop doubling here (default: {finders.MAX_BATCH})")
+            p.add_argument("--target-global-batch", type=int, metavar="G",
+                           help="also say how to train at global batch G, more than the replicas may hold in one pass: "
+                                "the largest per-replica batch b that fits with G = b x replicas x K for a whole K, "
+                                "and that K (--accumulate: micro-batches summed per optimizer step). G must be a multiple "
+                                "of the replicas, or of --per-replica-batch x replicas when --per-replica-batch is "
+                                "given (then only K is chosen). On CPU replicas the memory estimate counts the "
+                                "gradient sum accumulation adds")
         add_config_options(p, skip=FINDER_SKIP[name])
         p.set_defaults(func=fn)
 
     p = sub.add_parser("predict", help="predict speedup and efficiency for 1..64 GPUs from a measured run",
-                       description="Scaling model: step time = compute + ring all-reduce(gradient bytes, N) - overlap, "
+                       description="Scaling model: step time = K micro-steps of compute + ring all-reduce(gradient "
+                                   "bytes in the all-reduce dtype, N, in P packs) - overlap, "
                                    "calibrated from a run directory and an allreduce.csv or link presets "
                                    "(see tftoolkit.predict for the figures and their sources); and the GPU count at "
                                    "which the host's input becomes the limit (input_limit in prediction.json, the "
@@ -71,15 +91,33 @@ def add(sub) -> None:
     p.add_argument("--devices", choices=predict.DEVICES, default="dedicated",
                    help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
                         "(CPU-simulated replicas) (default: dedicated)")
-    p.add_argument("--overlap", type=float, default=0.0, help="fraction of the all-reduce hidden behind the "
-                                                              "backward pass (default: 0, as this toolkit's step)")
+    p.add_argument("--overlap", type=float, help="fraction of the all-reduce hidden behind the backward pass, at "
+                                                 "most that pass (2/3 of one micro-step's compute) (default: none with "
+                                                 "one pack, as this toolkit's step; modelled from --allreduce-packs "
+                                                 "with several)")
+    p.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES,
+                   help="dtype the gradients travel in: the run's gradient bytes are converted from its own dtype "
+                        "(summary allreduce_dtype; float32 for older runs) by bytes per element, so bfloat16 and "
+                        "float16 move half of float32's (default: the run's)")
+    p.add_argument("--allreduce-packs", type=int, metavar="P",
+                   help="all-reduce in P packs of equal bytes, last layers first, each its own call (so the latency is "
+                        "paid P times). Without --overlap the first P-1 are modelled, not measured, to go while the "
+                        "backward pass runs and the last after it: hidden = (P-1)/P x min(all-reduce, backward pass); "
+                        "nothing is hidden with --accumulate > 1, where the step all-reduces after its micro-batches "
+                        "(default: the run's)")
+    p.add_argument("--accumulate", type=int, metavar="K",
+                   help="micro-batches per replica per optimizer step: a step is modelled as K x the compute of one "
+                        "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
+                        "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
+                        "(default: the run's)")
     p.add_argument("--max-replicas", type=int, default=predict.DEFAULT_MAX_REPLICAS, help="default: 64")
     p.add_argument("--gpus-per-host", type=int, default=predict.DEFAULT_GPUS_PER_HOST, help="default: 8")
     p.add_argument("--nics-per-host", type=int, default=1, help="NICs per host for the inter-host link (default: 1)")
     p.add_argument("--measured", nargs="+", help="run directories or scaling.csv to compare the prediction with")
     p.add_argument("--compute-ms", type=float, metavar="MS",
-                   help="the step's compute on one GPU at the run's per-replica batch, in ms, instead of the run's "
-                        "own: needed to forecast GPUs from a run on CPU-simulated replicas (refused otherwise: a "
+                   help="the compute of one forward/backward pass on one GPU at the run's per-replica batch (with "
+                        "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
+                        "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
     p.add_argument("--algorithm", choices=tuple(predict.ALGORITHMS), default="ring",
                    help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
@@ -100,7 +138,8 @@ def advise_command(args) -> int:
 
     result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
                            max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host,
-                           host_cores=args.host_cores)
+                           host_cores=args.host_cores, max_per_replica_batch=args.max_per_replica_batch,
+                           batch_find=args.batch_find)
     print(advise.describe(result))
     print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv"
           + (", input_limit.csv" if result["input_frame"] is not None else "")
@@ -115,7 +154,8 @@ _NOT_FOR_FINDERS = ("steps", "epochs", "checkpoint_every", "profile_steps", "noi
                     "eval_every_epoch", "timing_warmup_steps", "divergence_factor", "warmup_epochs", "schedule",
                     "base_lr", "data_placement", "workers", "input_sharding")
 FINDER_SKIP = {"find-lr": _NOT_FOR_FINDERS,
-               "find-batch": _NOT_FOR_FINDERS + ("lr_rule", "base_batch", "augment", "last_batch", "steps_per_loop")}
+               "find-batch": _NOT_FOR_FINDERS + ("lr_rule", "base_batch", "augment", "last_batch", "steps_per_loop",
+                                                 "accumulate")}
 
 
 def find_lr_command(args) -> int:
@@ -136,10 +176,14 @@ def find_batch_command(args) -> int:
     from ..science import finders
 
     r = finders.find_batch(config_from_args(args, skip=FINDER_SKIP["find-batch"]), args.out, memory_limit_mb=args.memory_limit_mb,
-                           max_batch=args.max_batch, quiet=args.quiet)
+                           max_batch=args.max_batch, quiet=args.quiet, target_global_batch=args.target_global_batch)
     print(f"largest per-replica batch that fits: {r['max_per_replica_batch']}"
           f"{' (the --max-batch cap)' if r['capped_at_max_batch'] else ''}; global batch "
           f"{r['max_global_batch']} on {r['replicas']} replica(s); criterion: {r['criterion']}")
+    if "target" in r:
+        t = r["target"]
+        print(f"global batch {t['global_batch']} = per-replica batch {t['per_replica_batch']} x {t['replicas']} "
+              f"replica(s) x accumulate {t['accumulate']}: train with {t['train_with']} ({t['memory']})")
     print(f"written: {args.out}/batch_find.csv, batch_find.json, batch_find.png")
     return 0
 
@@ -151,7 +195,9 @@ def predict_command(args) -> int:
                          allreduce_csv=args.allreduce_csv, impl=args.impl, mode=args.mode, devices=args.devices,
                          overlap=args.overlap, max_replicas=args.max_replicas, gpus_per_host=args.gpus_per_host,
                          nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm,
-                         compute_ms=args.compute_ms, host_cores=args.host_cores)
+                         compute_ms=args.compute_ms, host_cores=args.host_cores,
+                         allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs,
+                         accumulate=args.accumulate)
     print(predict.describe(result))
     print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
     return 0

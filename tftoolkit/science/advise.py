@@ -17,6 +17,14 @@ alone exceeds B_crit, more GPUs only burn examples: one GPU, and a smaller batch
 With an interconnect (``interconnect=``) the run's compute time and the scaling model
 (``tftoolkit.predict``) add the predicted time to reach the same loss, relative to one GPU:
 S(N·b)/S(b) × t_step(N)/t_step(1).
+
+Past the memory cap: when the GPUs are capped (``max_replicas``) below the count B_crit asks for, the batch B_crit
+asks for is still reachable by gradient accumulation, if advise knows how much a replica holds (the cap:
+``max_per_replica_batch``, or find-batch's batch_find.json). The recommended global batch G is then the
+power-of-two multiple of the per-replica batch closest to B_crit, as without the cap, reached on the capped GPU
+count N as G = b × N × K with the largest per-replica batch b that fits (fewest micro-steps: accumulation_plan);
+advice.json's ``recommended`` holds ``accumulate`` K and ``per_replica_batch`` b. Without the cap the
+recommendation stops at max_replicas × the per-replica batch, as before.
 """
 
 from __future__ import annotations
@@ -28,13 +36,85 @@ import numpy as np
 import pandas as pd
 
 from .. import summary as summary_schema
-from ..errors import ConfigError, RunDirError
+from ..errors import ConfigError, DataError, RunDirError
 
 DEFAULT_MAX_REPLICAS = 64
+BATCH_FIND = "batch_find.json"  # what find-batch writes into its --out folder
 
 # The summary.json fields the advice is made from.
 READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_batch", "replicas", "global_batch",
-                             "final_loss_mean10", "num_classes", "noise_scale_ema")
+                             "final_loss_mean10", "num_classes", "noise_scale_ema", "accumulate")
+
+
+def _whole(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _multiples(g: int, m: int) -> str:
+    lo, hi = (g // m) * m, (g // m + 1) * m
+    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
+
+
+def accumulation_plan(global_batch: int, replicas: int, max_per_replica_batch: int,
+                      per_replica_batch: int | None = None, fits=None) -> dict:
+    """How ``replicas`` reach ``global_batch`` = b x replicas x K: the largest per-replica batch b <=
+    ``max_per_replica_batch`` (and with ``fits(b, K)`` true, when given) that divides global_batch / replicas, and
+    K = its quotient; a larger micro-batch means fewer micro-steps, each a pass that does the same work faster.
+    ``per_replica_batch``: fixed by the user, so only K is chosen. ConfigError, naming the fix, for a global batch
+    that is not a whole number > 0, that does not divide among the replicas (or the fixed batch), or a fixed batch
+    that does not fit. Returns {"global_batch", "replicas", "per_replica_batch", "accumulate"}."""
+    g, n = global_batch, replicas
+    if not (_whole(g) and g > 0):
+        raise ConfigError(f"--target-global-batch must be a whole number of examples > 0, got {g!r}")
+    if not (_whole(n) and n >= 1):
+        raise ConfigError(f"replicas must be a whole number >= 1, got {n!r}")
+    if per_replica_batch is not None:
+        step = per_replica_batch * n
+        if g % step:
+            raise ConfigError(f"--target-global-batch {g} is not a multiple of --per-replica-batch {per_replica_batch} "
+                              f"x {n} replica(s) = {step}: use {_multiples(g, step)}, or drop --per-replica-batch to "
+                              "let the per-replica batch be chosen")
+        if max_per_replica_batch is not None and per_replica_batch > max_per_replica_batch:
+            raise ConfigError(f"--per-replica-batch {per_replica_batch} does not fit: the most a replica holds is "
+                              f"{max_per_replica_batch}; lower it, or drop it to let the per-replica batch be chosen")
+        k = int(g // step)
+        if fits is not None and not fits(per_replica_batch, k):
+            raise ConfigError(f"--per-replica-batch {per_replica_batch} with accumulate {k} does not fit (the sum of "
+                              "the gradients accumulation keeps takes memory too); lower it, or drop it to let the "
+                              "per-replica batch be chosen")
+        return {"global_batch": int(g), "replicas": int(n), "per_replica_batch": int(per_replica_batch),
+                "accumulate": k}
+    if g % n:
+        raise ConfigError(f"--target-global-batch {g} does not divide among {n} replica(s): use a multiple of {n} "
+                          f"({_multiples(g, n)})")
+    if not (_whole(max_per_replica_batch) and max_per_replica_batch >= 1):
+        raise ConfigError(f"the most a replica holds must be a per-replica batch >= 1, got {max_per_replica_batch!r}")
+    m = g // n
+    for k in range(max(1, -(-m // max_per_replica_batch)), m + 1):
+        if m % k == 0 and (fits is None or fits(m // k, k)):
+            return {"global_batch": int(g), "replicas": int(n), "per_replica_batch": int(m // k), "accumulate": int(k)}
+    raise ConfigError(f"no per-replica batch reaches global batch {g} on {n} replica(s) within the memory; use a "
+                      "smaller model or more memory")
+
+
+def read_memory_cap(path) -> tuple[int, str]:
+    """(the largest per-replica batch that fits, where that comes from) from find-batch's batch_find.json (or the
+    folder it is in)."""
+    from ..fileio import read_json
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / BATCH_FIND
+    if not p.exists():
+        raise DataError(f"{p} does not exist; write it with `tftoolkit find-batch --out DIR` and pass DIR")
+    r = read_json(p)
+    cap = r.get("max_per_replica_batch") if isinstance(r, dict) else None
+    if not (_whole(cap) and cap >= 1):
+        raise DataError(f"{p} has no max_per_replica_batch >= 1 (it is {cap!r}); write it with `tftoolkit find-batch`")
+    source = f"find-batch ({p}, on {r.get('device_kind') or 'unknown devices'})"
+    if r.get("capped_at_max_batch"):
+        source += ": its --max-batch, so at least this fits"
+    return int(cap), source
 
 def steps_ratio(batch, b_crit):
     """S/S_min = 1 + B_crit/B."""
@@ -46,13 +126,20 @@ def examples_ratio(batch, b_crit):
     return 1.0 + np.asarray(batch, dtype=float) / np.asarray(b_crit, dtype=float)
 
 
-def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS) -> dict:
-    """The replica count (power of two) whose global batch is closest to B_crit in log scale."""
+def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
+              max_per_replica_batch: int | None = None) -> dict:
+    """The replica count (power of two) whose global batch is closest to B_crit in log scale. When that count is
+    over ``max_replicas`` and ``max_per_replica_batch`` (the memory cap) is known, the same global batch on
+    max_replicas GPUs, with the per-replica batch and accumulate K that reach it (accumulation_plan)."""
     if not (isinstance(b_crit, (int, float)) and math.isfinite(b_crit) and b_crit > 0):
         raise ConfigError(f"noise scale must be a finite number > 0, got {b_crit!r}")
     if per_replica_batch < 1 or max_replicas < 1:
         raise ConfigError(f"per-replica batch and max replicas must be >= 1, got {per_replica_batch}, {max_replicas}")
+    if max_per_replica_batch is not None and per_replica_batch > max_per_replica_batch:
+        raise ConfigError(f"per-replica batch {per_replica_batch} is over the {max_per_replica_batch} that fits; give "
+                          f"--per-replica-batch {max_per_replica_batch} or less")
     ratio = b_crit / per_replica_batch
+    k = 1
     if ratio < 1:
         n = 1
         # Halve the batch towards B_crit (powers of two, at least 2 so the noise scale stays measurable).
@@ -61,33 +148,57 @@ def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT
         note = (f"the per-replica batch {per_replica_batch} alone exceeds the critical batch {b_crit:.3g}: more GPUs "
                 f"would only use more examples per step. Train on 1 GPU, with a global batch near {batch}")
     else:
-        n = int(min(2 ** round(math.log2(ratio)), 2 ** int(math.log2(max_replicas))))
+        want = 2 ** round(math.log2(ratio))
+        n = int(min(want, 2 ** int(math.log2(max_replicas))))
         batch = n * per_replica_batch
-        capped = 2 ** round(math.log2(ratio)) > n
+        capped = want > n
         note = (f"{n} GPU(s) x {per_replica_batch} = global batch {batch}, closest to the critical batch "
                 f"{b_crit:.3g}" + (f" (capped at {max_replicas} GPUs)" if capped else ""))
+        if capped and max_per_replica_batch is not None:
+            # The GPUs stop short of B_crit; the memory does not have to: the batch B_crit asks for, in micro-batches.
+            batch = int(want * per_replica_batch)
+            plan = accumulation_plan(batch, n, max_per_replica_batch)
+            per_replica_batch, k = plan["per_replica_batch"], plan["accumulate"]
+            note = (f"{n} GPU(s) x {per_replica_batch}" + (f" x accumulate {k}" if k > 1 else "")
+                    + f" = global batch {batch}, closest to the critical batch {b_crit:.3g}: {n} GPUs is the "
+                    f"--max-replicas cap and {max_per_replica_batch} the most a replica holds, so "
+                    + (f"each replica sums {k} micro-batches of {per_replica_batch} per step" if k > 1
+                       else f"the per-replica batch rises to {per_replica_batch}"))
     return {"replicas": n, "global_batch": int(batch), "per_replica_batch": int(min(per_replica_batch, batch)),
+            "accumulate": int(k), "max_per_replica_batch": max_per_replica_batch,
+            "train_with": f"--replicas {n} --per-replica-batch {int(min(per_replica_batch, batch))}"
+                          + (f" --accumulate {k}" if k > 1 else ""),
             "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit)),
             "note": note}
 
 
+def _point(p) -> tuple[int, int, int, int] | None:
+    """(replicas, global batch, per-replica batch, accumulate) of a (replicas, global batch[, per-replica[, K]])."""
+    if p is None:
+        return None
+    n, g, *rest = (int(x) for x in p)
+    k = rest[1] if len(rest) > 1 else 1
+    return n, g, rest[0] if rest else g // (n * k), k
+
+
 def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
-                   current: tuple[int, int] | None = None, recommended: tuple[int, int] | None = None) -> pd.DataFrame:
+                   current: tuple | None = None, recommended: tuple | None = None) -> pd.DataFrame:
     """One row per power-of-two replica count (global batch N x per-replica batch) with S/S_min and E/E_min;
-    ``current`` and ``recommended`` are (replicas, global batch), flagged, and added when not on that grid."""
+    ``current`` and ``recommended`` are (replicas, global batch[, per-replica batch[, accumulate]]), flagged, and
+    added when not on that grid (whose rows do not accumulate)."""
     points = []
     n = 1
     while n <= max_replicas:
-        points.append((n, n * per_replica_batch))
+        points.append((n, n * per_replica_batch, per_replica_batch, 1))
         n *= 2
+    current, recommended = _point(current), _point(recommended)
     for extra in (current, recommended):
-        if extra is not None and tuple(extra) not in points:
-            points.append(tuple(extra))
-    rows = [{"replicas": int(n), "global_batch": int(b), "steps_ratio": float(steps_ratio(b, b_crit)),
-             "examples_ratio": float(examples_ratio(b, b_crit)), "b_crit": b_crit,
-             "current": current is not None and (n, b) == tuple(current),
-             "recommended": recommended is not None and (n, b) == tuple(recommended)}
-            for n, b in points]
+        if extra is not None and extra not in points:
+            points.append(extra)
+    rows = [{"replicas": n, "global_batch": g, "per_replica_batch": b, "accumulate": k,
+             "steps_ratio": float(steps_ratio(g, b_crit)), "examples_ratio": float(examples_ratio(g, b_crit)),
+             "b_crit": b_crit, "current": (n, g, b, k) == current, "recommended": (n, g, b, k) == recommended}
+            for n, g, b, k in points]
     return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
 
 
@@ -100,25 +211,29 @@ def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: 
     cal = predict.calibrate_summary(summary, "summary.json")
     intra, inter = predict.parse_link(interconnect), predict.parse_link(inter_host)
     out = frame.copy()
-    out["step_time_s"] = [_step_time(cal, int(n), b / n, gpus_per_host, intra, inter)
-                          for n, b in zip(out["replicas"], out["global_batch"])]
+    if "accumulate" not in out.columns:
+        out["accumulate"], out["per_replica_batch"] = 1, out["global_batch"] / out["replicas"]
+    out["step_time_s"] = [_step_time(cal, int(n), b, gpus_per_host, intra, inter, int(k))
+                          for n, b, k in zip(out["replicas"], out["per_replica_batch"], out["accumulate"])]
     b1 = per_replica_batch or summary["per_replica_batch"]
-    base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1)].iloc[0]
+    base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1) & (out["accumulate"] == 1)].iloc[0]
     out["time_ratio"] = out["steps_ratio"] / base["steps_ratio"] * out["step_time_s"] / base["step_time_s"]
     out["gpu_time_ratio"] = out["time_ratio"] * out["replicas"]
     out["interconnect"] = intra.name
     return out
 
 
-def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=None, inter=None) -> float:
-    """predict's step time on ``n`` GPUs (whole hosts of ``gpus_per_host`` past one); compute alone without ``intra``."""
+def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=None, inter=None,
+               accumulate: int = 1) -> float:
+    """predict's step time on ``n`` GPUs (whole hosts of ``gpus_per_host`` past one) of ``accumulate`` micro-steps,
+    all-reducing as the run did (its dtype and packs); compute alone without ``intra``."""
     from . import predict
 
     g, hosts = (n, 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
-    compute = cal.compute_at(n, per_replica_batch, "dedicated")
     if intra is None:
-        return compute
-    return predict.step_time(compute, predict.allreduce_time(cal.gradient_bytes, g, hosts, intra, inter))
+        return cal.compute_at(n, per_replica_batch, "dedicated", accumulate)
+    ex = predict.exchange(cal, accumulate=accumulate)
+    return predict.step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
 
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
@@ -195,26 +310,41 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
 
 def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
            interconnect: str | None = None, inter_host: str = "ib200", gpus_per_host: int = 8,
-           figures: bool = True, host_cores: int | None = None) -> dict:
+           figures: bool = True, host_cores: int | None = None, max_per_replica_batch: int | None = None,
+           batch_find=None) -> dict:
     """``tftoolkit advise``: advice.json, tradeoff.csv and figures in ``out`` (default: RUN_DIR).
 
     The advice says first whether it can be trusted (``reliable``, ``warnings``); without a positive noise scale
     there is no recommendation (``recommended`` is None), rather than one made from noise. Either way it says at
-    which GPU count the host's input becomes the limit (``input_limit``, input_limit.csv)."""
+    which GPU count the host's input becomes the limit (``input_limit``, input_limit.csv).
+
+    The memory cap, the largest per-replica batch a replica holds, comes from ``max_per_replica_batch`` or from
+    find-batch's ``batch_find`` (batch_find.json or its folder); with it a recommendation past ``max_replicas`` GPUs
+    reaches its global batch by accumulation (recommend), and the per-replica batch planned with defaults to the
+    run's or the cap, whichever is smaller."""
     from .. import fileio
 
+    cap, cap_source = memory_cap(max_per_replica_batch, batch_find)
     s, steps = read_run(run_dir)
     est = estimate(s, steps)
     b_crit = est["noise_scale"]
-    b = int(per_replica_batch or s["per_replica_batch"])
+    if per_replica_batch is not None and cap is not None and per_replica_batch > cap:
+        raise ConfigError(f"--per-replica-batch {per_replica_batch} is over the {cap} a replica holds ({cap_source}); "
+                          f"give {cap} or less")
+    b = int(per_replica_batch or (s["per_replica_batch"] if cap is None else min(s["per_replica_batch"], cap)))
     input_frame, input_fields = input_limit(s, b, max_replicas, interconnect, inter_host, gpus_per_host, host_cores)
-    current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"]))
+    run_k = int(s.get("accumulate") or 1)
+    current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"] * run_k))
     usable = math.isfinite(b_crit) and b_crit > 0
     time_refused = None
     if usable:
-        rec = recommend(b_crit, b, max_replicas)
-        frame = tradeoff_frame(b_crit, b, max_replicas, current=(int(s["replicas"]), current_batch),
-                               recommended=(rec["replicas"], rec["global_batch"]))
+        rec = recommend(b_crit, b, max_replicas, cap)
+        if cap is not None:
+            rec["max_per_replica_batch_source"] = cap_source
+        frame = tradeoff_frame(b_crit, b, max_replicas,
+                               current=(int(s["replicas"]), current_batch, int(s["per_replica_batch"]), run_k),
+                               recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
+                                            rec["accumulate"]))
         if interconnect:
             from . import predict
 
@@ -225,6 +355,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
             else:
                 frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
         current = {"replicas": s["replicas"], "global_batch": current_batch,
+                   **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
                    "examples_ratio": float(examples_ratio(current_batch, b_crit))}
     else:
@@ -236,6 +367,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit, "noise_scale_interval": est["interval"],
         "noise_scale_source": est["source"], "reliable": est["reliable"], "warnings": est["warnings"],
         "noise_scale_steps": est["window_steps"], "per_replica_batch": b, "max_replicas": max_replicas,
+        "max_per_replica_batch": cap, "max_per_replica_batch_source": cap_source,
         "current": current,
         "recommended": rec,
         "input_limit": input_fields,
@@ -272,6 +404,20 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     return result
 
 
+def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tuple[int | None, str | None]:
+    """(the largest per-replica batch a replica holds, where it comes from), or (None, None) when neither is given."""
+    if max_per_replica_batch is not None and batch_find is not None:
+        raise ConfigError("give --max-per-replica-batch or --batch-find, not both (they say the same thing)")
+    if batch_find is not None:
+        return read_memory_cap(batch_find)
+    if max_per_replica_batch is None:
+        return None, None
+    if not (_whole(max_per_replica_batch) and max_per_replica_batch >= 1):
+        raise ConfigError(f"--max-per-replica-batch must be a whole number of examples >= 1, got "
+                          f"{max_per_replica_batch!r}")
+    return int(max_per_replica_batch), "--max-per-replica-batch"
+
+
 def describe(result: dict) -> str:
     """What ``advise`` found, the reasons not to trust it first (before any recommendation), the input limit last."""
     from .predict import input_lines
@@ -291,6 +437,10 @@ def describe(result: dict) -> str:
         f"recommended: {rec['note']}; {rec['steps_ratio']:.2f} x the fewest steps, "
         f"{rec['examples_ratio']:.2f} x the fewest examples",
     ]
+    if rec.get("accumulate", 1) > 1 or rec.get("max_per_replica_batch") is not None:
+        lines.append(f"train with {rec['train_with']}"
+                     + (f" (a replica holds at most {rec['max_per_replica_batch']}: "
+                        f"{rec.get('max_per_replica_batch_source')})" if rec.get("max_per_replica_batch") else ""))
     if result.get("time_model_refused"):
         lines.append(result["time_model_refused"])
     if "time_model" in result:

@@ -23,6 +23,13 @@ so ``memory_limit_mb`` is required and means: a batch fits when the *estimated* 
 replica stays under it (``estimate_memory``: weights, gradients and optimizer slots, plus twice every
 layer's output per example: kept for the backward pass, and its gradient). Batches under the limit still
 run one real step, which catches a MemoryError from the host.
+
+With ``target_global_batch`` G it also says how to train at G when G is more than the replicas hold in one pass:
+the largest per-replica batch b <= the one that fits with G = b × replicas × K for a whole K, the accumulate
+(``--accumulate``) that sums K micro-batches per step (advise.accumulation_plan; the per-replica batch the user
+fixed, if any, with its K). Accumulation keeps a float32 sum of the gradients per replica (``estimate_memory``'s
+``accumulator``): on CPU replicas the estimate counts it, so b shrinks if the sum would pass the limit; on GPUs
+the trials ran one micro-step without it, and batch_find.json says how much to leave free.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..errors import ConfigError, ModelError
+from .advise import accumulation_plan
 
 log = logging.getLogger("tftoolkit")
 
@@ -220,14 +228,18 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
 
 
 # --- batch finder ----------------------------------------------------------------------------------------
-def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: str = "float32") -> dict:
-    """Rough training memory of one replica in bytes: {"fixed", "per_example", "total"}.
+def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: str = "float32",
+                    accumulate: int = 1) -> dict:
+    """Rough training memory of one replica in bytes: {"fixed", "per_example", "total", "accumulator"}.
 
-    fixed = trainable bytes x (weights + gradients + optimizer slots) + non-trainable bytes;
-    per_example = 2 x Σ layer output elements x activation bytes (kept for the backward pass, plus the
-    gradient flowing back through it). Framework workspace and allocator fragmentation are not counted.
+    fixed = trainable bytes x (weights + gradients + optimizer slots) + non-trainable bytes, + the accumulator
+    when ``accumulate`` > 1 (the float32 sum of the micro-batches' gradients the step carries: 4 bytes per
+    trainable element); per_example = 2 x Σ layer output elements x activation bytes (kept for the backward
+    pass, plus the gradient flowing back through it). Framework workspace and allocator fragmentation are not
+    counted.
     """
     trainable = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.trainable_variables)
+    accumulator = 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables) if accumulate > 1 else 0
     frozen = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.non_trainable_variables)
     act_bytes = 2 if precision.startswith("mixed") else 4
     elements = 0
@@ -240,8 +252,9 @@ def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: st
         for s in (shape if isinstance(shape, list) else [shape]):
             elements += int(np.prod([d for d in s[1:] if d is not None]))
     per_example = 2 * elements * act_bytes
-    fixed = trainable * (2 + OPTIMIZER_SLOTS.get(optimizer, 2)) + frozen
-    return {"fixed": fixed, "per_example": per_example, "total": fixed + per_example * per_replica_batch}
+    fixed = trainable * (2 + OPTIMIZER_SLOTS.get(optimizer, 2)) + frozen + accumulator
+    return {"fixed": fixed, "per_example": per_example, "total": fixed + per_example * per_replica_batch,
+            "accumulator": accumulator}
 
 
 def _shape(tensor):
@@ -354,8 +367,9 @@ def search_batch(fits, start: int, max_batch: int = MAX_BATCH) -> tuple[int, boo
 
 
 def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None = None, max_batch: int = MAX_BATCH,
-               data=None, quiet: bool = False, figures: bool = True) -> dict:
-    """Largest per-replica batch that fits; writes batch_find.csv, batch_find.json, batch_find.png into ``out``."""
+               data=None, quiet: bool = False, figures: bool = True, target_global_batch: int | None = None) -> dict:
+    """Largest per-replica batch that fits; writes batch_find.csv, batch_find.json, batch_find.png into ``out``.
+    With ``target_global_batch``: also the per-replica batch and accumulate that reach it (``target``)."""
     from .. import fileio
     from ..engine.step import build_engine
 
@@ -363,6 +377,14 @@ def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None =
         raise ConfigError(f"--memory-limit-mb must be a number > 0, got {memory_limit_mb}")
     if max_batch < 1:
         raise ConfigError(f"--max-batch must be >= 1, got {max_batch}")
+    config = config if isinstance(config, RunConfig) else RunConfig.from_dict(config)
+    if config.accumulate != 1:
+        raise ConfigError("find-batch tries one micro-batch per step: leave accumulate at 1, and give "
+                          "--target-global-batch for the accumulate that reaches a larger global batch")
+    fixed = config.per_replica_batch if target_global_batch is not None else None  # given by the user: keep it
+    if target_global_batch is not None:
+        # Bad input fails here, before any model is built (on the replica count given, if any).
+        accumulation_plan(target_global_batch, config.replicas or 1, max_batch if fixed is None else None, fixed)
     config, setup, source, strategy = _prepare(config, data, quiet)
     if setup.kind != "GPU" and memory_limit_mb is None:
         raise ConfigError("these replicas are simulated on CPU, which has no device memory to run out of: give "
@@ -388,6 +410,13 @@ def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None =
         "trials": len(trials.rows), "seconds": time.perf_counter() - t0, "model": config.model,
         "optimizer": config.optimizer, "precision": config.precision, "config": config.to_dict(),
     }
+    plan_error = None
+    if target_global_batch is not None and best > 0:
+        try:
+            result["target"] = _target(target_global_batch, setup, best, fixed, eng.model, config, limit)
+        except ConfigError as e:  # the trials are still written: they say what fits
+            plan_error = e
+            result["target"] = {"global_batch": target_global_batch, "error": str(e)}
     fileio.write_csv(out / "batch_find.csv", frame)
     fileio.write_json(out / "batch_find.json", result)
     if figures and len(frame):
@@ -400,7 +429,32 @@ def find_batch(config: RunConfig | dict, out, *, memory_limit_mb: float | None =
         raise ModelError(f"model {config.model} does not fit even at per-replica batch 1 ({last['reason']}); "
                          "use a smaller model or input size, mixed precision, or more memory"
                          + (" (--memory-limit-mb)" if limit else ""))
+    if plan_error is not None:
+        raise plan_error
     log.info("largest per-replica batch that fits: %d (global %d on %d replicas)%s", best, best * setup.replicas,
              setup.replicas, " - the --max-batch cap" if capped else "")
     result["frame"] = frame
     return result
+
+
+def _target(global_batch: int, setup, best: int, fixed: int | None, model, config, limit: float | None) -> dict:
+    """batch_find.json's ``target``: the per-replica batch and accumulate that reach ``global_batch``."""
+    cpu = setup.kind != "GPU" and limit is not None
+
+    def fits(b: int, k: int) -> bool:
+        # On CPU the criterion is the estimate, which with K > 1 holds the gradients' float32 sum too.
+        return not cpu or estimate_memory(model, b, config.optimizer, config.precision, k)["total"] <= limit
+
+    plan = accumulation_plan(global_batch, setup.replicas, best, fixed, fits)
+    k = plan["accumulate"]
+    acc = estimate_memory(model, plan["per_replica_batch"], config.optimizer, config.precision, k)["accumulator"]
+    if k == 1:
+        memo = "no accumulation: one pass of the replicas holds it"
+    elif cpu:
+        memo = f"the memory estimate counts the {acc / 2**20:.3g} MiB float32 sum of the gradients accumulation adds"
+    else:
+        memo = (f"the trials ran one micro-step: accumulation adds a float32 sum of the gradients, {acc / 2**20:.3g} "
+                "MiB per replica, not in their peak; leave that much free")
+    return {**plan, "accumulator_bytes": acc, "memory": memo,
+            "train_with": f"--replicas {plan['replicas']} --per-replica-batch {plan['per_replica_batch']}"
+                          + (f" --accumulate {k}" if k > 1 else "")}

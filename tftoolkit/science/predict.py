@@ -2,10 +2,14 @@
 
 The model (one line per term; every figure it uses is in the output so a prediction can be checked):
 
-    t(N)        = t_compute(per-replica batch) + t_allreduce(S, N) − hidden
-    t_allreduce = 2(G−1)/G · S/B_intra + 2(G−1)·α_intra                   inside each host (G GPUs)
-                + 2(H−1)/H · S/(nics·B_inter) + 2(H−1)·α_inter            between H hosts
-    hidden      = min(overlap · t_allreduce, ⅔ · t_compute)
+    t(N)        = K · t_micro(per-replica batch) + t_allreduce(S, N) − hidden
+    t_allreduce = P · [2(G−1)/G · S/(P·B_intra) + 2(G−1)·α_intra          inside each host (G GPUs)
+                     + 2(H−1)/H · S/(P·nics·B_inter) + 2(H−1)·α_inter]    between H hosts
+    hidden      = min(overlap · t_allreduce, ⅔ · t_micro)                  with --overlap
+                = (P−1)/P · min(t_allreduce, ⅔ · t_micro)                  otherwise (modelled, not measured)
+
+K micro-batches per optimizer step (``accumulate``), P packs (``allreduce_packs``), S the bytes one all-reduce
+moves in its dtype (``allreduce_dtype``); each defaults to the calibration run's.
 
 ``algorithm="star"`` replaces the in-host ring by 2(G−1)·(S/B + α): every buffer through one device, as
 TensorFlow's reduce_to_one does (the all-reduce of CPU replicas, and of GPUs where NCCL is missing).
@@ -16,16 +20,31 @@ shared/reference/hardware.md §3). Across hosts it is the hierarchical all-reduc
 reduce-scatter inside the host, all-reduce of each GPU's 1/G shard between hosts, all-gather inside; the
 G shards leave a host over its ``nics`` NICs together, so that stage moves S per host.
 
-S = gradient bytes (summary ``gradient_bytes``, or ``params`` × 4 for float32 gradients). B is the
+S = gradient bytes as the all-reduce moves them: the run's ``gradient_bytes`` (or ``params`` × the bytes of its
+``allreduce_dtype``), converted to the asked dtype by the bytes per element (DTYPE_BYTES: bfloat16 and float16
+move half of float32's). Runs written before these fields moved float32 in one pack without accumulation. B is the
 bandwidth per direction a ring achieves (bus bandwidth), α the latency per ring step.
 
-``overlap`` is the fraction of the all-reduce hidden behind the backward pass (at most the backward pass,
-taken as ⅔ of a step's compute). It is 0 by default because this toolkit's step all-reduces after the
-whole backward pass (``train.build_engine``): there is nothing to overlap. Horovod or Keras' fit with
-gradient bucketing overlap part of it; give ``--overlap`` to model that.
+Packs: each of the P packs is its own all-reduce of S/P bytes, so the bandwidth term stays and the latency is paid
+P times. ``overlap`` is the fraction of the all-reduce hidden behind the backward pass, at most that backward pass
+(taken as ⅔ of one micro-step's compute: only the last micro-batch's backward pass runs beside the all-reduce).
+Without ``--overlap`` it is *modelled* from the packs, not measured here: the packs hold equal bytes in reverse
+layer order, and the backward pass finishes them one after another, evenly over its time, so the first P−1 can
+go while it still runs and the last only after it. Sent one after another, they hide (P−1)/P of the all-reduce
+when it is shorter than the backward pass (only the last pack shows), and (P−1)/P of the backward pass when it is
+longer (the first pack waits for 1/P of it). One pack hides nothing: this toolkit's step then all-reduces after
+the whole backward pass (``engine.step``). With accumulation (K > 1) the toolkit all-reduces after its loop over
+the micro-batches, so nothing is modelled as hidden either (give ``--overlap`` for a step that overlaps the last
+micro-batch's backward pass, as DDP's ``no_sync`` does). Horovod or Keras' fit with gradient bucketing overlap
+part of it too; give ``--overlap`` to model those.
+
+Accumulation: a run with ``accumulate`` K computes K micro-steps per optimizer step, so its measured compute per
+step is K × that of one micro-batch. A forecast at ``--accumulate K`` models a step as K micro-steps and one
+all-reduce: communication's share of the step falls as K grows, and the global batch is per-replica × N × K.
 
 Compute is calibrated from the run: ``step_time_s`` of a one-replica run (the median of its timed steps;
-it has no all-reduce), else ``compute_time_s`` (the step with no all-reduce, from ``--measure``). With ``devices="dedicated"`` (GPUs: every
+it has no all-reduce), else ``compute_time_s`` (the step with no all-reduce, from ``--measure``), each divided by
+the run's ``accumulate`` into the compute of one micro-step. With ``devices="dedicated"`` (GPUs: every
 replica has its own device) compute depends only on the per-replica batch: constant in weak scaling, and
 proportional to the per-replica batch in strong scaling (it overstates the gain at small per-replica
 batches, where a GPU is not kept busy). With ``devices="shared"`` (CPU-simulated replicas: every replica
@@ -66,7 +85,10 @@ import pandas as pd
 from .. import summary
 from ..errors import ConfigError, DataError, RunDirError
 
-GRADIENT_DTYPE_BYTES = 4   # float32 gradients (mixed precision keeps float32 variables, so float32 grads)
+# Bytes per gradient element in each all-reduce dtype: the table engine.collectives.DTYPE_BYTES holds, which this
+# file reader cannot import (collectives imports TensorFlow; see the import-linter contracts). tests/science/
+# test_predict.py checks the two agree.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 BACKWARD_SHARE = 2.0 / 3.0  # backward ≈ 2 × forward FLOPs: the most of a step an all-reduce can hide behind
 DEFAULT_MAX_REPLICAS = 64
 DEFAULT_GPUS_PER_HOST = 8
@@ -76,7 +98,7 @@ DEVICES = ("dedicated", "shared")
 # The summary.json fields the model is calibrated and checked with.
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
                       "images_per_sec", "images_per_sec_uncertainty", "device_kind", "communication_fraction",
-                      "step_time_no_input_s")
+                      "step_time_no_input_s", "accumulate", "allreduce_dtype", "allreduce_packs")
 
 
 @dataclass(frozen=True)
@@ -159,50 +181,79 @@ def _algorithm(name: str):
 
 
 def allreduce_time(size_bytes: float, gpus_per_host: int, hosts: int, intra: Link, inter: Link | None = None,
-                   nics_per_host: int = 1, algorithm: str = "ring") -> float:
+                   nics_per_host: int = 1, algorithm: str = "ring", packs: int = 1) -> float:
     """Hierarchical all-reduce: ``algorithm`` inside each host, then a ring between hosts over
-    ``nics_per_host`` NICs."""
-    t = _algorithm(algorithm)(size_bytes, gpus_per_host, intra)
+    ``nics_per_host`` NICs; in ``packs`` all-reduces of size_bytes / packs each (every one pays the latency)."""
+    size = size_bytes / packs
+    t = _algorithm(algorithm)(size, gpus_per_host, intra)
     if hosts > 1:
         if inter is None:
             raise ConfigError("more than one host needs an inter-host link (e.g. --inter-host ib200)")
         nic = Link(inter.name, inter.bandwidth_GBps * nics_per_host, inter.latency_us)
-        t += ring_allreduce_time(size_bytes, hosts, nic)
-    return t
+        t += ring_allreduce_time(size, hosts, nic)
+    return packs * t
 
 
-def step_time(compute_s: float, allreduce_s: float, overlap: float = 0.0) -> float:
-    hidden = min(overlap * allreduce_s, BACKWARD_SHARE * compute_s)
-    return compute_s + allreduce_s - hidden
+def hidden_time(allreduce_s: float, backward_s: float, overlap: float | None = None, packs: int = 1) -> float:
+    """The part of the all-reduce that runs while the backward pass (``backward_s``) still computes.
+
+    ``overlap`` given: that fraction of the all-reduce, at most the backward pass. Otherwise modelled from the
+    ``packs`` (equal bytes, last layers first, finished evenly over the backward pass, sent one after another):
+    pack i is ready at i/P of the backward pass, so the last one finishes at max(backward + t/P, backward/P + t),
+    and what is hidden is (P−1)/P · min(t_allreduce, backward)."""
+    if overlap is not None:
+        return min(overlap * allreduce_s, backward_s)
+    return (packs - 1) / packs * min(allreduce_s, backward_s)
+
+
+def step_time(compute_s: float, allreduce_s: float, overlap: float | None = 0.0, *, packs: int = 1,
+              backward_s: float | None = None) -> float:
+    """compute + all-reduce − hidden_time; the backward pass is ⅔ of ``compute_s`` unless ``backward_s`` says."""
+    backward = BACKWARD_SHARE * compute_s if backward_s is None else backward_s
+    return compute_s + allreduce_s - hidden_time(allreduce_s, backward, overlap, packs)
 
 
 # --- calibration from a run directory and from bench allreduce ---------------------------------------------
 @dataclass(frozen=True)
 class Calibration:
-    compute_s: float           # measured compute per step
-    per_replica_batch: float   # at this per-replica batch
+    compute_s: float           # measured compute of one micro-step (a step, without accumulation)
+    per_replica_batch: float   # at this per-replica batch (the micro-batch)
     replicas: int              # on this many replicas
-    gradient_bytes: float
+    gradient_bytes: float      # bytes one all-reduce moved in the run, in its allreduce_dtype
     source: str                # which fields it came from
     device_kind: str = ""      # the run's devices: GPU, or CPU-simulated
     given: bool = False        # compute given by the user (--compute-ms), not measured in the run
+    accumulate: int = 1        # the run's micro-batches per optimizer step (its step's compute is this many)
+    allreduce_dtype: str = "float32"  # the dtype its gradient_bytes were moved in
+    allreduce_packs: int = 1   # the packs it all-reduced them in
 
     @property
     def label(self) -> str:
         """Where the compute figure comes from, for every forecast made with it."""
         if self.given:
             return f"compute {self.compute_s * 1e3:.3g} ms/step given (--compute-ms)"
+        if self.accumulate > 1:
+            return (f"compute {self.compute_s * 1e3:.3g} ms per micro-step measured on "
+                    f"{self.device_kind or 'unknown devices'} ({self.source} / accumulate {self.accumulate})")
         return f"compute {self.compute_s * 1e3:.3g} ms/step measured on {self.device_kind or 'unknown devices'} ({self.source})"
 
-    def compute_at(self, replicas: int, per_replica_batch: float, devices: str) -> float:
+    def compute_at(self, replicas: int, per_replica_batch: float, devices: str, accumulate: int = 1) -> float:
+        """Compute of one optimizer step of ``accumulate`` micro-steps at ``per_replica_batch`` on ``replicas``."""
         if devices == "shared":
             # One pool of cores does every replica's work: time follows the examples per step.
-            return self.compute_s * (replicas * per_replica_batch) / (self.replicas * self.per_replica_batch)
-        return self.compute_s * per_replica_batch / self.per_replica_batch
+            micro = self.compute_s * (replicas * per_replica_batch) / (self.replicas * self.per_replica_batch)
+        else:
+            micro = self.compute_s * per_replica_batch / self.per_replica_batch
+        return accumulate * micro
+
+    def gradient_bytes_in(self, dtype: str | None = None) -> float:
+        """Bytes one all-reduce moves in ``dtype`` (default: the run's): the run's bytes, per element converted."""
+        dtype = dtype or self.allreduce_dtype
+        return self.gradient_bytes / DTYPE_BYTES[self.allreduce_dtype] * DTYPE_BYTES[dtype]
 
 
 def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def calibrate(run_dir, compute_ms: float | None = None) -> Calibration:
@@ -219,9 +270,10 @@ def gpu_forecast_refusal(cal: Calibration, devices: str) -> str | None:
     a GPU's step time, which is far shorter, so communication would weigh much more than it predicts."""
     if devices != "dedicated" or cal.given or cal.device_kind == "GPU":
         return None
-    return (f"this run's compute ({cal.compute_s * 1e3:.3g} ms/step) was measured on {cal.device_kind or 'non-GPU'} "
+    step = "micro-step" if cal.accumulate > 1 else "step"
+    return (f"this run's compute ({cal.compute_s * 1e3:.3g} ms per {step}) was measured on {cal.device_kind or 'non-GPU'} "
             "replicas; a GPU computes that step far faster, so a GPU forecast from it would understate how much "
-            "communication costs. Give --compute-ms (one GPU's compute per step at this per-replica batch), a run "
+            "communication costs. Give --compute-ms (one GPU's compute of one step at this per-replica batch), a run "
             "measured on a GPU, or --devices shared to model the simulated replicas themselves")
 
 
@@ -229,11 +281,31 @@ def _what(s: dict, key: str) -> str:
     return key if key not in s else f"{key} (it is {s[key]!r})"
 
 
+def exchange_of(s: dict, where: str = "summary") -> tuple[int, str, int]:
+    """(accumulate, allreduce_dtype, allreduce_packs) of a run's summary; a run written before they existed
+    ran 1 micro-batch per step, all-reduced float32 in one pack."""
+    k, dtype, packs = (s.get("accumulate"), s.get("allreduce_dtype"), s.get("allreduce_packs"))
+    k = 1 if k is None else k
+    dtype = "float32" if dtype is None else dtype
+    packs = 1 if packs is None else packs
+    bad = [f"{name} (it is {v!r})" for name, v in (("accumulate", k), ("allreduce_packs", packs))
+           if not (_finite(v) and v >= 1 and v == int(v))]
+    if dtype not in DTYPE_BYTES:
+        bad.append(f"allreduce_dtype (it is {dtype!r}; one of {', '.join(DTYPE_BYTES)})")
+    if bad:
+        raise RunDirError(f"{where} has unreadable field(s): {', '.join(bad)}")
+    return int(k), str(dtype), int(packs)
+
+
 def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None = None) -> Calibration:
+    """The calibration from a summary. ``compute_ms``: one GPU's compute of one forward/backward pass at the run's
+    per-replica batch (one micro-batch's, with accumulation), in ms, instead of the run's own."""
+    accumulate, dtype, packs = exchange_of(s, where)
     if compute_ms is not None:
         if not (_finite(compute_ms) and compute_ms > 0):
             raise ConfigError(f"--compute-ms must be a number of milliseconds > 0, got {compute_ms!r}")
-        s = {**s, "compute_time_s": compute_ms / 1e3, "step_time_s": None}
+        # Given per micro-step: scaled up to the run's step here, divided back into a micro-step below.
+        s = {**s, "compute_time_s": compute_ms / 1e3 * accumulate, "step_time_s": None}
     missing = [_what(s, k) for k in ("replicas", "per_replica_batch") if not _finite(s.get(k))]
     if not (_finite(s.get("gradient_bytes")) or _finite(s.get("params"))):
         missing.append("gradient_bytes (or params)")
@@ -254,9 +326,10 @@ def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None 
     if missing:
         raise RunDirError(f"{where} lacks field(s) the prediction needs: {', '.join(missing)}")
     grad_bytes = (float(s["gradient_bytes"]) if _finite(s.get("gradient_bytes"))
-                  else float(s["params"]) * GRADIENT_DTYPE_BYTES)
-    return Calibration(compute, float(s["per_replica_batch"]), int(replicas), grad_bytes, source,
-                       str(s.get("device_kind") or ""), compute_ms is not None)
+                  else float(s["params"]) * DTYPE_BYTES[dtype])
+    # The run's step and compute times are per optimizer step: K micro-steps of the per-replica batch.
+    return Calibration(compute / accumulate, float(s["per_replica_batch"]), int(replicas), grad_bytes, source,
+                       str(s.get("device_kind") or ""), compute_ms is not None, accumulate, dtype, packs)
 
 
 def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = None,
@@ -345,38 +418,110 @@ def layouts(max_replicas: int, gpus_per_host: int) -> list[tuple[int, int]]:
     return out
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """How a forecast optimizer step runs: ``accumulate`` micro-steps, then one all-reduce of the gradients in
+    ``dtype``, in ``packs``; ``overlap`` the fraction of it hidden behind the backward pass, or None: modelled."""
+    accumulate: int = 1
+    dtype: str = "float32"
+    packs: int = 1
+    overlap: float | None = None
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the hidden part is the packs' model (not a fraction given with --overlap)."""
+        return self.overlap is None and self.packs > 1 and self.accumulate == 1
+
+    def hidden(self, allreduce_s: float, micro_compute_s: float) -> float:
+        # Only the last micro-batch's backward pass can run beside the all-reduce; with accumulation this
+        # toolkit's step all-reduces after the micro-batch loop, so the packs' model hides nothing there.
+        if self.overlap is None and self.accumulate > 1:
+            return 0.0
+        return hidden_time(allreduce_s, BACKWARD_SHARE * micro_compute_s, self.overlap, self.packs)
+
+    @property
+    def note(self) -> str:
+        """How the hidden part is found, for prediction.json and the printed forecast."""
+        if self.overlap is not None:
+            return (f"given (--overlap {self.overlap:g}): that fraction of the all-reduce is hidden, at most the "
+                    "backward pass (2/3 of one micro-step's compute)")
+        if self.modelled:
+            return (f"modelled, not measured here: {self.packs} packs of equal bytes, last layers first; the first "
+                    f"{self.packs - 1} go while the backward pass runs, the last after it: hidden = "
+                    f"{self.packs - 1}/{self.packs} x min(all-reduce, backward pass = 2/3 of the compute)")
+        if self.accumulate > 1:
+            return ("none: with accumulation the step all-reduces after its loop over the micro-batches (give "
+                    "--overlap for a step that overlaps the last micro-batch's backward pass)")
+        return "none: one all-reduce after the whole backward pass (give --allreduce-packs or --overlap to model one)"
+
+
+def exchange(cal: Calibration, allreduce_dtype: str | None = None, packs: int | None = None,
+             accumulate: int | None = None, overlap: float | None = None) -> Exchange:
+    """The forecast's Exchange: each of dtype, packs and accumulate as asked, or the calibration run's."""
+    dtype = cal.allreduce_dtype if allreduce_dtype is None else allreduce_dtype
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(f"--allreduce-dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    packs = cal.allreduce_packs if packs is None else packs
+    accumulate = cal.accumulate if accumulate is None else accumulate
+    for flag, v in (("--allreduce-packs", packs), ("--accumulate", accumulate)):
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise ConfigError(f"{flag} must be a whole number >= 1, got {v!r}")
+    if overlap is not None and not (_finite(overlap) and 0.0 <= overlap <= 1.0):
+        raise ConfigError(f"--overlap is a fraction of the all-reduce in [0, 1], got {overlap}")
+    return Exchange(accumulate, dtype, packs, None if overlap is None else float(overlap))
+
+
+def step_parts(cal: Calibration, hosts: int, gpus_per_host: int, per_replica_batch: float, intra: Link,
+               inter: Link | None = None, ex: Exchange = Exchange(), *, devices: str = "dedicated",
+               nics_per_host: int = 1, algorithm: str = "ring") -> dict:
+    """One optimizer step on ``hosts`` x ``gpus_per_host`` GPUs: its compute (K micro-steps), all-reduce, hidden
+    part and step time, and the bytes one all-reduce moves."""
+    n = hosts * gpus_per_host
+    micro = cal.compute_at(n, per_replica_batch, devices)
+    size = cal.gradient_bytes_in(ex.dtype)
+    comm = allreduce_time(size, gpus_per_host, hosts, intra, inter, nics_per_host, algorithm, ex.packs)
+    hidden = ex.hidden(comm, micro)
+    compute = ex.accumulate * micro
+    return {"compute_s": compute, "allreduce_s": comm, "hidden_s": hidden, "step_time_s": compute + comm - hidden,
+            "gradient_bytes": size}
+
+
 def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: str = "weak",
-            devices: str = "dedicated", overlap: float = 0.0, max_replicas: int = DEFAULT_MAX_REPLICAS,
+            devices: str = "dedicated", overlap: float | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
             gpus_per_host: int = DEFAULT_GPUS_PER_HOST, nics_per_host: int = 1,
-            global_batch: float | None = None, algorithm: str = "ring") -> pd.DataFrame:
+            global_batch: float | None = None, algorithm: str = "ring", allreduce_dtype: str | None = None,
+            allreduce_packs: int | None = None, accumulate: int | None = None) -> pd.DataFrame:
     """One row per (hosts, GPUs per host): compute, all-reduce and step time, throughput, speedup, efficiency.
 
     Weak scaling keeps the calibration's per-replica batch; strong scaling keeps ``global_batch`` (default:
-    the calibration's per-replica batch × its replicas) and divides it among the replicas.
+    the calibration run's, per-replica batch × replicas × accumulate) and divides it among the replicas and the
+    micro-batches. ``allreduce_dtype``, ``allreduce_packs`` and ``accumulate`` default to the run's (exchange).
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if devices not in DEVICES:
         raise ConfigError(f"devices must be one of {', '.join(DEVICES)}, got {devices!r}")
-    if not (0.0 <= overlap <= 1.0):
-        raise ConfigError(f"overlap is a fraction of the all-reduce in [0, 1], got {overlap}")
     if nics_per_host < 1:
         raise ConfigError(f"nics_per_host must be >= 1, got {nics_per_host}")
-    gb = float(global_batch) if global_batch else cal.per_replica_batch * cal.replicas
+    ex = exchange(cal, allreduce_dtype, allreduce_packs, accumulate, overlap)
+    k = ex.accumulate
+    gb = float(global_batch) if global_batch else cal.per_replica_batch * cal.replicas * cal.accumulate
     rows = []
     for hosts, g in layouts(max_replicas, gpus_per_host):
         n = hosts * g
-        b = cal.per_replica_batch if mode == "weak" else gb / n
+        b = cal.per_replica_batch if mode == "weak" else gb / (n * k)
         if b < 1:
             continue
-        compute = cal.compute_at(n, b, devices)
-        comm = allreduce_time(cal.gradient_bytes, g, hosts, intra, inter, nics_per_host, algorithm)
-        t = step_time(compute, comm, overlap)
+        part = step_parts(cal, hosts, g, b, intra, inter, ex, devices=devices, nics_per_host=nics_per_host,
+                          algorithm=algorithm)
         rows.append({"scenario": intra.name + (f" + {inter.name}" if inter is not None else ""),
                      "intra": intra.name, "inter": inter.name if inter is not None else "", "hosts": hosts,
-                     "gpus_per_host": g, "replicas": n, "per_replica_batch": b, "global_batch": b * n,
-                     "compute_s": compute, "allreduce_s": comm, "step_time_s": t, "images_per_sec": b * n / t,
-                     "comm_exceeds_compute": comm > compute})
+                     "gpus_per_host": g, "replicas": n, "per_replica_batch": b, "accumulate": k,
+                     "global_batch": b * n * k, "allreduce_dtype": ex.dtype, "allreduce_packs": ex.packs,
+                     "gradient_bytes": part["gradient_bytes"], "compute_s": part["compute_s"],
+                     "allreduce_s": part["allreduce_s"], "hidden_s": part["hidden_s"],
+                     "step_time_s": part["step_time_s"], "images_per_sec": b * n * k / part["step_time_s"],
+                     "comm_exceeds_compute": part["allreduce_s"] > part["compute_s"]})
     df = pd.DataFrame(rows)
     base = df.loc[df["replicas"] == 1, "images_per_sec"]
     base = float(base.iloc[0]) if len(base) else math.nan
@@ -539,7 +684,8 @@ def _with_input_limit(frame: pd.DataFrame, host: InputHost | None, why: str, dev
 # --- checking the model against measured runs --------------------------------------------------------------
 def measured_frame(sources) -> pd.DataFrame:
     """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
-    ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv."""
+    ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv; each with the
+    ``accumulate``, ``allreduce_dtype`` and ``allreduce_packs`` it ran with (1, float32, 1 where not recorded)."""
 
     rows = []
     for src in sources:
@@ -553,7 +699,9 @@ def measured_frame(sources) -> pd.DataFrame:
                 raise RunDirError(f"{p}/summary.json lacks field(s) {', '.join(missing)}")
             ips, ips_err = s.get("images_per_sec"), s.get("images_per_sec_uncertainty")
             rel = ips_err / ips if _finite(ips) and _finite(ips_err) and ips > 0 else math.nan
+            k, dtype, packs = exchange_of(s, f"{p}/summary.json")
             rows.append({"source": str(p), "replicas": int(s["replicas"]), "per_replica_batch": s["per_replica_batch"],
+                         "accumulate": k, "allreduce_dtype": dtype, "allreduce_packs": packs,
                          "step_time_s": s["step_time_s"], "step_time_uncertainty_s": s["step_time_s"] * rel,
                          "compute_time_s": s.get("compute_time_s", math.nan),
                          "allreduce_time_s": s.get("allreduce_time_s", math.nan)})
@@ -563,10 +711,15 @@ def measured_frame(sources) -> pd.DataFrame:
                 if not {"images_per_sec", "global_batch"} <= set(df.columns):
                     raise DataError(f"{p} needs columns replicas and step_time_s (or images_per_sec and global_batch)")
                 df["step_time_s"] = df["global_batch"] / df["images_per_sec"]
+            defaults = {"accumulate": 1, "allreduce_dtype": "float32", "allreduce_packs": 1}
+            for col, v in defaults.items():
+                df[col] = df[col].fillna(v) if col in df.columns else v
             if "per_replica_batch" not in df.columns:
-                df["per_replica_batch"] = df["global_batch"] / df["replicas"]
+                df["per_replica_batch"] = df["global_batch"] / (df["replicas"] * df["accumulate"])
             for _, r in df.iterrows():
+                k, dtype, packs = exchange_of({c: r[c] for c in defaults}, str(p))
                 rows.append({"source": str(p), "replicas": int(r["replicas"]), "per_replica_batch": r["per_replica_batch"],
+                             "accumulate": k, "allreduce_dtype": dtype, "allreduce_packs": packs,
                              "step_time_s": r["step_time_s"], "step_time_uncertainty_s": math.nan,
                              "compute_time_s": r.get("compute_time_s", math.nan),
                              "allreduce_time_s": r.get("allreduce_time_s", math.nan)})
@@ -576,25 +729,34 @@ def measured_frame(sources) -> pd.DataFrame:
 
 
 def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str = "dedicated",
-            overlap: float = 0.0, algorithm: str = "ring") -> pd.DataFrame:
-    """Predicted vs measured step time at each measured replica count (single host, ``link``)."""
+            overlap: float | None = None, algorithm: str = "ring") -> pd.DataFrame:
+    """Predicted vs measured step time at each measured replica count (single host, ``link``), each run modelled
+    with the accumulation, all-reduce dtype and packs it ran with (measured_frame's columns; the calibration's
+    where a frame lacks them)."""
     out = measured.copy()
-    pred_c, pred_a = [], []
+    parts = []
     for _, r in out.iterrows():
-        pred_c.append(cal.compute_at(int(r["replicas"]), float(r["per_replica_batch"]), devices))
-        pred_a.append(_algorithm(algorithm)(cal.gradient_bytes, int(r["replicas"]), link))
-    out["predicted_compute_s"] = pred_c
-    out["predicted_allreduce_s"] = pred_a
-    out["predicted_step_time_s"] = [step_time(c, a, overlap) for c, a in zip(pred_c, pred_a)]
+        ex = exchange(cal, r.get("allreduce_dtype"), _int_or_none(r.get("allreduce_packs")),
+                      _int_or_none(r.get("accumulate")), overlap)
+        parts.append(step_parts(cal, 1, int(r["replicas"]), float(r["per_replica_batch"]), link, None, ex,
+                                devices=devices, algorithm=algorithm))
+    out["predicted_compute_s"] = [x["compute_s"] for x in parts]
+    out["predicted_allreduce_s"] = [x["allreduce_s"] for x in parts]
+    out["predicted_step_time_s"] = [x["step_time_s"] for x in parts]
     out["error"] = out["predicted_step_time_s"] / out["step_time_s"] - 1
     return out
 
 
+def _int_or_none(v):
+    return int(v) if _finite(v) or isinstance(v, np.integer) else None
+
+
 # --- the command ---------------------------------------------------------------------------------------------
 def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_csv=None, impl=None,
-        mode="weak", devices="dedicated", overlap=0.0, max_replicas=DEFAULT_MAX_REPLICAS,
+        mode="weak", devices="dedicated", overlap: float | None = None, max_replicas=DEFAULT_MAX_REPLICAS,
         gpus_per_host=DEFAULT_GPUS_PER_HOST, nics_per_host=1, measured=None, algorithm="ring",
-        figures=True, compute_ms: float | None = None, on_refusal: str = "raise", host_cores: int | None = None) -> dict:
+        figures=True, compute_ms: float | None = None, on_refusal: str = "raise", host_cores: int | None = None,
+        allreduce_dtype: str | None = None, allreduce_packs: int | None = None, accumulate: int | None = None) -> dict:
     """``tftoolkit predict``: prediction.csv, prediction.json and figures in ``out`` (default: RUN_DIR).
 
     A GPU forecast from compute measured on CPU-simulated replicas is refused (gpu_forecast_refusal) unless
@@ -602,10 +764,13 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
     says why and holds no forecast. Every forecast carries where its compute figure came from, and when it covers
     the run's own replica count, the run's measured point beside it. It also says at which GPU count the input of
     hosts like the run's (or of ``host_cores`` cores) becomes the limit: ``input_limit``, and the frame's input
-    columns (add_input_limit)."""
+    columns (add_input_limit). ``allreduce_dtype``, ``allreduce_packs`` and ``accumulate`` (default: the run's) set
+    how each forecast step exchanges its gradients (Exchange); without ``overlap`` the packs' overlap is modelled,
+    and prediction.json says so (``overlap_model``)."""
     from .. import fileio
 
     cal = calibrate(run_dir, compute_ms)
+    ex = exchange(cal, allreduce_dtype, allreduce_packs, accumulate, overlap)
     host, why = input_host(summary.read(Path(run_dir) / "summary.json"), host_cores)
     refusal = gpu_forecast_refusal(cal, devices)
     if refusal:
@@ -638,24 +803,30 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
     if max_replicas > gpus_per_host and inter is None:
         raise ConfigError(f"--max-replicas {max_replicas} spans several hosts of {gpus_per_host} GPUs; give --inter-host")
     frame = pd.concat([predict(cal, link, inter, mode=mode, devices=devices, overlap=overlap, max_replicas=max_replicas,
-                               gpus_per_host=gpus_per_host, nics_per_host=nics_per_host, algorithm=algorithm)
+                               gpus_per_host=gpus_per_host, nics_per_host=nics_per_host, algorithm=algorithm,
+                               allreduce_dtype=ex.dtype, allreduce_packs=ex.packs, accumulate=ex.accumulate)
                        for link in links],
                       ignore_index=True)
     frame, input_fields = _with_input_limit(frame, host, why, devices, gpus_per_host)
     result = {
         "run_dir": str(run_dir), "mode": mode, "devices": devices, "overlap": overlap, "gpus_per_host": gpus_per_host,
         "nics_per_host": nics_per_host, "max_replicas": max_replicas, "algorithm": algorithm,
+        "accumulate": ex.accumulate, "allreduce_dtype": ex.dtype, "allreduce_packs": ex.packs,
+        "gradient_bytes": cal.gradient_bytes_in(ex.dtype),
+        "overlap_model": ex.note, "overlap_modelled": ex.modelled,
         "calibration": {"compute_s": cal.compute_s, "per_replica_batch": cal.per_replica_batch,
                         "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.label,
-                        "device_kind": cal.device_kind, "given": cal.given},
-        "measured_point": measured_point(run_dir, frame),
+                        "device_kind": cal.device_kind, "given": cal.given, "accumulate": cal.accumulate,
+                        "allreduce_dtype": cal.allreduce_dtype, "allreduce_packs": cal.allreduce_packs},
+        "measured_point": measured_point(run_dir, frame, ex),
         "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
                   for lk in links + ([inter] if inter is not None else [])},
         "allreduce_fit": fit,
         "crossover_replicas": crossover(frame),
         "input_limit": input_fields,
-        "model": "t = compute + 2(G-1)/G*S/B_intra + 2(G-1)*alpha_intra + 2(H-1)/H*S/(nics*B_inter) "
-                 "+ 2(H-1)*alpha_inter - min(overlap*allreduce, 2/3*compute)",
+        "model": "t = K*micro_compute + P*[2(G-1)/G*S/(P*B_intra) + 2(G-1)*alpha_intra + 2(H-1)/H*S/(P*nics*B_inter) "
+                 "+ 2(H-1)*alpha_inter] - hidden; hidden = min(overlap*allreduce, 2/3*micro_compute) with --overlap, "
+                 "else (P-1)/P*min(allreduce, 2/3*micro_compute) for K = 1 (modelled, not measured), 0 for K > 1",
     }
     comparison = None
     if measured:
@@ -680,12 +851,15 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
     return result
 
 
-def measured_point(run_dir, frame: pd.DataFrame) -> dict | None:
+def measured_point(run_dir, frame: pd.DataFrame, ex: Exchange | None = None) -> dict | None:
     """The run's own measurement beside the forecast at its replica count (each scenario's predicted step time and
-    communication fraction, and their error), when the forecast covers it; None when it does not."""
+    communication fraction, and their error), when the forecast covers it with the run's own accumulation and
+    all-reduce (``ex``: the forecast's); None when it does not."""
     s = summary.read(Path(run_dir) / "summary.json")
     n, measured = s.get("replicas"), s.get("step_time_no_input_s", s.get("step_time_s"))
     if not (_finite(n) and _finite(measured)) or frame.empty or n not in set(frame["replicas"]):
+        return None
+    if ex is not None and (ex.accumulate, ex.dtype, ex.packs) != exchange_of(s):
         return None
     rows = {}
     for name, g in frame[frame["replicas"] == n].groupby("scenario", sort=False):
@@ -707,6 +881,14 @@ def describe(result: dict) -> str:
     cal = result["calibration"]
     lines.append(f"calibration: {cal['source']} at per-replica batch {cal['per_replica_batch']:g}; gradients "
                  f"{cal['gradient_bytes'] / 1e6:.2f} MB (every forecast below rests on this compute figure)")
+    if "allreduce_dtype" in result:
+        k, dtype, packs = result["accumulate"], result["allreduce_dtype"], result["allreduce_packs"]
+        moved = f"{result['gradient_bytes'] / 1e6:.2f} MB in {dtype}"
+        if dtype != cal.get("allreduce_dtype", dtype):
+            moved += f" (the run's {cal['gradient_bytes'] / 1e6:.2f} MB in {cal['allreduce_dtype']}, converted)"
+        lines.append(f"step: accumulate {k} (compute {k} x one micro-step, global batch = per-replica x replicas x "
+                     f"{k}), one all-reduce of {moved} in {packs} pack{'s' if packs != 1 else ''}; hidden behind the "
+                     f"backward pass: {result['overlap_model']}")
     for name, g in frame.groupby("scenario", sort=False):
         pick = g[g["replicas"].isin([1, 2, 4, 8, 16, 32, 64])]
         eff = ", ".join(f"{int(r)}: {e:.0%}" for r, e in zip(pick["replicas"], pick["efficiency"]))
