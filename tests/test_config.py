@@ -97,3 +97,12 @@ def test_accumulation_multiplies_the_global_batch_and_everything_derived_from_it
     # Given as a global batch, the micro-batch is what is left after replicas and K.
     g = RunConfig(replicas=2, global_batch=128, accumulate=4)
     assert (g.per_replica_batch_size, g.global_batch_size) == (16, 128)
+
+
+def test_the_bytes_of_each_all_reduce_dtype_are_tensorflow_s():
+    import tensorflow as tf
+
+    from tftoolkit.config import ALLREDUCE_DTYPES, DTYPE_BYTES
+
+    assert set(DTYPE_BYTES) == set(ALLREDUCE_DTYPES)
+    assert {d: tf.as_dtype(d).size for d in ALLREDUCE_DTYPES} == DTYPE_BYTES

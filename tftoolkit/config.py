@@ -28,6 +28,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one", "collective")
 LAST_BATCH = ("drop", "partial")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per gradient element in each all-reduce dtype
 DEFAULT_PER_REPLICA_BATCH = 64  # when neither --per-replica-batch nor --global-batch is given
 
 

@@ -323,13 +323,6 @@ def test_simulated_replicas_give_a_per_core_rate_to_plan_gpus_with(tmp_path):
 
 
 # --- the gradient exchange: dtype, packs, accumulation (issue 25) ------------------------------------------
-def test_dtype_bytes_are_the_engines():
-    from tftoolkit.config import ALLREDUCE_DTYPES
-    from tftoolkit.engine import collectives
-
-    assert predict.DTYPE_BYTES == collectives.DTYPE_BYTES and set(predict.DTYPE_BYTES) == set(ALLREDUCE_DTYPES)
-
-
 def _pipeline_hidden(allreduce, backward, packs):
     """Packs of equal bytes, ready at i/P of the backward pass, sent one after another: what ends before it does."""
     finish = 0.0

@@ -11,6 +11,8 @@ is needed (``all_sum``) it is given explicitly, as the same all-sum.
 
 from __future__ import annotations
 
+from ..config import DTYPE_BYTES
+
 
 def all_sum_no_gradient(values):
     """The SUM all-reduce of ``values`` (a tensor or a list of tensors), for values nothing differentiates
@@ -33,7 +35,6 @@ def all_sum(x):
 
 
 # --- the gradient all-reduce: its dtype and its packs ------------------------------------------------------
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def gradient_sizes(variables) -> list[int]:

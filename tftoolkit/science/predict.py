@@ -83,12 +83,9 @@ import numpy as np
 import pandas as pd
 
 from .. import summary
+from ..config import DTYPE_BYTES
 from ..errors import ConfigError, DataError, RunDirError
 
-# Bytes per gradient element in each all-reduce dtype: the table engine.collectives.DTYPE_BYTES holds, which this
-# file reader cannot import (collectives imports TensorFlow; see the import-linter contracts). tests/science/
-# test_predict.py checks the two agree.
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 BACKWARD_SHARE = 2.0 / 3.0  # backward ≈ 2 × forward FLOPs: the most of a step an all-reduce can hide behind
 DEFAULT_MAX_REPLICAS = 64
 DEFAULT_GPUS_PER_HOST = 8
