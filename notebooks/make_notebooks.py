@@ -214,12 +214,20 @@ measured noise scale. Curves are drawn against epochs, the axis on which runs wi
 same data; diverged runs are marked with a red ✕ where they stopped, never hidden. Every run also measures the
 gradient noise scale, the batch size beyond which more examples per step stop cutting steps.
 
-""" + run_hint("02_batch_and_lr_scaling", " -p global_batches '[32, 128]' -p warmup_epochs '[0.0]'")),
+A batch larger than the devices hold runs as several micro-batches per optimizer step (`accumulate`: their
+gradients are summed, then all-reduced once), so the study can go past the memory cap: give the most a replica
+holds (`max_per_replica_batch`, from `tftoolkit find-batch`) and each batch takes the fewest micro-batches that fit.
+Batch norm then normalises over one micro-batch of all replicas, not the whole global batch.
+
+""" + run_hint("02_batch_and_lr_scaling", " -p global_batches '[32, 128]' -p warmup_epochs '[0.0]' "
+               "-p max_per_replica_batch 32")),
     params("""
 global_batches: list = [32, 128, 256]  # global batches to compare (each divides by replicas)
 lr_rules: list = ["none", "linear", "sqrt"]  # how the LR scales with the global batch
 warmup_epochs: list = [0.0, 0.5]  # warmup lengths to compare, in epochs
 replicas: int = 2  # replicas for every run: the first N GPUs, or N simulated CPU devices
+accumulate: int = 1  # micro-batches per replica per optimizer step, at least: their gradients summed, one all-reduce
+max_per_replica_batch: int = 0  # the most a replica holds (tftoolkit find-batch): larger batches accumulate; 0: no cap
 base_lr: float = 0.0125  # learning rate at base_batch (tuned there: 0.99 validation accuracy in 2 epochs)
 base_batch: int = 32  # global batch at which base_lr is right: the smallest batch compared
 optimizer: str = "momentum"  # sgd, momentum (Goyal et al.'s), adam, adamw or lamb
@@ -254,10 +262,10 @@ config
 """),
     md("## Train every combination (a diverged or failed run is recorded and the grid goes on)"),
     code("""
-table = grid.train_grid(config, {"global_batch": global_batches, "lr_rule": lr_rules, "warmup_epochs": warmup_epochs},
-                        out)
-table.filter(items=["run", "global_batch", "lr_rule", "warmup_epochs", "learning_rate", "status", "error",
-                    "final_loss", "val_accuracy"])
+batches = nb.batch_points(global_batches, replicas, accumulate, max_per_replica_batch)
+table = grid.train_grid(config, {"lr_rule": lr_rules, "warmup_epochs": warmup_epochs}, out, paired=batches)
+table.filter(items=["run", "global_batch", "accumulate", "per_replica_batch", "lr_rule", "warmup_epochs",
+                    "learning_rate", "status", "error", "final_loss", "val_accuracy"])
 """),
     md("## Training loss"),
     code("""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import types
 import typing
 from dataclasses import dataclass, field
@@ -381,6 +382,57 @@ def service_address(text: str, what: str = "--data-service") -> tuple[str, int]:
     if bad_host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{what} {text!r} is not HOST:PORT with a port from 1 to 65535; {example}")
     return host, int(port)
+
+
+def _whole_number(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _multiples(g: int, m: int) -> str:
+    lo, hi = (g // m) * m, (g // m + 1) * m
+    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
+
+
+def accumulation_plan(global_batch: int, replicas: int, max_per_replica_batch: int,
+                      per_replica_batch: int | None = None, fits=None) -> dict:
+    """How ``replicas`` reach ``global_batch`` = b x replicas x K: the largest per-replica batch b <=
+    ``max_per_replica_batch`` (and with ``fits(b, K)`` true, when given) that divides global_batch / replicas, and
+    K = its quotient; a larger micro-batch means fewer micro-steps, each a pass that does the same work faster.
+    ``per_replica_batch``: fixed by the user, so only K is chosen. ConfigError, naming the fix, for a global batch
+    that is not a whole number > 0, that does not divide among the replicas (or the fixed batch), or a fixed batch
+    that does not fit. Returns {"global_batch", "replicas", "per_replica_batch", "accumulate"}."""
+    g, n = global_batch, replicas
+    if not (_whole_number(g) and g > 0):
+        raise ConfigError(f"--target-global-batch must be a whole number of examples > 0, got {g!r}")
+    if not (_whole_number(n) and n >= 1):
+        raise ConfigError(f"replicas must be a whole number >= 1, got {n!r}")
+    if per_replica_batch is not None:
+        step = per_replica_batch * n
+        if g % step:
+            raise ConfigError(f"--target-global-batch {g} is not a multiple of --per-replica-batch {per_replica_batch} "
+                              f"x {n} replica(s) = {step}: use {_multiples(g, step)}, or drop --per-replica-batch to "
+                              "let the per-replica batch be chosen")
+        if max_per_replica_batch is not None and per_replica_batch > max_per_replica_batch:
+            raise ConfigError(f"--per-replica-batch {per_replica_batch} does not fit: the most a replica holds is "
+                              f"{max_per_replica_batch}; lower it, or drop it to let the per-replica batch be chosen")
+        k = int(g // step)
+        if fits is not None and not fits(per_replica_batch, k):
+            raise ConfigError(f"--per-replica-batch {per_replica_batch} with accumulate {k} does not fit (the sum of "
+                              "the gradients accumulation keeps takes memory too); lower it, or drop it to let the "
+                              "per-replica batch be chosen")
+        return {"global_batch": int(g), "replicas": int(n), "per_replica_batch": int(per_replica_batch),
+                "accumulate": k}
+    if g % n:
+        raise ConfigError(f"--target-global-batch {g} does not divide among {n} replica(s): use a multiple of {n} "
+                          f"({_multiples(g, n)})")
+    if not (_whole_number(max_per_replica_batch) and max_per_replica_batch >= 1):
+        raise ConfigError(f"the most a replica holds must be a per-replica batch >= 1, got {max_per_replica_batch!r}")
+    m = g // n
+    for k in range(max(1, -(-m // max_per_replica_batch)), m + 1):
+        if m % k == 0 and (fits is None or fits(m // k, k)):
+            return {"global_batch": int(g), "replicas": int(n), "per_replica_batch": int(m // k), "accumulate": int(k)}
+    raise ConfigError(f"no per-replica batch reaches global batch {g} on {n} replica(s) within the memory; use a "
+                      "smaller model or more memory")
 
 
 NON_IDENTITY_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig) if not f.metadata.get("identity", True))

@@ -192,6 +192,10 @@ def test_02_batch_and_lr_smoke(out_root):
     # Its smoke command's two batches, smoke's first two rules, no warmup: four runs, each recorded with its status.
     assert sorted(zip(table["global_batch"], table["lr_rule"])) == [(32, "linear"), (32, "none"), (128, "linear"),
                                                                      (128, "none")]
+    # Past the memory cap: the smoke command says a replica holds 32, so 128 on 2 replicas runs 2 micro-batches of 32
+    # per optimizer step (the LR rules and the global batch unchanged), and 32 runs in one pass.
+    assert dict(zip(table["global_batch"], zip(table["per_replica_batch"], table["accumulate"]))) == {
+        32: (16, 1), 128: (32, 2)}
     # Every run measured the gradient noise scale (6 smoke steps can leave the |G|^2 estimate below zero, which
     # the summary reports as NaN rather than as a made-up number; the full runs give values).
     assert "noise_scale" in table.columns and (table["noise_scale_steps"] == 6).all()
@@ -344,3 +348,15 @@ def test_every_notebook_is_executed_by_a_test():
     others = "".join(p.read_text() for p in here.parent.glob("test_*.py") if p != here)
     untested = [n for n in NAMES if n not in MINE and f"{n}.ipynb" not in others]
     assert not untested, f"no test executes {untested}"
+
+
+def test_batch_points_accumulate_exactly_the_batches_past_the_cap():
+    from tftoolkit.experiments import notebook as nb
+
+    # 2 replicas holding 32 each: 32 and 64 fit in one pass, 128 needs 2 micro-batches, 384 needs 6 (192 per replica:
+    # 32 x 6), and 100 is 25 per micro-batch x 2.
+    assert nb.batch_points([32, 64, 128, 384, 100], 2, 1, 32) == {"global_batch": [32, 64, 128, 384, 100],
+                                                                  "accumulate": [1, 1, 2, 6, 2]}
+    assert nb.batch_points([32, 128], 2) == {"global_batch": [32, 128]}  # no cap: nothing accumulates
+    assert nb.batch_points([32, 128], 2, accumulate=4) == {"global_batch": [32, 128], "accumulate": [4, 4]}
+    assert nb.batch_points([33], 2, 1, 8) == {"global_batch": [33]}  # refused by the run itself, and recorded

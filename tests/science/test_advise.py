@@ -215,37 +215,6 @@ def test_advise_bad_host_cores_is_one_line_exit_2(tmp_path, capsys):
 
 
 # --- past the memory cap: accumulation (issue 25) ------------------------------------------------------------
-@pytest.mark.parametrize("global_batch, replicas, cap, fixed, per_replica, k", [
-    (16384, 64, 128, None, 128, 2),   # 256 per replica in 2 micro-batches of the 128 that fit
-    (96, 4, 10, None, 8, 3),          # 24 per replica: 8 is its largest divisor under 10
-    (100, 4, 7, None, 5, 5),          # 25: 5 x 5
-    (512, 4, 1000, None, 128, 1),     # fits in one pass
-    (256, 4, 100, 16, 16, 4),         # the per-replica batch fixed by the user: only K is chosen
-])
-def test_accumulation_plan_takes_the_largest_per_replica_batch_that_fits(global_batch, replicas, cap, fixed,
-                                                                          per_replica, k):
-    plan = advise.accumulation_plan(global_batch, replicas, cap, fixed)
-    assert (plan["per_replica_batch"], plan["accumulate"]) == (per_replica, k)
-    assert plan["per_replica_batch"] * replicas * plan["accumulate"] == global_batch
-    # What fits may be narrower than the cap (on CPU: the estimate with the accumulator).
-    assert advise.accumulation_plan(1024, 1, 1024, fits=lambda b, k: b <= 300)["per_replica_batch"] == 256
-
-
-@pytest.mark.parametrize("args, message", [
-    ((100, 8, 64), "--target-global-batch 100 does not divide among 8 replica(s): use a multiple of 8 (96 or 104)"),
-    ((3, 4, 64), "use a multiple of 4 (4)"),
-    ((0, 2, 8), "--target-global-batch must be a whole number of examples > 0, got 0"),
-    ((-64, 2, 8), "must be a whole number of examples > 0, got -64"),
-    ((100, 4, 64, 16), "--target-global-batch 100 is not a multiple of --per-replica-batch 16 x 4 replica(s) = 64: "
-                       "use 64 or 128, or drop --per-replica-batch"),
-    ((256, 4, 8, 16), "--per-replica-batch 16 does not fit: the most a replica holds is 8"),
-])
-def test_accumulation_plan_bad_input_names_the_fix(args, message):
-    with pytest.raises(ConfigError) as e:
-        advise.accumulation_plan(*args)
-    assert message in str(e.value)
-
-
 def test_recommendation_past_the_gpu_cap_accumulates_when_the_memory_cap_is_known():
     # B_crit 16384 on 32 per replica asks for 512 GPUs; 64 are allowed and a replica holds 128.
     rec = advise.recommend(16384.0, 32, 64, max_per_replica_batch=128)

@@ -105,6 +105,27 @@ def training_config(smoke: bool, **config) -> dict:
     return config
 
 
+def batch_points(global_batches: list, replicas: int, accumulate: int = 1, max_per_replica_batch: int = 0) -> dict:
+    """Notebook 02's batches as paired grid values: {"global_batch": [...]} and, where a batch accumulates,
+    "accumulate": the K of each (config.accumulation_plan: the fewest micro-batches, at least ``accumulate``, whose
+    per-replica batch is at most ``max_per_replica_batch``, the most a replica holds; 0: no cap). A batch that does
+    not divide among the replicas keeps ``accumulate``: its run is refused and recorded like any other."""
+    from ..config import accumulation_plan
+
+    ks = []
+    for g in global_batches:
+        per_replica = g // replicas
+        cap = max_per_replica_batch if max_per_replica_batch > 0 else max(1, per_replica)
+        try:
+            ks.append(accumulation_plan(g, replicas, cap, fits=lambda b, k: k >= accumulate)["accumulate"])
+        except ConfigError:
+            ks.append(accumulate)
+    points = {"global_batch": list(global_batches)}
+    if any(k != 1 for k in ks):
+        points["accumulate"] = ks
+    return points
+
+
 def prepare_data(dataset: str) -> None:
     """Make shapes16k on first use (about 20 s on 2 cores); nothing for other datasets."""
     from ..data.catalog import ensure_shapes16k

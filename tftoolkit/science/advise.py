@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .. import summary as summary_schema
+from ..config import accumulation_plan
 from ..errors import ConfigError, DataError, RunDirError
 
 DEFAULT_MAX_REPLICAS = 64
@@ -48,53 +49,6 @@ READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_ba
 
 def _whole(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
-def _multiples(g: int, m: int) -> str:
-    lo, hi = (g // m) * m, (g // m + 1) * m
-    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
-
-
-def accumulation_plan(global_batch: int, replicas: int, max_per_replica_batch: int,
-                      per_replica_batch: int | None = None, fits=None) -> dict:
-    """How ``replicas`` reach ``global_batch`` = b x replicas x K: the largest per-replica batch b <=
-    ``max_per_replica_batch`` (and with ``fits(b, K)`` true, when given) that divides global_batch / replicas, and
-    K = its quotient; a larger micro-batch means fewer micro-steps, each a pass that does the same work faster.
-    ``per_replica_batch``: fixed by the user, so only K is chosen. ConfigError, naming the fix, for a global batch
-    that is not a whole number > 0, that does not divide among the replicas (or the fixed batch), or a fixed batch
-    that does not fit. Returns {"global_batch", "replicas", "per_replica_batch", "accumulate"}."""
-    g, n = global_batch, replicas
-    if not (_whole(g) and g > 0):
-        raise ConfigError(f"--target-global-batch must be a whole number of examples > 0, got {g!r}")
-    if not (_whole(n) and n >= 1):
-        raise ConfigError(f"replicas must be a whole number >= 1, got {n!r}")
-    if per_replica_batch is not None:
-        step = per_replica_batch * n
-        if g % step:
-            raise ConfigError(f"--target-global-batch {g} is not a multiple of --per-replica-batch {per_replica_batch} "
-                              f"x {n} replica(s) = {step}: use {_multiples(g, step)}, or drop --per-replica-batch to "
-                              "let the per-replica batch be chosen")
-        if max_per_replica_batch is not None and per_replica_batch > max_per_replica_batch:
-            raise ConfigError(f"--per-replica-batch {per_replica_batch} does not fit: the most a replica holds is "
-                              f"{max_per_replica_batch}; lower it, or drop it to let the per-replica batch be chosen")
-        k = int(g // step)
-        if fits is not None and not fits(per_replica_batch, k):
-            raise ConfigError(f"--per-replica-batch {per_replica_batch} with accumulate {k} does not fit (the sum of "
-                              "the gradients accumulation keeps takes memory too); lower it, or drop it to let the "
-                              "per-replica batch be chosen")
-        return {"global_batch": int(g), "replicas": int(n), "per_replica_batch": int(per_replica_batch),
-                "accumulate": k}
-    if g % n:
-        raise ConfigError(f"--target-global-batch {g} does not divide among {n} replica(s): use a multiple of {n} "
-                          f"({_multiples(g, n)})")
-    if not (_whole(max_per_replica_batch) and max_per_replica_batch >= 1):
-        raise ConfigError(f"the most a replica holds must be a per-replica batch >= 1, got {max_per_replica_batch!r}")
-    m = g // n
-    for k in range(max(1, -(-m // max_per_replica_batch)), m + 1):
-        if m % k == 0 and (fits is None or fits(m // k, k)):
-            return {"global_batch": int(g), "replicas": int(n), "per_replica_batch": int(m // k), "accumulate": int(k)}
-    raise ConfigError(f"no per-replica batch reaches global batch {g} on {n} replica(s) within the memory; use a "
-                      "smaller model or more memory")
 
 
 def read_memory_cap(path) -> tuple[int, str]:

@@ -26,7 +26,7 @@ run one real step, which catches a MemoryError from the host.
 
 With ``target_global_batch`` G it also says how to train at G when G is more than the replicas hold in one pass:
 the largest per-replica batch b <= the one that fits with G = b × replicas × K for a whole K, the accumulate
-(``--accumulate``) that sums K micro-batches per step (advise.accumulation_plan; the per-replica batch the user
+(``--accumulate``) that sums K micro-batches per step (config.accumulation_plan; the per-replica batch the user
 fixed, if any, with its K). Accumulation keeps a float32 sum of the gradients per replica (``estimate_memory``'s
 ``accumulator``): on CPU replicas the estimate counts it, so b shrinks if the sum would pass the limit; on GPUs
 the trials ran one micro-step without it, and batch_find.json says how much to leave free.
@@ -42,9 +42,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import RunConfig
+from ..config import RunConfig, accumulation_plan
 from ..errors import ConfigError, ModelError
-from .advise import accumulation_plan
 
 log = logging.getLogger("tftoolkit")
 
