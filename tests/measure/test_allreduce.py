@@ -57,11 +57,102 @@ def test_parse_impls():
         allreduce.parse_impls("nccl,mpi")
 
 
+def test_parse_dtypes():
+    assert allreduce.parse_dtypes("float32") == ["float32"]
+    assert allreduce.parse_dtypes(" bfloat16,float32,bfloat16 ") == ["bfloat16", "float32"]
+    assert allreduce.parse_dtypes(("float16",)) == ["float16"]
+    for bad in ("float8", "float32,fp16", "", ","):
+        with pytest.raises(ConfigError, match="choose from float32, bfloat16, float16"):
+            allreduce.parse_dtypes(bad)
+
+
+def test_sum_tolerance_is_exact_while_the_dtype_holds_the_sum():
+    # 1 + ... + n and every partial sum are integers: exact up to 256 in bfloat16 (n = 22), 2048 in float16 (n = 63)
+    assert [allreduce.sum_tolerance(n, "bfloat16") for n in (1, 2, 8, 22)] == [0.0] * 4
+    assert allreduce.sum_tolerance(23, "bfloat16") == pytest.approx(22 * 2**-8 * 276)  # n - 1 roundings of the sum
+    assert allreduce.sum_tolerance(63, "float16") == 0.0 < allreduce.sum_tolerance(64, "float16")
+    assert allreduce.sum_tolerance(4096, "float32") == 0.0
+
+
+def _two_replicas(cpu_devices, impl="reduce_to_one"):
+    from tftoolkit.engine import strategy
+
+    return strategy.mirrored(cpu_devices.devices[:2], strategy.cross_device_ops_object(impl))
+
+
+def test_the_sum_is_right_in_bfloat16_and_float16_on_two_replicas(cpu_devices):
+    import tensorflow as tf
+
+    two = _two_replicas(cpu_devices)
+    for dtype in ("bfloat16", "float16", "float32"):
+        assert allreduce.check_sum(two, dtype=dtype) == (True, f"exact sum 3 in {dtype} on all 2 replicas")
+
+    # The unit really crosses in the dtype: 1 + 2^-9 is 1 in bfloat16 (8 significant bits), exact in float16 (11)
+    def replica():
+        return allreduce.step_all_reduce([tf.fill([4], 1 + 2**-9)], dtype)[0]
+
+    for dtype, want in (("bfloat16", 2.0), ("float16", 2 + 2**-8), ("float32", 2 + 2**-8)):
+        out = tf.function(lambda: two.run(replica), autograph=False)()
+        got = [v.numpy() for v in two.experimental_local_results(out)]
+        assert all(g.dtype == np.float32 and (g == want).all() for g in got), (dtype, got)  # cast back to float32
+
+    # A lost replica is still a wrong sum in bfloat16 (hierarchical copy at 3 replicas drops the third)
+    from tftoolkit.engine import strategy
+
+    three = strategy.mirrored(cpu_devices.devices[:3], strategy.cross_device_ops_object("hierarchical_copy"))
+    ok, why = allreduce.check_sum(three, dtype="bfloat16")
+    assert not ok and why.startswith("wrong sum: replica 0 got 3 for 1 + ... + 3 = 6 in bfloat16")
+
+
+def test_bench_times_each_dtype_and_counts_the_bytes_it_moves(tmp_path):
+    frame = allreduce.bench(2, "64KiB", "reduce_to_one,nccl", dtypes="float32,bfloat16", repeats=2, warmup=1,
+                            models="small_cnn", max_chain=2, out=tmp_path, quiet=True)
+    csv = pd.read_csv(tmp_path / "allreduce.csv")
+    assert list(csv.columns) == allreduce.COLUMNS and len(csv) == len(frame) == 6
+    nccl = csv[csv["impl"] == "nccl"]
+    assert list(nccl["dtype"]) == ["float32", "bfloat16"] and set(nccl["status"]) == {"skipped"}
+    timed = csv[csv["impl"] == "reduce_to_one"]
+    assert list(zip(timed["payload"], timed["dtype"])) == [
+        ("buffer", "float32"), ("buffer", "bfloat16"), ("grads:small_cnn", "float32"), ("grads:small_cnn", "bfloat16")]
+    size = timed.set_index(["payload", "dtype"])["size_bytes"]
+    # The same tensors, half the bytes: 16 Ki elements, and small_cnn's 61,130 parameters
+    assert size[("buffer", "float32")] == 65536 and size[("buffer", "bfloat16")] == 32768
+    assert size[("grads:small_cnn", "float32")] == 4 * 61130 and size[("grads:small_cnn", "bfloat16")] == 2 * 61130
+    assert (timed["iters"] == 2).all()  # both dtypes of a payload in calls of the same shape
+    assert set(timed["status"]) <= {"ok", "unresolved"} and (timed["time_s"] >= 0).all()
+    ok = timed[timed["status"] == "ok"]
+    assert ok["algbw_GBps"].to_numpy() == pytest.approx((ok["size_bytes"] / ok["time_s"] / 1e9).to_numpy())
+    written = json.loads((tmp_path / "bench.json").read_text())
+    assert written["dtypes"] == ["float32", "bfloat16"] and "cast" in written["timing"]
+
+
+def test_a_dtype_an_implementation_cannot_do_is_a_failed_row_not_a_crash(monkeypatch, tmp_path):
+    from tftoolkit.engine import timer
+
+    real = allreduce.check_sum
+
+    def no_float16(strategy, options=None, size=64, dtype="float32"):
+        if dtype == "float16":
+            raise TypeError("no kernel for half here")
+        return real(strategy, options, size, dtype)
+
+    monkeypatch.setattr(allreduce, "check_sum", no_float16)
+    monkeypatch.setattr(timer, "timed", FakeCalls([2.0e-3, 2.1e-3, 1.9e-3], [1.0e-3, 1.1e-3, 0.9e-3]))
+    csv = allreduce.bench(2, "64KiB", "reduce_to_one", dtypes="float16,float32", repeats=3, warmup=1, models=(),
+                          max_chain=1, out=tmp_path, quiet=True)
+    half = csv[csv["dtype"] == "float16"].iloc[0]
+    assert half["status"] == "failed" and half["reason"] == "TypeError: no kernel for half here"
+    assert pd.isna(half["size_bytes"]) and np.isnan(half["busbw_GBps"])
+    single = csv[csv["dtype"] == "float32"].iloc[0]
+    assert single["status"] == "ok" and single["time_s"] == pytest.approx(1e-3)
+
+
 def test_bench_on_two_replicas_writes_a_row_per_impl_and_size(tmp_path):
     frame = allreduce.bench(2, "8KiB", "all", repeats=2, warmup=1, models="none", out=tmp_path, quiet=True)
     csv = pd.read_csv(tmp_path / "allreduce.csv")
     assert list(csv.columns) == allreduce.COLUMNS
     assert len(csv) == len(frame) == 5  # nccl skipped; 4 impls x 1 size
+    assert set(csv["dtype"]) == {"float32"}  # the default dtype
     nccl = csv[csv["impl"] == "nccl"].iloc[0]
     assert nccl["status"] == "skipped" and "GPU" in nccl["reason"]  # a row with the reason, not a crash
     timed = csv[csv["impl"] != "nccl"]
@@ -117,6 +208,7 @@ def test_bench_cli_on_four_replicas_with_a_models_gradients(tmp_path, capsys):
     (["--impl", "mpi"], "unknown all-reduce"),
     (["--replicas", "0"], "replicas"),
     (["--max-chain", "0"], "--max-chain must be an integer >= 1"),
+    (["--dtype", "float32,float8"], "unknown all-reduce dtype(s) float8; choose from float32, bfloat16, float16"),
 ])
 def test_bench_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     base = {"--replicas": "2", "--sizes": "4KiB", "--impl": "reduce_to_one"}
@@ -158,6 +250,24 @@ def test_small_sizes_are_timed_without_the_call_s_overhead(tmp_path, cpu_devices
     assert 0 <= row["time_s"] < row["time_raw_s"]
     timing = json.loads((tmp_path / "bench.json").read_text())["timing"]
     assert "without them" in timing and "synchronised" in timing and "unresolved" in timing
+
+
+def test_every_all_reduce_of_the_chain_is_an_output_so_none_is_optimised_away(monkeypatch, cpu_devices):
+    # Grappler's dependency optimizer makes a no-op of an op whose results are only waited on: a chain that returned
+    # one tensor computed only that tensor of its last all-reduce. Both timed calls return every result.
+    from tftoolkit.engine import timer
+
+    counts = []
+
+    def timed(fn, *args):
+        out = fn(*args)
+        counts.append(len(out))
+        return out, 1e-3
+
+    monkeypatch.setattr(timer, "timed", timed)
+    allreduce.time_allreduce(_two_replicas(cpu_devices), [(8,), (2, 3), (5,)], repeats=1, warmup=1, iters=2,
+                             allreduce_dtype="bfloat16")
+    assert counts == [3 * 2] * 4  # warm-up and timed, the chain and the bare call: 3 tensors x 2 all-reduces
 
 
 class FakeCalls:

@@ -98,6 +98,7 @@ def scale(args) -> int:
 
 
 def _add_bench(bench_sub) -> None:
+    from ..config import ALLREDUCE_DTYPES
     from ..measure.allreduce import CHAIN_BYTES, DEFAULT_MODELS, DEFAULT_SIZES, IMPLS, MAX_CHAIN
 
     p = bench_sub.add_parser("allreduce", help="all-reduce time and bus bandwidth per implementation and size",
@@ -111,6 +112,11 @@ def _add_bench(bench_sub) -> None:
                         f"KiB/MiB/GiB = 2^10/2^20/2^30; plain numbers (4096, 1e6) are bytes (default: {DEFAULT_SIZES})")
     p.add_argument("--impl", default="all", help=f"all, or a comma list of {', '.join(IMPLS)}; one that cannot run "
                                                  "here is a row with its reason (default: all)")
+    p.add_argument("--dtype", default="float32", metavar="DTYPE,...",
+                   help=f"a comma list of {', '.join(ALLREDUCE_DTYPES)}: time each implementation with the gradients "
+                        "cast to each dtype, all-reduced, cast back (as --allreduce-dtype trains; the casts are "
+                        "timed). --sizes name the float32 buffer; size_bytes and bandwidths count the bytes moved in "
+                        "the row's dtype, half for bfloat16 (default: float32)")
     p.add_argument("--repeats", type=int, default=10, help="timed calls per size; the median is reported, and a time within "
                                                             "the call's noise gets up to 4x as many before its row "
                                                             "says unresolved (default: 10)")
@@ -159,14 +165,14 @@ def bench_allreduce(args) -> int:
 
     frame = allreduce.bench(args.replicas, args.sizes, args.impl, repeats=args.repeats, warmup=args.warmup,
                             models=args.models, image_size=args.image_size, num_classes=args.num_classes,
-                            max_chain=args.max_chain, out=args.out, quiet=args.quiet)
+                            max_chain=args.max_chain, out=args.out, quiet=args.quiet, dtypes=args.dtype)
     ok = frame[frame["status"] == "ok"]
-    for impl, rows in ok.groupby("impl", sort=False):
+    for (impl, dtype), rows in ok.groupby(["impl", "dtype"], sort=False):
         best = rows.loc[rows["busbw_GBps"].idxmax()]
-        print(f"{impl:18s} peak busbw {best['busbw_GBps']:8.3f} GB/s at {int(best['size_bytes'])} bytes")
+        print(f"{impl:18s} {dtype:8s} peak busbw {best['busbw_GBps']:8.3f} GB/s at {int(best['size_bytes'])} bytes")
     for _, row in frame[frame["status"] != "ok"].iterrows():
         what = f" {row['payload']} {int(row['size_bytes'])} bytes" if row["payload"] else ""
-        print(f"{row['impl']:18s}{what} {row['status']}: {row['reason']}")
+        print(f"{row['impl']:18s} {row['dtype']:8s}{what} {row['status']}: {row['reason']}")
     print(f"written: {args.out}/allreduce.csv")
     return 0
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 from ..config import DTYPE_BYTES
 
 
-def all_sum_no_gradient(values):
+def all_sum_no_gradient(values, options=None):
     """The SUM all-reduce of ``values`` (a tensor or a list of tensors), for values nothing differentiates
-    (gradients, counts): the same result as ``ctx.all_reduce(SUM, values)``."""
+    (gradients, counts): the same result as ``ctx.all_reduce(SUM, values)``. ``options``: CommunicationOptions
+    for this call (the all-reduce benchmark asks for RING so)."""
     import tensorflow as tf
 
     ctx = tf.distribute.get_replica_context()
-    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.nest.map_structure(tf.stop_gradient, values))
+    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.nest.map_structure(tf.stop_gradient, values), options=options)
 
 
 def all_sum(x):
@@ -78,10 +79,12 @@ def pack_plan(sizes: list[int], packs: int) -> list[list[int]]:
     return plan
 
 
-def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | None = None, extra=None):
+def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | None = None, extra=None,
+                         options=None):
     """The SUM all-reduce of a replica's gradients: cast to ``dtype``, one all-reduce call per pack of ``plan``
     (pack_plan; default one pack), cast back to each gradient's own dtype. ``extra`` (a tensor, e.g. the noise
     scale's float64 sums) rides in the last pack's call, uncast. Returns the reduced gradients (and ``extra``).
+    ``options``: CommunicationOptions for every call (the benchmark's; a run's strategy carries its own).
 
     Mixed precision's loss scale sits before the cast: the gradients are cast while still multiplied by it (the loss
     was scaled before differentiation), so float16 keeps small gradients in range; LossScaleOptimizer.apply divides
@@ -105,9 +108,9 @@ def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | 
         members = [i for i in pack if grads[i] is not None]
         values = [cast(grads[i], target) for i in members]
         if extra is not None and p == len(plan) - 1:
-            *values, reduced_extra = all_sum_no_gradient(values + [extra])
+            *values, reduced_extra = all_sum_no_gradient(values + [extra], options)
         elif values:
-            values = all_sum_no_gradient(values)
+            values = all_sum_no_gradient(values, options)
         for i, v in zip(members, values):
             out[i] = cast(v, grads[i].dtype)
     return out if extra is None else (out, reduced_extra)

@@ -1,9 +1,9 @@
 """All-reduce bandwidth: each cross-device implementation, timed over a size sweep (like nccl-tests).
 
-``tftoolkit bench allreduce`` writes ``allreduce.csv``, one row per (implementation, payload, size):
+``tftoolkit bench allreduce`` writes ``allreduce.csv``, one row per (implementation, dtype, payload, size):
 
-    impl, detail, replicas, payload, tensors, size_bytes, iters, repeats, time_s, time_min_s,
-    algbw_GBps, busbw_GBps, status, reason
+    impl, detail, replicas, dtype, payload, tensors, size_bytes, iters, repeats, time_s, time_min_s, time_err_s,
+    time_raw_s, overhead_s, algbw_GBps, busbw_GBps, status, reason
 
 Definitions are nccl-tests' (doc/PERFORMANCE.md), so the figures compare with a link's rated bandwidth:
 ``algbw = size / time`` and ``busbw = algbw * 2(n-1)/n`` (a ring all-reduce moves 2(n-1)/n of the buffer
@@ -19,20 +19,32 @@ Implementations (``IMPLS``):
                      CollectiveAllReduce(RING), so on CPU it is the same algorithm as ``collective``
 An implementation that cannot run here (NCCL on CPU) is one row with status ``skipped`` and the reason.
 
+Dtypes (``--dtype float32,bfloat16``, from ``config.ALLREDUCE_DTYPES``): the dtype the gradients cross the link
+in (``--allreduce-dtype`` of a run). Every payload is the same float32 tensors in every dtype, so ``size_bytes`` and
+the bandwidths count the bytes *moved in that dtype*: a bfloat16 row of a 4 MiB buffer (1 Mi elements) moves 2 MiB,
+and its algbw is 2 MiB / its time. To compare dtypes, compare ``time_s`` of the same payload; a bandwidth tells how
+well each dtype uses the link. ``--sizes`` name the float32 buffer (the gradients' own dtype), and the chain length
+(``iters``) follows it, so both dtypes of a payload are timed in calls of the same shape.
+
 Sizes parse as bytes with SI or IEC units: ``4KB`` = 4000, ``4KiB`` = 4096, ``64MiB``, ``1e6``, ``1.5MB``,
 ``4096``. A bare ``K``/``M``/``G`` is refused (nccl-tests means 2^10, most people mean 10^3). ``A..B`` sweeps
 the powers of two between the bounds (inclusive), ``A,B,C`` lists exact sizes.
 
-The timed unit is exactly what the training step does: ``ctx.all_reduce(SUM, tensors)`` inside
-``strategy.run`` inside a ``tf.function``. Small buffers run several all-reduces back to back in one call
-(``iters``), and each timed call is paired with the same call without the all-reduces, whose time is subtracted:
+The timed unit is exactly what the training step does (``step_all_reduce``): the step's
+``collectives.all_reduce_gradients`` with one pack (cast each tensor to the dtype, one ``all_reduce(SUM)`` of them
+all, cast back) inside ``strategy.run`` inside a ``tf.function``. Every result of every all-reduce is an output of
+the timed call, as every gradient is an input of the optimizer (Grappler makes a no-op of an all-reduce whose result
+only orders other ops). Small buffers run several all-reduces back to back in one call (``iters``), and each timed
+call is paired with the same call without the all-reduces, whose time is subtracted. That call leaves the casts out
+too, so they stay in the timed part: a user who picks bfloat16 pays for them on every step.
 ``time_s`` is per all-reduce with the call's overhead removed (``time_raw_s`` without the subtraction,
 ``overhead_s`` the subtracted call, ``time_err_s`` the standard error of the difference). A difference the
 noise of the call swallows (under two standard errors, after up to four times the repeats) is no measurement:
 its row says ``unresolved``, with the bound it sets, and carries no bandwidth; on CPU-simulated replicas the
 small sizes end there, since an all-reduce of a few microseconds hides in a call that varies by a hundred.
-Before an implementation is timed, its sum is checked once (``check_sum``): one that loses a replica's values is
-a ``failed`` row with the wrong sum, not a bandwidth.
+Before an implementation is timed in a dtype, its sum is checked once in that dtype (``check_sum``): one that loses
+a replica's values is a ``failed`` row with the wrong sum, not a bandwidth; one that cannot all-reduce the dtype
+here is a ``failed`` row with TensorFlow's reason.
 """
 
 from __future__ import annotations
@@ -45,16 +57,21 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import ALLREDUCE_DTYPES, DTYPE_BYTES
+from ..engine.collectives import all_reduce_gradients
 from ..errors import ConfigError
 
 log = logging.getLogger("tftoolkit")
 
 IMPLS = ("nccl", "hierarchical_copy", "reduce_to_one", "collective", "tf_default")
-COLUMNS = ["impl", "detail", "replicas", "payload", "tensors", "size_bytes", "iters", "repeats", "time_s",
+COLUMNS = ["impl", "detail", "replicas", "dtype", "payload", "tensors", "size_bytes", "iters", "repeats", "time_s",
            "time_min_s", "time_err_s", "time_raw_s", "overhead_s", "algbw_GBps", "busbw_GBps", "status", "reason"]
 DEFAULT_SIZES = "4KiB..256MiB"
 DEFAULT_MODELS = ("small_cnn", "resnet20")
 FLOAT32_BYTES = 4
+# Bits of each dtype's significand (the implicit one included): integers up to 2^bits are exact, and one rounding
+# costs at most 2^-bits of the value. bfloat16 keeps 8 (about 2.4 decimal digits), float16 11, float32 24.
+SIGNIFICAND_BITS = {"float32": 24, "bfloat16": 8, "float16": 11}
 # Chain all-reduces in one tf.function call until a call moves about this many bytes (at most MAX_CHAIN), so a
 # 4 KB all-reduce is not timed as "one Python call into TensorFlow". Large buffers run one per call.
 CHAIN_BYTES = 4 * 2**20
@@ -143,6 +160,16 @@ def parse_impls(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def parse_dtypes(text) -> list[str]:
+    """``float32,bfloat16`` -> ["float32", "bfloat16"]: each one of config.ALLREDUCE_DTYPES, once, in order."""
+    names = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p and p.strip()]
+    unknown = [n for n in names if n not in ALLREDUCE_DTYPES]
+    if not names or unknown:
+        raise ConfigError(f"unknown all-reduce dtype(s) {', '.join(unknown) or repr(text)}; choose from "
+                          f"{', '.join(ALLREDUCE_DTYPES)} (a comma list, e.g. float32,bfloat16)")
+    return list(dict.fromkeys(names))
+
+
 # --- strategies ------------------------------------------------------------------------------------------
 def availability(impl: str, setup) -> tuple[bool, str]:
     """Whether ``impl`` can run on these devices, and why not."""
@@ -168,8 +195,27 @@ def chain_length(size_bytes: int, max_chain: int = MAX_CHAIN) -> int:
     return int(max(1, min(max_chain, CHAIN_BYTES // max(size_bytes, 1))))
 
 
-def check_sum(strategy, options=None, size: int = 64) -> tuple[bool, str]:
-    """All-reduce replica r's value r + 1 once and check every replica got 1 + 2 + ... + n exactly.
+def step_all_reduce(values, dtype: str = "float32", options=None):
+    """The SUM all-reduce of a replica's ``values`` as the training step does it in ``dtype``: cast, one all-reduce
+    call, cast back to each value's dtype (collectives.all_reduce_gradients with one pack; ``options``: the
+    bench's CommunicationOptions, RING for the ``collective`` row). Call in a replica context."""
+    return all_reduce_gradients(list(values), dtype, options=options)
+
+
+def sum_tolerance(replicas: int, dtype: str = "float32") -> float:
+    """How far an all-reduced sum of the integers 1..n may lie from n(n+1)/2 in ``dtype``.
+
+    Every partial sum of 1..n is an integer no larger than the total, so while the total fits the dtype's significand
+    (2^8 = 256 in bfloat16: up to 22 replicas; 2048 in float16: up to 63) nothing rounds and the sum must be exact.
+    Above, each of the n - 1 additions may round by half a unit in the last place, at most 2^-bits of the sum."""
+    want = replicas * (replicas + 1) / 2
+    bits = SIGNIFICAND_BITS[dtype]
+    return 0.0 if want <= 2**bits else (replicas - 1) * 2.0**-bits * want
+
+
+def check_sum(strategy, options=None, size: int = 64, dtype: str = "float32") -> tuple[bool, str]:
+    """All-reduce replica r's value r + 1 once, as the step does in ``dtype`` (step_all_reduce), and check every
+    replica got 1 + 2 + ... + n: exactly, or within ``sum_tolerance`` where the dtype cannot hold the sum.
 
     Run before an implementation is timed: a fast all-reduce that loses a replica's values (TensorFlow's
     hierarchical copy at odd replica counts) must not become a bandwidth figure."""
@@ -180,28 +226,32 @@ def check_sum(strategy, options=None, size: int = 64) -> tuple[bool, str]:
     def replica():
         ctx = tf.distribute.get_replica_context()
         value = tf.fill([size], tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32))
-        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, value, options=options)
+        return step_all_reduce([value], dtype, options)[0]
 
     out = tf.function(lambda: strategy.run(replica), autograph=False)()
-    want = n * (n + 1) / 2
+    want, tol = n * (n + 1) / 2, sum_tolerance(n, dtype)
     got = [v.numpy() for v in strategy.experimental_local_results(out)]
-    wrong = [(r, float(g[0])) for r, g in enumerate(got) if not np.all(g == want)]
+    wrong = [(r, float(g[0])) for r, g in enumerate(got) if not np.all(np.abs(g - want) <= tol)]
     if wrong:
         r, g = wrong[0]
-        return False, (f"wrong sum: replica {r} got {g:g} for 1 + ... + {n} = {want:g} ({len(wrong)} of {len(got)} "
-                       "replicas wrong)")
-    return True, f"exact sum {want:g} on all {n} replicas"
+        holds = "holds it exactly" if tol == 0 else f"rounds it by {tol:g} at most"
+        return False, (f"wrong sum: replica {r} got {g:g} for 1 + ... + {n} = {want:g} in {dtype}, which {holds} "
+                       f"({len(wrong)} of {len(got)} replicas wrong)")
+    return True, ("exact sum" if tol == 0 else f"sum within {tol:g} of") + f" {want:g} in {dtype} on all {n} replicas"
 
 
 def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int = 10, warmup: int = 2,
-                   iters: int | None = None, jit: bool = False, max_repeats: int | None = None) -> dict:
-    """Seconds of one ``ctx.all_reduce(SUM, [tensors of shapes])`` across the strategy's replicas.
+                   iters: int | None = None, jit: bool = False, max_repeats: int | None = None,
+                   allreduce_dtype: str = "float32") -> dict:
+    """Seconds of one all-reduce (SUM) of [tensors of ``shapes`` and ``dtypes``] across the strategy's replicas,
+    as the step does it in ``allreduce_dtype`` (step_all_reduce: the casts to it and back are timed with it).
 
     Each repeat times two calls of the same shape (engine.timer: devices synchronised at both ends): a chain of
     ``iters`` all-reduces, and the same chain with the all-reduces left out (the per-replica copies, the call's
     dispatch and the synchronisation). Their difference / ``iters`` is one all-reduce with the call's overhead
     subtracted: at 4 KiB that overhead is far more than NCCL's 10-20 us, and without the subtraction the low end of
-    the curve would measure Python and the runtime, not the link. ``jit``: compile the replica function with XLA,
+    the curve would measure Python and the runtime, not the link. The call without all-reduces leaves the casts out
+    as well: they are part of what the dtype costs. ``jit``: compile the replica function with XLA,
     as the step is under ``--jit`` (on GPUs MirroredStrategy then all-reduces with its collective ops, NCCL).
 
     The difference is resolved when its median exceeds RESOLVED_SE standard errors (the median's, from the
@@ -229,18 +279,21 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     values = strategy.experimental_distribute_values_from_function(make)
 
     def chain(xs, reduce: bool):
-        ctx = tf.distribute.get_replica_context()
-        out = xs
+        out, results = xs, []
         for _ in range(iters):
             # Each all-reduce starts when the previous one has finished on this replica, and reduces the same
             # input buffers (as nccl-tests does). Feeding one result into the next would let Grappler fold
             # the chain of reduce_to_one's AddN ops into one AddN over n^iters inputs.
             with tf.control_dependencies(out):
                 ins = [tf.identity(x) for x in xs]
-            # SUM over replicas, as the training step reduces its gradients.
-            out = ctx.all_reduce(tf.distribute.ReduceOp.SUM, ins, options=options) if reduce else ins
-        with tf.control_dependencies(out):
-            return tf.reshape(out[0], [-1])[:1]  # a tiny output that depends on the whole chain
+            # SUM over replicas in allreduce_dtype, as the training step reduces its gradients.
+            out = step_all_reduce(ins, allreduce_dtype, options) if reduce else ins
+            results += out
+        # Every result is returned, as the step's optimizer consumes every gradient. Grappler's dependency optimizer
+        # turns an op whose results are only waited on (control edges) into a no-op: a chain that returned one
+        # tensor computed only that tensor's share of the last all-reduce (8 bfloat16 buffers of 1 Mi elements
+        # timed as fast as one; two chained, half the time each). Both calls return the same number of tensors.
+        return results
 
     def make_fn(reduce: bool):
         replica_fn = lambda xs: chain(xs, reduce)  # noqa: E731
@@ -295,8 +348,8 @@ def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10
 
 
 # --- the benchmark ---------------------------------------------------------------------------------------
-def _row(impl, detail, replicas, payload, tensors, size, **kw) -> dict:
-    row = {"impl": impl, "detail": detail, "replicas": replicas, "payload": payload, "tensors": tensors,
+def _row(impl, detail, replicas, dtype, payload, tensors, size, **kw) -> dict:
+    row = {"impl": impl, "detail": detail, "replicas": replicas, "dtype": dtype, "payload": payload, "tensors": tensors,
            "size_bytes": size, "iters": None, "repeats": None, "time_s": math.nan, "time_min_s": math.nan,
            "time_err_s": math.nan, "time_raw_s": math.nan, "overhead_s": math.nan,
            "algbw_GBps": math.nan, "busbw_GBps": math.nan, "status": "ok", "reason": ""}
@@ -306,9 +359,10 @@ def _row(impl, detail, replicas, payload, tensors, size, **kw) -> dict:
 
 def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10, warmup: int = 2,
           models=DEFAULT_MODELS, image_size: int = 32, num_classes: int = 10, max_chain: int = MAX_CHAIN, out=None,
-          quiet: bool = False):
-    """Time every implementation over the size sweep and each model's gradient set; returns the tidy frame
-    (and writes ``out/allreduce.csv`` plus ``out/bench.json`` with the parameters when ``out`` is given).
+          quiet: bool = False, dtypes="float32"):
+    """Time every implementation in every dtype over the size sweep and each model's gradient set; returns the tidy
+    frame (and writes ``out/allreduce.csv`` plus ``out/bench.json`` with the parameters when ``out`` is given).
+    The dtypes of one payload are timed one after the other, so a drifting machine disturbs their ratio least.
 
     ``max_chain`` caps the all-reduces chained in one timed call (CHAIN_BYTES). The chain is unrolled in the
     graph, so its tracing cost grows with it: smoke runs use a short one."""
@@ -323,54 +377,46 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
         raise ConfigError(f"--replicas must be an integer >= 1, got {replicas!r}")
     size_list = parse_sizes(sizes) if isinstance(sizes, str) else sorted(set(parse_size(s) for s in sizes))
     impl_list = parse_impls(impls) if isinstance(impls, str) else parse_impls(",".join(impls))
+    dtype_list = parse_dtypes(dtypes)
     if repeats < 1 or warmup < 0:
         raise ConfigError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
     if not isinstance(max_chain, int) or isinstance(max_chain, bool) or max_chain < 1:
         raise ConfigError(f"--max-chain must be an integer >= 1, got {max_chain!r}")
     model_list = [m for m in (models.split(",") if isinstance(models, str) else (models or ())) if m and m != "none"]
     setup = devices.init(replicas)
-    payloads = [("buffer", [(s // FLOAT32_BYTES,)], ["float32"], s) for s in size_list]
+    # (payload, shapes, their own dtypes, elements): each dtype moves elements x its bytes.
+    payloads = [("buffer", [(s // FLOAT32_BYTES,)], ["float32"], s // FLOAT32_BYTES) for s in size_list]
     for m in model_list:
         shapes, dts = model_gradient_set(m, (image_size, image_size, 3), num_classes)
-        nbytes = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in zip(shapes, dts))
-        payloads.append((f"grads:{m}", shapes, dts, nbytes))
+        payloads.append((f"grads:{m}", shapes, dts, sum(int(np.prod(s)) for s in shapes)))
     rows = []
     for impl in impl_list:
         ok, why = availability(impl, setup)
         if not ok:
-            rows.append(_row(impl, "", replicas, "", None, None, status="skipped", reason=why))
+            rows += [_row(impl, "", replicas, dt, "", None, None, status="skipped", reason=why) for dt in dtype_list]
             log.info("all-reduce %s: skipped (%s)", impl, why)
             continue
         try:
             strategy, options, detail = make_strategy(impl, setup)
-            right, why = check_sum(strategy, options)
         except Exception as e:  # noqa: BLE001 - an implementation that cannot be built here is a row, not a crash
-            rows.append(_row(impl, "", replicas, "", None, None, status="failed", reason=_first_line(e)))
+            rows += [_row(impl, "", replicas, dt, "", None, None, status="failed", reason=_first_line(e))
+                     for dt in dtype_list]
             continue
-        if not right:
-            rows.append(_row(impl, detail, replicas, "", None, None, status="failed", reason=why))
-            log.warning("all-reduce %s: %s; not timed", impl, why)
-            continue
-        for payload, shapes, dts, nbytes in payloads:
+        checked = []
+        for dt in dtype_list:
             try:
-                t = time_allreduce(strategy, shapes, dtypes=dts, options=options, repeats=repeats, warmup=warmup,
-                                   iters=chain_length(nbytes, max_chain), max_repeats=EXTRA_REPEATS * repeats)
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest size: record, go on
-                rows.append(_row(impl, detail, replicas, payload, len(shapes), nbytes, status="failed",
-                                 reason=_first_line(e)))
-                log.warning("all-reduce %s %s (%d bytes) failed: %s", impl, payload, nbytes, _first_line(e))
-                continue
-            row = _row(impl, detail, replicas, payload, len(shapes), nbytes, iters=t["iters"], repeats=t["repeats"],
-                       time_s=t["time_s"], time_min_s=t["time_min_s"], time_err_s=t["time_err_s"],
-                       time_raw_s=t["time_raw_s"], overhead_s=t["overhead_s"])
-            if t["resolved"]:
-                row.update(algbw_GBps=algbw_gbps(nbytes, t["time_s"]), busbw_GBps=busbw_gbps(nbytes, t["time_s"], replicas))
-                log.info("all-reduce %-17s %-16s %12d B  %10.3f ms  busbw %7.3f GB/s", impl, payload, nbytes,
-                         t["time_s"] * 1e3, row["busbw_GBps"])
+                right, why = check_sum(strategy, options, dtype=dt)
+            except Exception as e:  # noqa: BLE001 - a dtype this implementation cannot all-reduce here: a row
+                right, why = False, _first_line(e)
+            if right:
+                checked.append(dt)
             else:
-                row.update(status="unresolved", reason=unresolved_reason(t))
-                log.info("all-reduce %-17s %-16s %12d B  %s", impl, payload, nbytes, row["reason"])
-            rows.append(row)
+                rows.append(_row(impl, detail, replicas, dt, "", None, None, status="failed", reason=why))
+                log.warning("all-reduce %s in %s: %s; not timed", impl, dt, why)
+        for payload, shapes, dts, elements in payloads:
+            for dt in checked:
+                rows.append(_timed_row(strategy, options, impl, detail, replicas, dt, payload, shapes, dts, elements,
+                                       repeats=repeats, warmup=warmup, max_chain=max_chain))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("tensors", "size_bytes", "iters", "repeats"):
         frame[col] = frame[col].astype("Int64")  # integers, empty where skipped (not 4096.0)
@@ -379,12 +425,16 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
         fileio.write_csv(out / "allreduce.csv", frame)
         fileio.write_json(out / "bench.json", {
             "bench": "allreduce", "replicas": replicas, "device_kind": setup.kind, "devices": list(setup.devices),
-            "host_cores": setup.host_cores, "sizes": size_list, "impls": impl_list, "repeats": repeats,
+            "host_cores": setup.host_cores, "sizes": size_list, "impls": impl_list, "dtypes": dtype_list,
+            "repeats": repeats,
             "warmup": warmup, "max_chain": max_chain, "models": model_list, "image_size": image_size,
             "num_classes": num_classes,
             "threads": devices.thread_settings(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "definitions": "algbw = size_bytes / time_s / 1e9; busbw = algbw * 2(n-1)/n (nccl-tests)",
-            "timing": ("time_s = (a call of `iters` chained all-reduces - the same call without them) / iters, median "
+            "definitions": ("algbw = size_bytes / time_s / 1e9; busbw = algbw * 2(n-1)/n (nccl-tests); size_bytes = "
+                            "elements x the bytes of the row's dtype (what crosses the link); sizes name the float32 "
+                            "buffer"),
+            "timing": ("time_s = (a call of `iters` chained all-reduces, each cast to the row's dtype and back as the "
+                       "training step does, - the same call without them, casts included) / iters, median "
                        "over interleaved repeats, devices synchronised at both ends of each call; time_err_s = its "
                        "standard error; status unresolved = time_s under 2 standard errors after up to "
                        f"{EXTRA_REPEATS}x the repeats (no bandwidth); time_raw_s = the first call / iters (overhead "
@@ -392,6 +442,31 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
             "sum_checked": True,
         })
     return frame
+
+
+def _timed_row(strategy, options, impl, detail, replicas, dtype, payload, shapes, dts, elements, *, repeats, warmup,
+               max_chain) -> dict:
+    """One row: ``payload`` all-reduced in ``dtype``, timed; a bandwidth when resolved, the reason when not."""
+    nbytes = elements * DTYPE_BYTES[dtype]
+    # The chain follows the float32 size, so every dtype of one payload is timed in calls of the same shape.
+    iters = chain_length(elements * FLOAT32_BYTES, max_chain)
+    try:
+        t = time_allreduce(strategy, shapes, dtypes=dts, options=options, repeats=repeats, warmup=warmup, iters=iters,
+                           max_repeats=EXTRA_REPEATS * repeats, allreduce_dtype=dtype)
+    except Exception as e:  # noqa: BLE001 - e.g. out of memory at the largest size: record, go on
+        log.warning("all-reduce %s %s %s (%d bytes) failed: %s", impl, dtype, payload, nbytes, _first_line(e))
+        return _row(impl, detail, replicas, dtype, payload, len(shapes), nbytes, status="failed", reason=_first_line(e))
+    row = _row(impl, detail, replicas, dtype, payload, len(shapes), nbytes, iters=t["iters"], repeats=t["repeats"],
+               time_s=t["time_s"], time_min_s=t["time_min_s"], time_err_s=t["time_err_s"],
+               time_raw_s=t["time_raw_s"], overhead_s=t["overhead_s"])
+    if t["resolved"]:
+        row.update(algbw_GBps=algbw_gbps(nbytes, t["time_s"]), busbw_GBps=busbw_gbps(nbytes, t["time_s"], replicas))
+        log.info("all-reduce %-17s %-8s %-16s %12d B  %10.3f ms  busbw %7.3f GB/s", impl, dtype, payload, nbytes,
+                 t["time_s"] * 1e3, row["busbw_GBps"])
+    else:
+        row.update(status="unresolved", reason=unresolved_reason(t))
+        log.info("all-reduce %-17s %-8s %-16s %12d B  %s", impl, dtype, payload, nbytes, row["reason"])
+    return row
 
 
 def unresolved_reason(t: dict) -> str:

@@ -207,13 +207,14 @@ def interleaved(time_a, time_b, rounds: int) -> tuple[np.ndarray, np.ndarray]:
 
 def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> tuple[float, float]:
     """The model's gradient all-reduce alone, on the run's strategy, through the all-reduce the step uses: under
-    XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops. Returns (seconds,
-    standard error); a time within the call's noise gets up to 4x the repeats (allreduce.EXTRA_REPEATS)."""
+    XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops; in the run's
+    --allreduce-dtype, casts included (as one pack: with several, the step's calls add their latencies). Returns
+    (seconds, standard error); a time within the call's noise gets up to 4x the repeats (allreduce.EXTRA_REPEATS)."""
     from .allreduce import EXTRA_REPEATS, gradient_shapes, time_allreduce
 
     shapes, dtypes = gradient_shapes(engine.model)
     t = time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1, jit=jit,
-                       max_repeats=EXTRA_REPEATS * repeats)
+                       max_repeats=EXTRA_REPEATS * repeats, allreduce_dtype=engine.exchange.dtype)
     return t["time_s"], t["time_err_s"]
 
 
