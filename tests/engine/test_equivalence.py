@@ -312,3 +312,34 @@ def test_a_16_bit_all_reduce_differs_from_float32_by_rounding_only(dtype, unit):
     diff = max(np.abs(a - b).max() for a, b in zip(w32, w16))
     assert 0 < diff <= 8 * unit * moved, (diff, moved)
     np.testing.assert_allclose(l16, l32, rtol=8 * unit)
+
+
+def _tiny_loss(labels, logits):
+    """Cross-entropy x 1e-6: every gradient, divided by the global batch, lies below float16's smallest normal."""
+    import keras
+
+    return 1e-6 * keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+
+
+def test_a_float16_all_reduce_turns_on_loss_scaling_so_tiny_gradients_survive_the_cast(tmp_path, caplog):
+    # Gradients of ~1e-7 are float16 subnormals (spacing 6e-8): cast as they are they would arrive rounded by up to
+    # half their size. Under the loss scale they travel 32768 times larger, and what training does matches float32.
+    import tftoolkit
+    from helpers import checkpoint_variables
+
+    x, y = source_mod.synthetic_arrays(192, 8, 4, seed=3)
+    kw = dict(replicas=2, global_batch=64, optimizer="sgd", base_lr=2000.0, lr_rule="none", warmup_epochs=0.0,
+              schedule="constant", model="small_cnn", steps=3, steps_per_loop=3, measure=False, seed=7,
+              eval_every_epoch=False)
+    runs = {}
+    for name, dtype, lr in (("initial", "float32", 1e-12), ("float32", "float32", 2000.0), ("float16", "float16", 2000.0)):
+        with caplog.at_level("INFO", logger="tftoolkit"):
+            s = tftoolkit.train(RunConfig(**{**kw, "base_lr": lr}, allreduce_dtype=dtype), tmp_path / name,
+                                quiet=False, data=(x, y), loss=_tiny_loss)
+        assert s["status"] == "ok"
+        runs[name] = checkpoint_variables(tmp_path / name)
+    names = [n for n in runs["float32"] if "_trainable_variables" in n]
+    moved = max(np.abs(runs["float32"][n] - runs["initial"][n]).max() for n in names)  # what 3 steps moved
+    diff = max(np.abs(runs["float32"][n] - runs["float16"][n]).max() for n in names)
+    assert moved > 1e-5 and diff <= 1e-2 * moved, (diff, moved)
+    assert "--allreduce-dtype float16: dynamic loss scaling turned on" in caplog.text

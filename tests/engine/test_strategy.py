@@ -88,9 +88,12 @@ def test_the_direct_allreduce_timing_compiles_with_xla_when_the_step_does(monkey
     seen = {}
     monkeypatch.setattr(allreduce, "time_allreduce", lambda *a, **k: seen.update(k) or {"time_s": 0.001, "time_err_s": 0.0})
     monkeypatch.setattr(allreduce, "gradient_shapes", lambda model: ([(4,)], ["float32"]))
-    engine = type("E", (), {"model": None, "strategy": None})()
+    from tftoolkit.engine.step import Exchange
+
+    engine = type("E", (), {"model": None, "strategy": None, "exchange": Exchange("bfloat16")})()
     breakdown.direct_allreduce_time(engine, jit=True)
     assert seen["jit"] is True
+    assert seen["allreduce_dtype"] == "bfloat16"  # and in the run's all-reduce dtype, casts included
 
 
 COLLECTIVE_KEYS_CHILD = """

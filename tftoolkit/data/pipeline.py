@@ -52,20 +52,21 @@ def _pieces(order, global_batch: int, total: int, first: int, local: int, partia
 
     Full batches: one reshape and a slice (a [steps * local, B/R] matrix, one row per replica-step). A short
     last batch (kept only when ``partial``) is cut into even pieces, the only place a piece has its own dataset.
-    With ``accumulate`` K a replica's row is its K micro-batches in turn, and micro-batch k of all replicas together
-    is the global batch's k-th slice of B/K (replica r holding slice r of it, as in any batch): so R replicas x K
-    micro-batches compute what one device computes with K micro-batches of R times the size, batch norm included.
+    With ``accumulate`` K every step is K elements per replica, one per micro-batch (so what is buffered and copied
+    ahead does not grow with K), and micro-batch k of all replicas together is the global batch's k-th slice of
+    B/K, replica r holding slice r of it as in any batch: R replicas x K micro-batches compute what one device
+    computes with K micro-batches of R times the size, batch norm included. Rows go step by step, micro-batch by
+    micro-batch, replica by replica: the order a pipeline hands its replicas their elements in turn.
     """
     import tensorflow as tf
 
     n = int(order.shape[0])
-    per = global_batch // total
+    micro = global_batch // (total * accumulate)
     full = n // global_batch
-    grid = tf.reshape(order[:full * global_batch], [full, accumulate, total, per // accumulate])
-    even = tf.transpose(grid, [0, 2, 1, 3])[skip:, first:first + local]  # [steps, replicas, micro-batches, rows]
-    ds = tf.data.Dataset.from_tensor_slices(tf.reshape(even, [-1, per]))
+    grid = tf.reshape(order[:full * global_batch], [full, accumulate, total, micro])[skip:, :, first:first + local]
+    ds = tf.data.Dataset.from_tensor_slices(tf.reshape(grid, [-1, micro]))
     rest = n - full * global_batch
-    if partial and rest:
+    if partial and rest:  # (never with accumulate > 1: config refuses --last-batch partial with it)
         bounds = [(r * rest) // total for r in range(total + 1)]
         tail = order[full * global_batch:]
         for r in range(first, first + local):

@@ -7,9 +7,9 @@ by the service's workers: for a streamed split they read the same files, so ever
 same paths (a shared file system), as Model Garden's readers assume. Validation stays local: it is read in order,
 once per epoch, and is small beside training.
 
-What one service element is: one step of this input pipeline, its replicas' per-replica batches stacked
-(``batch(local)``), unstacked again here. A step is therefore made whole by one worker, and replica r still gets
-slice r of every global batch, as without the service.
+What one service element is: one pass of this input pipeline's replicas (a step, or one micro-batch of it with
+--accumulate), their per-replica batches stacked (``batch(local)``), unstacked again here. A pass is therefore made
+whole by one worker, and replica r still gets slice r of every global batch, as without the service.
 
 Processing mode: ``distributed_epoch`` (ShardingPolicy.DYNAMIC). The dispatcher hands out the pipeline's first
 source, the range of epochs (both pipelines are ``range(first_epoch, ...).flat_map(one epoch)``), one epoch per

@@ -391,9 +391,10 @@ class StreamSplit:
         import tensorflow as tf
 
         total, local, first = ctx_layout
-        # A replica's element is its share of the global batch; with --accumulate its micro-batches are its own
-        # consecutive records (streamed data keeps no N-replicas-equal-one-device order to preserve).
-        per = config.global_batch_size // total
+        # A replica's element is its share of one pass: the global batch, or with --accumulate one micro-batch of it
+        # (K elements a step). Consecutive chunks of ``per`` records go to the replicas in turn, so micro-batch k of
+        # all replicas is the step's k-th slice of records, as in memory (data.pipeline).
+        per = config.micro_batch_size // total
         batch, seed = config.global_batch_size, config.seed
         if worker_shard is not None:  # this worker's shards only: its own order, its share of every batch
             w, workers = worker_shard

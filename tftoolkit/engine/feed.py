@@ -131,20 +131,6 @@ class Feed:
         """strategy.run's arguments for one step."""
         return (element,) if self.resident is None else (element, self.resident)
 
-    def micro(self, element, k, size: int):
-        """Micro-batch ``k`` (rows [k*size, (k+1)*size)) of a replica's element, before it becomes a batch: host
-        elements are sliced as they are (every input, target and id); device elements by their indices, so only
-        the micro-batch is gathered from the resident split."""
-        import tensorflow as tf
-
-        def rows(t):
-            return t[k * size:(k + 1) * size]
-
-        if self.resident is None:
-            return tf.nest.map_structure(rows, element)
-        indices, epoch = element
-        return rows(indices), epoch
-
     def batch(self, element, resident=None):
         """(images float32, labels) for this replica, inside the replica function."""
         import tensorflow as tf
@@ -169,13 +155,14 @@ class Feed:
         return pipeline.train_input(strategy, source, config, start_step, placement=self.placement)
 
     def replay(self, strategy, source, config):
-        """One global batch as per-replica elements already on the devices (measure.breakdown's input-free
-        step): the first ``global_batch`` examples, sliced as the pipeline slices them."""
+        """One element per replica already on the devices (measure.breakdown's input-free step): the first examples
+        of one pass (the global batch, or one micro-batch of it with --accumulate), sliced as the pipeline slices
+        them."""
         import tensorflow as tf
 
         from ..data import pipeline
 
-        total, n = strategy.num_replicas_in_sync, config.global_batch_size
+        total, n = strategy.num_replicas_in_sync, config.micro_batch_size
         if self.resident is None:
             batch = pipeline.first_batch(source, n)
         else:

@@ -190,11 +190,11 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
             noise_sums = noise.replica_sums(parts, denom, noise_mod.loss_scale(optimizer))
         return finish(loss, grads, local_n, denom, noise_sums)
 
-    # --accumulate K: the replica's element holds K micro-batches. Each runs in its own strategy.run (synchronized
-    # batch norm all-reduces inside the forward pass, which TensorFlow allows only outside control flow in the
-    # replica function), adding its gradients to a float32 sum that the loop carries per replica; then one
-    # all-reduce and one update. Micro-batch k of every replica together is the global batch's k-th slice
-    # (data.pipeline orders the examples so), which is what batch norm normalises over.
+    # --accumulate K: a step takes K elements from the iterator, one micro-batch each. Each runs in its own
+    # strategy.run (synchronized batch norm all-reduces inside the forward pass, which TensorFlow allows only
+    # outside control flow in the replica function), adding its gradients to a float32 sum that the loop carries
+    # per replica; then one all-reduce and one update. Micro-batch k of every replica together is the global
+    # batch's k-th slice (data.pipeline orders the examples so), which is what batch norm normalises over.
     # The sums are float32 (float64 for float64 variables): 16-bit gradients of mixed precision would lose the small
     # micro-batches' contributions to a large running sum.
     acc_dtypes = [tf.float64 if v.dtype == tf.float64 else tf.float32 for v in model.trainable_variables]
@@ -203,8 +203,8 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
         acc = [tf.zeros(v.shape, d) for v, d in zip(model.trainable_variables, acc_dtypes)]
         return acc, tf.constant(0.0, tf.float32), tf.constant(0, tf.int32), tf.zeros([4], tf.float64)
 
-    def replica_micro(k, acc, loss_sum, n_sum, noise_sum, element, resident=None):
-        images, labels = feed.batch(feed.micro(element, k, micro), resident)
+    def replica_micro(acc, loss_sum, n_sum, noise_sum, element, resident=None):
+        images, labels = feed.batch(element, resident)
         loss, grads = forward_backward(images, labels, global_batch, 1.0 / accumulate)
         acc = [a + tf.cast(tf.convert_to_tensor(g), a.dtype) for a, g in zip(acc, grads)]
         if allreduce and noise is not None:
@@ -223,17 +223,21 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
 
     step_fn, micro_fn, finish_fn = compiled(replica_step), compiled(replica_micro), compiled(replica_finish)
 
-    def one_step(element_args):
-        """strategy.run of one optimizer step: (loss, examples, [noise estimate]) per replica."""
+    def one_step(iterator):
+        """One optimizer step from ``iterator``: (loss, examples, [noise estimate]) per replica."""
         if accumulate == 1:
-            return strategy.run(step_fn, args=element_args)
+            return strategy.run(step_fn, args=feed.args(next(iterator)))
 
         def body(k, acc, loss_sum, n_sum, noise_sum):
-            out = strategy.run(micro_fn, args=(k, acc, loss_sum, n_sum, noise_sum) + element_args)
+            out = strategy.run(micro_fn, args=(acc, loss_sum, n_sum, noise_sum) + feed.args(next(iterator)))
             return (k + 1,) + tuple(out)
 
         start = (tf.constant(0),) + tuple(strategy.run(replica_zeros))
-        _, acc, loss_sum, n_sum, noise_sum = tf.while_loop(lambda k, *_: k < accumulate, body, start)
+        # One micro-batch at a time: a micro-step's forward and backward pass do not depend on the sum so far, so
+        # tf.while_loop's default (10 iterations in flight) would hold up to 10 micro-batches' activations at once,
+        # memory growing with K, and update batch norm's moving statistics in any order.
+        _, acc, loss_sum, n_sum, noise_sum = tf.while_loop(lambda k, *_: k < accumulate, body, start,
+                                                           parallel_iterations=1)
         return strategy.run(finish_fn, args=(acc, loss_sum, n_sum, noise_sum))
 
     local_replicas = len(strategy.extended.worker_devices)
@@ -255,7 +259,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     @tf.function(autograph=False)
     def train_loop(iterator, n):
         def body(i, losses, counts, noise_rows):
-            out = one_step(feed.args(next(iterator)))
+            out = one_step(iterator)
             loss_pr, n_pr = out[0], out[1]
             loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss_pr, axis=None)
             losses = losses.write(i, tf.cast(loss, tf.float32))
