@@ -2,13 +2,13 @@
 replicas (the cost per example should be near zero), and peak memory at K = 1, 2 and 4 for the same per-replica batch
 (it must not grow with K).
 
-Throughput: three engines in one process, one per K, on the same strategy, model and global batch (per-replica
-batch = global / (4 x K)), each fed by the training pipeline exactly as a run is. After a warm-up call of each,
---rounds rounds time one call of --steps optimizer steps of every engine, in a rotated order (so no K always goes
-first), with engine.timer's synchronised clock. Prints images/sec per K (median over rounds), and per round the
-ratio of each K's step time to K = 1's, with the median: what accumulating costs per example at the same global
-batch (a micro-batch is a smaller batch: its per-example cost is what the model's kernels make of a smaller batch,
-plus the loop's own cost).
+Throughput: one engine per K in one process, on the same model and global batch (per-replica batch = global /
+(4 x K)), and one of plain steps (K = 1) at each K's micro-batch, each fed by the training pipeline exactly as a run
+is. After two warm-up calls of each, --rounds rounds time one call of --steps optimizer steps of every engine, in a
+rotated order, with engine.timer's synchronised clock. Prints images/sec per K (median over rounds) and, per round,
+each K's time per example against K = 1's at the same global batch (what a user pays for the larger batch), and
+against plain steps of the same micro-batch (what accumulating itself adds: a micro-batch is a smaller batch, and
+what the model's kernels make of a smaller batch is paid without accumulation too).
 
 Memory: one fresh process per K at the same per-replica batch (so a larger K is a larger global batch) and the same
 data, training --steps steps; the peak resident set of the process (ru_maxrss). On CPU replicas device memory is host memory, so
@@ -40,34 +40,42 @@ def throughput(args) -> None:
     from tftoolkit.engine import loop, session
     from tftoolkit.engine.step import build_engine
 
-    base = dict(replicas=REPLICAS, global_batch=args.global_batch, model=args.model, dataset="synthetic",
-                image_size=32, train_images=args.global_batch * args.steps * (args.rounds + 3), measure=False,
+    base = dict(replicas=REPLICAS, model=args.model, dataset="synthetic", image_size=32, measure=False,
                 optimizer="momentum", base_lr=0.01, warmup_epochs=0.0, schedule="constant", seed=0)
+    g = args.global_batch
+    # (K, global batch): each K at the same global batch, and plain steps (K = 1) of each K's micro-batch, so a
+    # micro-batch's cost splits into what a smaller batch costs anyway and what accumulating adds.
+    cases = [(k, g) for k in KS] + [(1, g // k) for k in KS[1:]]
     engines = {}
-    for k in KS:
-        sess = session.start(RunConfig(**base, accumulate=k))
+    for k, batch in cases:
+        sess = session.start(RunConfig(**base, global_batch=batch, accumulate=k))
         eng = build_engine(sess.config, sess.strategy, sess.source, sess.source.train_examples)
         it = iter(pipeline.train_input(sess.strategy, sess.source, sess.config, 0))
         for _ in range(2):  # warm-up: the trace, then a call at speed
             loop.timed_call(eng.train_loop, it, args.steps)
-        engines[k] = (eng, it, sess.config)
-        print(f"K={k}: per-replica batch {sess.config.per_replica_batch_size}, global {sess.config.global_batch_size}",
-              flush=True)
-    times = {k: [] for k in KS}
+        engines[(k, batch)] = (eng, it)
+        print(f"K={k}, global batch {batch}: per-replica batch {sess.config.per_replica_batch_size}", flush=True)
+    per_example = {c: [] for c in cases}
     for r in range(args.rounds):
-        order = KS[r % len(KS):] + KS[:r % len(KS)]
-        for k in order:
-            eng, it, _ = engines[k]
-            times[k].append(loop.timed_call(eng.train_loop, it, args.steps)[1] / args.steps)
-        print(f"round {r + 1}: " + ", ".join(f"K={k} {times[k][-1] * 1e3:.1f} ms" for k in KS), flush=True)
-    g = args.global_batch
-    print(f"\nmodel {args.model}, {REPLICAS} simulated replicas, global batch {g}, {args.steps} steps per call, "
-          f"{args.rounds} rounds; {platform.node()}")
+        order = cases[r % len(cases):] + cases[:r % len(cases)]
+        for k, batch in order:
+            eng, it = engines[(k, batch)]
+            per_example[(k, batch)].append(loop.timed_call(eng.train_loop, it, args.steps)[1] / args.steps / batch)
+        print(f"round {r + 1}: " + ", ".join(f"K={k}/{b} {per_example[(k, b)][-1] * 1e6:.0f} us/example"
+                                             for k, b in cases), flush=True)
+    print(f"\nmodel {args.model}, {REPLICAS} simulated replicas, {args.steps} optimizer steps per call, {args.rounds} "
+          f"rounds, order rotated; {platform.node()}")
+    med = {c: statistics.median(v) for c, v in per_example.items()}
     for k in KS:
-        med = statistics.median(times[k])
-        ratios = [t / t1 for t, t1 in zip(times[k], times[1])]
-        print(f"K={k}: {g / med:8.0f} img/s (median step {med * 1e3:.1f} ms); step time / K=1's per round: median "
-              f"{statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}")
+        ratios = [t / t1 for t, t1 in zip(per_example[(k, g)], per_example[(1, g)])]
+        line = (f"K={k}, global batch {g} (micro-batch {g // (REPLICAS * k)} per replica): {1 / med[(k, g)]:7.0f} "
+                f"img/s; per example / K=1's, per round: median {statistics.median(ratios):.3f} "
+                f"({min(ratios):.3f}-{max(ratios):.3f})")
+        if k > 1:
+            own = [t / p for t, p in zip(per_example[(k, g)], per_example[(1, g // k)])]
+            line += (f"; / plain steps of the same micro-batch (global {g // k}, {1 / med[(1, g // k)]:.0f} img/s): "
+                     f"median {statistics.median(own):.3f} ({min(own):.3f}-{max(own):.3f})")
+        print(line)
 
 
 MEMORY_CHILD = r"""
