@@ -70,7 +70,7 @@ class RunConfig:
     # normalisation layer to condition it, it plateaus); it remains one flag away, and the batch-size study
     # (sweeps/batch_lr.yaml) uses it on small_cnn_bn, whose batch norm it needs, as Goyal et al. did.
     per_replica_batch: int | None = _f(None, f"examples per replica per forward/backward pass; global batch = this x replicas "
-                                             f"(default: {DEFAULT_PER_REPLICA_BATCH}, or --global-batch / replicas; "
+                                             f"(default: {DEFAULT_PER_REPLICA_BATCH}, or --global-batch / (replicas x --accumulate); "
                                              "given with --global-batch, the two must agree)")
     global_batch: int | None = _f(None, "global batch instead of --per-replica-batch; must divide by replicas "
                                         "(x --accumulate)")
@@ -237,7 +237,8 @@ class RunConfig:
                      else self.global_batch // (self.replicas * self.accumulate) if self.replicas else None)
             if small is not None and small < 2:
                 raise ConfigError(f"noise_scale needs a per-replica batch of at least 2, got {small}; raise "
-                                  "--per-replica-batch (or --global-batch) or drop --noise-scale")
+                                  "--per-replica-batch (or --global-batch"
+                                  + (", or lower --accumulate" if self.accumulate > 1 else "") + ") or drop --noise-scale")
 
     def profile_range(self) -> tuple[int, int] | None:
         """(A, B) of ``profile_steps`` "A-B" (1-based, inclusive), or None."""
@@ -327,7 +328,8 @@ class RunConfig:
         steps = full + (1 if rest and self.last_batch == "partial" else 0)
         if steps == 0:
             raise ConfigError(f"the training set has {train_examples} examples, fewer than one global batch of "
-                              f"{self.global_batch_size}; lower the batch or use --last-batch partial")
+                              f"{self.global_batch_size}; lower the batch"
+                              + (" or --accumulate" if self.accumulate > 1 else " or use --last-batch partial"))
         return steps
 
     def total_steps(self, train_examples: int) -> int:
@@ -384,7 +386,8 @@ def service_address(text: str, what: str = "--data-service") -> tuple[str, int]:
     return host, int(port)
 
 
-def _whole_number(v) -> bool:
+def whole_number(v) -> bool:
+    """An int (NumPy's too), not a bool: a count of examples, replicas or micro-batches."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
@@ -402,9 +405,9 @@ def accumulation_plan(global_batch: int, replicas: int, max_per_replica_batch: i
     that is not a whole number > 0, that does not divide among the replicas (or the fixed batch), or a fixed batch
     that does not fit. Returns {"global_batch", "replicas", "per_replica_batch", "accumulate"}."""
     g, n = global_batch, replicas
-    if not (_whole_number(g) and g > 0):
+    if not (whole_number(g) and g > 0):
         raise ConfigError(f"--target-global-batch must be a whole number of examples > 0, got {g!r}")
-    if not (_whole_number(n) and n >= 1):
+    if not (whole_number(n) and n >= 1):
         raise ConfigError(f"replicas must be a whole number >= 1, got {n!r}")
     if per_replica_batch is not None:
         step = per_replica_batch * n
@@ -425,7 +428,7 @@ def accumulation_plan(global_batch: int, replicas: int, max_per_replica_batch: i
     if g % n:
         raise ConfigError(f"--target-global-batch {g} does not divide among {n} replica(s): use a multiple of {n} "
                           f"({_multiples(g, n)})")
-    if not (_whole_number(max_per_replica_batch) and max_per_replica_batch >= 1):
+    if not (whole_number(max_per_replica_batch) and max_per_replica_batch >= 1):
         raise ConfigError(f"the most a replica holds must be a per-replica batch >= 1, got {max_per_replica_batch!r}")
     m = g // n
     for k in range(max(1, -(-m // max_per_replica_batch)), m + 1):

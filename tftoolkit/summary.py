@@ -69,8 +69,9 @@ _ALL = (
         ("params", "", "model parameters"),
         ("gradient_bytes", "bytes", "bytes each replica all-reduces per optimizer step, as moved: the trainable "
                                     "variables' gradients in allreduce_dtype"),
-        ("allreduce_dtype", "", "dtype the gradients travelled in through the all-reduce (float32, bfloat16, float16; "
-                                "cast back to float32 after)"),
+        ("allreduce_dtype", "", "dtype the gradients travelled in through the all-reduce (bfloat16, float16: cast "
+                                "before it and back after; float32: each in its own dtype, uncast; float32 on one "
+                                "replica, which reduces nothing)"),
         ("allreduce_packs", "", "all-reduce calls per optimizer step, each a pack of gradients in reverse layer order "
                                 "(--allreduce-packs)"),
         ("precision", "", "float32, mixed_float16 or mixed_bfloat16"),
@@ -159,8 +160,9 @@ _ALL = (
     + _fields("breakdown (measure=True)", [
         ("step_time_no_input_s", "s", "the full step on one batch already on the devices (no input pipeline)"),
         ("compute_time_s", "s", "the same step without the gradient all-reduce"),
-        ("micro_step_time_s", "s", "compute_time_s / accumulate: one micro-batch's forward and backward pass (with its "
-                                   "share of the update); an optimizer step is accumulate of them and one all-reduce"),
+        ("micro_step_time_s", "s", "compute_time_s / accumulate, derived, not timed apart: one micro-batch's forward "
+                                   "and backward pass (with its share of the update); an optimizer step is accumulate "
+                                   "of them and one all-reduce"),
         ("allreduce_time_s", "s", "step_time_no_input_s - compute_time_s: the all-reduce the step pays"),
         ("allreduce_direct_time_s", "s", "the gradient all-reduce timed alone (nothing to overlap with)"),
         ("input_wait_s", "s", "step_time_s - step_time_no_input_s: waiting for input"),

@@ -132,3 +132,16 @@ def test_a_16_bit_all_reduce_sums_the_rounded_gradients_and_returns_float32(two_
             np.testing.assert_array_equal(value.numpy(), want)
             assert not np.array_equal(value.numpy(), x + y)  # rounded: the cast happened
     np.testing.assert_array_equal(two_replicas.experimental_local_results(summed_extra)[0].numpy(), [3e-12, 4.0])
+
+
+def test_only_a_16_bit_exchange_casts_and_nothing_narrower_is_widened():
+    # float32 means "as they are": float64 gradients (the equivalence tests' float64 runs) are not rounded to float32.
+    import keras
+
+    from tftoolkit.engine.collectives import gradient_bytes, travels_as
+
+    assert travels_as("float64", "float32") == tf.float64 and travels_as("float32", "float32") == tf.float32
+    assert travels_as("float64", "bfloat16") == tf.bfloat16 and travels_as("float32", "float16") == tf.float16
+    assert travels_as("float16", "bfloat16") == tf.float16  # already 16 bits: no cast between the two
+    v64, v32 = keras.Variable(np.zeros((3, 2)), dtype="float64"), keras.Variable(np.zeros(5), dtype="float32")
+    assert gradient_bytes([v64, v32]) == 6 * 8 + 5 * 4 and gradient_bytes([v64, v32], "bfloat16") == 11 * 2

@@ -49,6 +49,11 @@ def test_strong_scaling_keeps_the_global_batch():
         scale.configs(RunConfig(global_batch=64), "1,2,3", "strong")
     with pytest.raises(ConfigError, match="weak or strong"):
         scale.configs(RunConfig(), "1,2", "diagonal")
+    # With --accumulate K the kept global batch counts the micro-batches: 16 x 2 replicas x K=2 = 64 at every count.
+    cfgs = scale.configs(RunConfig(per_replica_batch=16, accumulate=2), "2,4", "strong")
+    assert [(c.global_batch_size, c.per_replica_batch_size, c.accumulate) for c in cfgs] == [(64, 16, 2), (64, 8, 2)]
+    with pytest.raises(ConfigError, match="does not divide by .* x accumulate 2"):
+        scale.configs(RunConfig(global_batch=36, accumulate=2), "1,2,4", "strong")  # 36 = 4 x 2 x 4.5
 
 
 def test_speedup_and_efficiency_relative_to_the_smallest_count():

@@ -213,7 +213,8 @@ def served(config, dataset_fn):
 
     def fn(ctx):
         _, local, _ = _layout(ctx)
-        return service.through(dataset_fn(ctx), config.data_service, local, service.job_name(ctx.input_pipeline_id))
+        return service.through(dataset_fn(ctx), config.data_service, local, service.job_name(ctx.input_pipeline_id),
+                               config.accumulate)
 
     return fn
 

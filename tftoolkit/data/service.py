@@ -7,9 +7,10 @@ by the service's workers: for a streamed split they read the same files, so ever
 same paths (a shared file system), as Model Garden's readers assume. Validation stays local: it is read in order,
 once per epoch, and is small beside training.
 
-What one service element is: one pass of this input pipeline's replicas (a step, or one micro-batch of it with
---accumulate), their per-replica batches stacked (``batch(local)``), unstacked again here. A pass is therefore made
-whole by one worker, and replica r still gets slice r of every global batch, as without the service.
+What one service element is: one optimizer step of this input pipeline, its replicas' per-replica batches stacked
+(``batch(local)``; with --accumulate K, all K micro-batches of them: ``batch(local x K)``), unstacked again here. A
+step is therefore made whole by one worker, from one epoch, and replica r still gets slice r of every global batch,
+as without the service.
 
 Processing mode: ``distributed_epoch`` (ShardingPolicy.DYNAMIC). The dispatcher hands out the pipeline's first
 source, the range of epochs (both pipelines are ``range(first_epoch, ...).flat_map(one epoch)``), one epoch per
@@ -87,12 +88,14 @@ def check_pure(ds, what: str = "the training input") -> None:
                           "decodes in the graph (TFRecords, image folders)")
 
 
-def through(ds, address: str, local: int, job: str):
-    """``ds`` (this pipeline's per-replica batches, ``local`` replicas in turn) read from the service instead."""
+def through(ds, address: str, local: int, job: str, accumulate: int = 1):
+    """``ds`` (this pipeline's per-replica batches, ``local`` replicas in turn, ``accumulate`` micro-batches a step)
+    read from the service instead."""
     import tensorflow as tf
 
     check_pure(ds)
-    step = ds.batch(local, drop_remainder=True)  # one step's replicas travel together: one worker makes the step
+    # One step's replicas (and micro-batches) travel together: one worker makes the step, from one epoch.
+    step = ds.batch(local * accumulate, drop_remainder=True)
     # compression=None: decoded pixels hardly compress, and the trainer's cores are what the service relieves.
     served = step.apply(tf.data.experimental.service.distribute(processing_mode=MODE, service=normalise(address),
                                                                 job_name=job, compression=None))

@@ -43,9 +43,18 @@ def gradient_sizes(variables) -> list[int]:
     return [int(v.shape.num_elements()) for v in variables]
 
 
+def travels_as(own, dtype: str):
+    """The dtype a gradient of dtype ``own`` crosses the all-reduce in: ``own`` for float32 (no cast: float64
+    gradients stay float64), else the 16-bit ``dtype`` for any wider float."""
+    import tensorflow as tf
+
+    own, target = tf.as_dtype(own), tf.as_dtype(dtype)
+    return target if dtype != "float32" and own.is_floating and own.size > target.size else own
+
+
 def gradient_bytes(variables, dtype: str = "float32") -> int:
-    """Bytes one all-reduce of the gradients of ``variables`` moves per replica, in ``dtype``."""
-    return sum(gradient_sizes(variables)) * DTYPE_BYTES[dtype]
+    """Bytes one all-reduce of the gradients of ``variables`` moves per replica, each in ``travels_as``."""
+    return sum(n * travels_as(v.dtype, dtype).size for n, v in zip(gradient_sizes(variables), variables))
 
 
 def pack_plan(sizes: list[int], packs: int) -> list[list[int]]:
@@ -92,7 +101,6 @@ def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | 
     """
     import tensorflow as tf
 
-    target = tf.as_dtype(dtype)
     plan = plan if plan is not None else [list(range(len(grads)))[::-1]]
 
     def cast(g, to):
@@ -106,7 +114,7 @@ def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | 
     reduced_extra = None
     for p, pack in enumerate(plan):
         members = [i for i in pack if grads[i] is not None]
-        values = [cast(grads[i], target) for i in members]
+        values = [cast(grads[i], travels_as(grads[i].dtype, dtype)) for i in members]
         if extra is not None and p == len(plan) - 1:
             *values, reduced_extra = all_sum_no_gradient(values + [extra], options)
         elif values:

@@ -22,7 +22,7 @@ def make_optimizer(config, schedule):
         opt = keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay)
     else:
         opt = keras.optimizers.Lamb(schedule, weight_decay=wd)
-    if config.precision == "mixed_float16" or config.allreduce_dtype == "float16":
+    if config.precision == "mixed_float16" or (config.allreduce_dtype == "float16" and (config.replicas or 1) > 1):
         # float16 gradients underflow without loss scaling; the wrapper also skips steps with inf/nan grads. A
         # float16 all-reduce of float32 gradients needs the same: a gradient divided by the global batch is often
         # below float16's smallest normal (6e-5) and would arrive as 0 (engine/collectives.py: where the scale sits).

@@ -127,7 +127,8 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     # The noise scale needs the all-reduced gradient, so the compute-only engine (allreduce=False) skips it.
     noise = (noise_mod.NoiseScale(replicas, model=model, accumulate=accumulate)
              if config.noise_scale and allreduce else None)
-    exchange = Exchange(config.allreduce_dtype, collectives.pack_plan(
+    # One replica all-reduces nothing: its gradients are not cast (a 16-bit dtype would only round them).
+    exchange = Exchange(config.allreduce_dtype if replicas > 1 else "float32", collectives.pack_plan(
         collectives.gradient_sizes(model.trainable_variables), config.allreduce_packs))
 
     # Only a short last batch (or a half of a one-replica batch, for the noise scale) can leave a replica no

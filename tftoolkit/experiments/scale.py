@@ -78,13 +78,15 @@ def configs(base: RunConfig, replicas, mode: str = "weak") -> list[RunConfig]:
             raise ConfigError("weak scaling keeps the per-replica batch; give --per-replica-batch, not --global-batch "
                               "(or use --mode strong)")
         return [base.replace(replicas=n) for n in counts]
+    k = base.accumulate
     global_batch = (base.global_batch if base.global_batch is not None
-                    else (base.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * counts[0])
-    bad = [n for n in counts if global_batch % n]
+                    else (base.per_replica_batch or DEFAULT_PER_REPLICA_BATCH) * counts[0] * k)
+    bad = [n for n in counts if global_batch % (n * k)]
     if bad:
+        unit = math.lcm(*counts) * k
         raise ConfigError(f"strong scaling keeps the global batch {global_batch}, which does not divide by "
-                          f"{bad} replicas; choose a global batch that all of {counts} divide (e.g. "
-                          f"{math.lcm(*counts) * max(1, global_batch // math.lcm(*counts))})")
+                          f"{bad} replicas{f' x accumulate {k}' if k > 1 else ''}; choose a global batch that all "
+                          f"of {counts}{f' x {k}' if k > 1 else ''} divide (e.g. {unit * max(1, global_batch // unit)})")
     # The per-replica batch follows the global one at each count (each run records its own).
     return [base.replace(replicas=n, global_batch=global_batch, per_replica_batch=None) for n in counts]
 

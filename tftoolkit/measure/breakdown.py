@@ -6,7 +6,7 @@ fields to summary.json:
   step_time_no_input_s    the full step on one real batch already on the devices (no input pipeline at all)
   compute_time_s          the same step with no gradient all-reduce: each replica applies its own gradient
                           (engine.step.build_engine(allreduce=False)), so the only thing missing is communication
-  micro_step_time_s       compute_time_s / accumulate: with --accumulate K an optimizer step is K micro-steps
+  micro_step_time_s       compute_time_s / accumulate (derived): with --accumulate K an optimizer step is K micro-steps
                           (forward and backward of one micro-batch each, their share of the update included) and
                           one all-reduce; without, the compute itself
   allreduce_time_s        step_time_no_input_s - compute_time_s (median of interleaved pairs, >= 0): the

@@ -145,7 +145,8 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         cold_s, cold_cpu = source.info["train_read_s"], float("nan")
     feed = feed_mod.make(config, setup, strategy, source)
     pull = puller(strategy, feed)
-    steps = config.steps_per_epoch(source.train_examples)
+    # Elements per epoch: one per step, or one per micro-batch with --accumulate (the iterator's unit).
+    steps = config.steps_per_epoch(source.train_examples) * config.accumulate
     streamed = not store.in_memory
     # Memory: whole epochs. Streamed: calls of at most STREAM_CALL_STEPS steps (an ImageNet epoch takes hours).
     call = min(steps, STREAM_CALL_STEPS) if streamed else steps
@@ -189,6 +190,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         "device_kind": setup.kind,
         "global_batch": config.global_batch_size,
         "per_replica_batch": config.per_replica_batch_size,
+        "accumulate": config.accumulate,
         "train_examples": source.train_examples,
         "data_placement": feed.placement,
         "data_placement_reason": feed.reason,
@@ -230,12 +232,17 @@ def decode_only_rate(split, config, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _accumulated(r: dict) -> str:
+    k = r.get("accumulate", 1)
+    return f" x {r['replicas']} x {k} micro-batches" if k > 1 else ""
+
+
 def format_result(r: dict) -> str:
     if r["source"] == "stream":
         return "\n".join([
             f"dataset            {r['dataset']} ({r['train_examples']} training images, streamed from the files)",
             f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "
-            f"{r['per_replica_batch']} per replica",
+            f"{r['per_replica_batch']} per replica{_accumulated(r)}",
             f"threads            {r['input_threads']}"
             + (f" on the tf.data service at {r['data_service']}" if r.get("data_service") else ""),
             f"stream             {r['images_per_sec']:10.0f} images/sec  ({r['warm_images']} images in {r['warm_s']:.2f} s; "
@@ -246,7 +253,7 @@ def format_result(r: dict) -> str:
     return "\n".join([
         f"dataset            {r['dataset']} ({r['train_examples']} training images)",
         f"replicas           {r['replicas']} ({r['device_kind']}), global batch {r['global_batch']} = "
-        f"{r['per_replica_batch']} per replica",
+        f"{r['per_replica_batch']} per replica{_accumulated(r)}",
         f"load               {r['load_s']:.2f} s (verify + scan)",
         f"placement          {r['data_placement']} ({r['data_placement_reason']})"
         + (f", from the tf.data service at {r['data_service']}" if r.get("data_service") else ""),

@@ -39,7 +39,8 @@ def tradeoff(frame: pd.DataFrame) -> Figure:
     ax.plot(2, 2, marker="*", ms=14, color="#dd8452", ls="none", label=f"B = B_crit ≈ {b_crit:.3g}")
     ax.scatter(frame["examples_ratio"], frame["steps_ratio"], color="#4c72b0", zorder=3, s=22)
     for _, r in frame.iterrows():
-        label = f"{int(r['replicas'])}×{r['global_batch'] / r['replicas']:g}"
+        k = int(r["accumulate"]) if "accumulate" in frame.columns and r["accumulate"] == r["accumulate"] else 1
+        label = (f"{int(r['replicas'])}×{r['global_batch'] / r['replicas'] / k:g}" + (f"×{k}" if k > 1 else ""))
         ax.annotate(label, (r["examples_ratio"], r["steps_ratio"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
     for flag, colour, label in (("current", _CUR, "current run"), ("recommended", _REC, "recommended")):
         if flag in frame.columns and frame[flag].any():
@@ -52,7 +53,7 @@ def tradeoff(frame: pd.DataFrame) -> Figure:
     ax.axvline(1, **{"color": "0.6", "ls": ":", "lw": 1})
     ax.set_xlabel("examples processed  E / E_min")
     ax.set_ylabel("optimizer steps  S / S_min")
-    ax.set_title("Steps vs examples to the same loss (GPUs × per-replica batch)")
+    ax.set_title("Steps vs examples to the same loss (GPUs × per-replica batch [× micro-batches])")
     ax.legend(fontsize=8, loc="upper right")
 
     ax2.plot(bs, s, color="#4c72b0", label="steps  S/S_min = 1 + B_crit/B")

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .. import summary as summary_schema
-from ..config import accumulation_plan
+from ..config import accumulation_plan, whole_number
 from ..errors import ConfigError, DataError, RunDirError
 
 DEFAULT_MAX_REPLICAS = 64
@@ -45,10 +45,6 @@ BATCH_FIND = "batch_find.json"  # what find-batch writes into its --out folder
 # The summary.json fields the advice is made from.
 READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_batch", "replicas", "global_batch",
                              "final_loss_mean10", "num_classes", "noise_scale_ema", "accumulate")
-
-
-def _whole(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def read_memory_cap(path) -> tuple[int, str]:
@@ -63,7 +59,7 @@ def read_memory_cap(path) -> tuple[int, str]:
         raise DataError(f"{p} does not exist; write it with `tftoolkit find-batch --out DIR` and pass DIR")
     r = read_json(p)
     cap = r.get("max_per_replica_batch") if isinstance(r, dict) else None
-    if not (_whole(cap) and cap >= 1):
+    if not (whole_number(cap) and cap >= 1):
         raise DataError(f"{p} has no max_per_replica_batch >= 1 (it is {cap!r}); write it with `tftoolkit find-batch`")
     source = f"find-batch ({p}, on {r.get('device_kind') or 'unknown devices'})"
     if r.get("capped_at_max_batch"):
@@ -366,7 +362,7 @@ def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tup
         return read_memory_cap(batch_find)
     if max_per_replica_batch is None:
         return None, None
-    if not (_whole(max_per_replica_batch) and max_per_replica_batch >= 1):
+    if not (whole_number(max_per_replica_batch) and max_per_replica_batch >= 1):
         raise ConfigError(f"--max-per-replica-batch must be a whole number of examples >= 1, got "
                           f"{max_per_replica_batch!r}")
     return int(max_per_replica_batch), "--max-per-replica-batch"

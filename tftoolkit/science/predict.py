@@ -83,7 +83,7 @@ import numpy as np
 import pandas as pd
 
 from .. import summary
-from ..config import DTYPE_BYTES
+from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError, DataError, RunDirError
 
 BACKWARD_SHARE = 2.0 / 3.0  # backward ≈ 2 × forward FLOPs: the most of a step an all-reduce can hide behind
@@ -416,7 +416,7 @@ def layouts(max_replicas: int, gpus_per_host: int) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class Exchange:
+class ExchangeModel:
     """How a forecast optimizer step runs: ``accumulate`` micro-steps, then one all-reduce of the gradients in
     ``dtype``, in ``packs``; ``overlap`` the fraction of it hidden behind the backward pass, or None: modelled."""
     accumulate: int = 1
@@ -453,23 +453,23 @@ class Exchange:
 
 
 def exchange(cal: Calibration, allreduce_dtype: str | None = None, packs: int | None = None,
-             accumulate: int | None = None, overlap: float | None = None) -> Exchange:
-    """The forecast's Exchange: each of dtype, packs and accumulate as asked, or the calibration run's."""
+             accumulate: int | None = None, overlap: float | None = None) -> ExchangeModel:
+    """The forecast's ExchangeModel: each of dtype, packs and accumulate as asked, or the calibration run's."""
     dtype = cal.allreduce_dtype if allreduce_dtype is None else allreduce_dtype
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"--allreduce-dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     packs = cal.allreduce_packs if packs is None else packs
     accumulate = cal.accumulate if accumulate is None else accumulate
     for flag, v in (("--allreduce-packs", packs), ("--accumulate", accumulate)):
-        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        if not (whole_number(v) and v >= 1):
             raise ConfigError(f"{flag} must be a whole number >= 1, got {v!r}")
     if overlap is not None and not (_finite(overlap) and 0.0 <= overlap <= 1.0):
         raise ConfigError(f"--overlap is a fraction of the all-reduce in [0, 1], got {overlap}")
-    return Exchange(accumulate, dtype, packs, None if overlap is None else float(overlap))
+    return ExchangeModel(accumulate, dtype, packs, None if overlap is None else float(overlap))
 
 
 def step_parts(cal: Calibration, hosts: int, gpus_per_host: int, per_replica_batch: float, intra: Link,
-               inter: Link | None = None, ex: Exchange = Exchange(), *, devices: str = "dedicated",
+               inter: Link | None = None, ex: ExchangeModel = ExchangeModel(), *, devices: str = "dedicated",
                nics_per_host: int = 1, algorithm: str = "ring") -> dict:
     """One optimizer step on ``hosts`` x ``gpus_per_host`` GPUs: its compute (K micro-steps), all-reduce, hidden
     part and step time, and the bytes one all-reduce moves."""
@@ -762,7 +762,7 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
     the run's own replica count, the run's measured point beside it. It also says at which GPU count the input of
     hosts like the run's (or of ``host_cores`` cores) becomes the limit: ``input_limit``, and the frame's input
     columns (add_input_limit). ``allreduce_dtype``, ``allreduce_packs`` and ``accumulate`` (default: the run's) set
-    how each forecast step exchanges its gradients (Exchange); without ``overlap`` the packs' overlap is modelled,
+    how each forecast step exchanges its gradients (ExchangeModel); without ``overlap`` the packs' overlap is modelled,
     and prediction.json says so (``overlap_model``)."""
     from .. import fileio
 
@@ -848,7 +848,7 @@ def run(run_dir, out=None, *, interconnects=None, inter_host="ib200", allreduce_
     return result
 
 
-def measured_point(run_dir, frame: pd.DataFrame, ex: Exchange | None = None) -> dict | None:
+def measured_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None) -> dict | None:
     """The run's own measurement beside the forecast at its replica count (each scenario's predicted step time and
     communication fraction, and their error), when the forecast covers it with the run's own accumulation and
     all-reduce (``ex``: the forecast's); None when it does not."""

@@ -52,6 +52,7 @@ import numpy as np
 
 from .. import fileio, rundir
 from .. import summary as summary_schema
+from ..engine import collectives
 from ..engine import devices as devices_mod
 from ..engine import timer
 from ..errors import ConfigError
@@ -376,9 +377,11 @@ class RunRecorder(keras.callbacks.Callback):
             "threads": devices_mod.thread_settings(),
             "device_memory_peak_bytes": _memory_peaks(self._kind, self._devices),
             "model": model.name, "params": int(model.count_params()),
-            # What each step all-reduces (trainable variables only); tftoolkit predict scales from it.
-            "gradient_bytes": int(sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
-                                      for v in model.trainable_variables)),
+            # What each step all-reduces (trainable variables only, each in its own dtype: Keras casts nothing);
+            # tftoolkit predict scales from it.
+            "gradient_bytes": collectives.gradient_bytes(model.trainable_variables),
+            # A fit step is one batch (with Keras' gradient_accumulation_steps, one micro-batch): recorded as such.
+            "allreduce_dtype": "float32", "allreduce_packs": 1, "accumulate": 1,
             "precision": self.config["precision"], "jit": self.config["jit_compile"],
             "optimizer": self.config["optimizer"], "loss": self.config["loss"], "metrics": self.config["metrics"],
             "learning_rate": max(lrs) if lrs else self.config["learning_rate"],  # the peak, as train's

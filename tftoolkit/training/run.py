@@ -537,7 +537,7 @@ class Run:
             # What each optimizer step all-reduces (trainable variables only, in allreduce_dtype); tftoolkit predict
             # scales from it.
             "gradient_bytes": self.engine.exchange.bytes(self.engine.model.trainable_variables),
-            "allreduce_dtype": config.allreduce_dtype,
+            "allreduce_dtype": self.engine.exchange.dtype,
             "allreduce_packs": config.allreduce_packs,
             "dataset": self.source.name,
             "train_examples": self.source.train_examples,
