@@ -90,10 +90,20 @@ def test_the_direct_allreduce_timing_compiles_with_xla_when_the_step_does(monkey
     monkeypatch.setattr(allreduce, "gradient_shapes", lambda model: ([(4,)], ["float32"]))
     from tftoolkit.engine.step import Exchange
 
-    engine = type("E", (), {"model": None, "strategy": None, "exchange": Exchange("bfloat16")})()
-    breakdown.direct_allreduce_time(engine, jit=True)
+    def strategy(local, replicas):
+        return type("S", (), {"extended": type("X", (), {"worker_devices": ["d"] * local})(),
+                              "num_replicas_in_sync": replicas})()
+
+    engine = type("E", (), {"model": None, "strategy": strategy(2, 2), "exchange": Exchange("bfloat16")})()
+    breakdown.direct_allreduce_time(engine, repeats=5, jit=True)
     assert seen["jit"] is True
     assert seen["allreduce_dtype"] == "bfloat16"  # and in the run's all-reduce dtype, casts included
+    assert seen["max_repeats"] == 20  # one process: repeats added while the time is within noise
+    # Several workers: each would judge its own clock's noise, and one repeating alone waits for all-reduces the
+    # others never start; all run the same fixed repeats.
+    engine.strategy = strategy(2, 4)
+    breakdown.direct_allreduce_time(engine, repeats=5, jit=True)
+    assert seen["max_repeats"] == 5
 
 
 COLLECTIVE_KEYS_CHILD = """

@@ -209,12 +209,18 @@ def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: 
     """The model's gradient all-reduce alone, on the run's strategy, through the all-reduce the step uses: under
     XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops; in the run's
     --allreduce-dtype, casts included (as one pack: with several, the step's calls add their latencies). Returns
-    (seconds, standard error); a time within the call's noise gets up to 4x the repeats (allreduce.EXTRA_REPEATS)."""
+    (seconds, standard error); a time within the call's noise gets up to 4x the repeats (allreduce.EXTRA_REPEATS),
+    in one process only: each worker of a multi-worker run judges the noise of its own clock, and a worker that
+    repeats when another does not starts all-reduces the other never joins (the run then records a measure_error),
+    so workers run the same fixed repeats."""
     from .allreduce import EXTRA_REPEATS, gradient_shapes, time_allreduce
 
     shapes, dtypes = gradient_shapes(engine.model)
-    t = time_allreduce(engine.strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1, jit=jit,
-                       max_repeats=EXTRA_REPEATS * repeats, allreduce_dtype=engine.exchange.dtype)
+    strategy = engine.strategy
+    one_process = len(strategy.extended.worker_devices) == strategy.num_replicas_in_sync
+    t = time_allreduce(strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1, jit=jit,
+                       max_repeats=(EXTRA_REPEATS if one_process else 1) * repeats,
+                       allreduce_dtype=engine.exchange.dtype)
     return t["time_s"], t["time_err_s"]
 
 
