@@ -82,7 +82,6 @@ def test_under_xla_on_gpus_the_all_reduce_is_the_collective_one():
 
 
 def test_the_direct_allreduce_timing_compiles_with_xla_when_the_step_does(monkeypatch):
-    from tftoolkit.config import RunConfig
     from tftoolkit.measure import allreduce, breakdown
 
     seen = {}

@@ -11,7 +11,6 @@ is needed (``all_sum``) it is given explicitly, as the same all-sum.
 
 from __future__ import annotations
 
-from ..config import DTYPE_BYTES
 
 
 def all_sum_no_gradient(values, options=None):
