@@ -169,10 +169,13 @@ def _pull_for(strategy, dist, seconds: float, to_float: bool) -> None:
 
     it = iter(dist)
     pull(it, tf.constant(1)).numpy()
-    count, t0 = 0, time.perf_counter()
+    count, t0, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         count += int(timer.timed(pull, it, tf.constant(20))[0].numpy())
-    print(json.dumps({"images_per_sec": count / (time.perf_counter() - t0), "images": count}))
+    wall = time.perf_counter() - t0
+    # cores_busy: CPU seconds of all this process's threads per second; below the core count, threads waited.
+    print(json.dumps({"images_per_sec": count / wall, "images": count,
+                      "cores_busy": (time.process_time() - cpu0) / wall}))
 
 
 def pipeline_run(data: Path, seconds: float) -> None:
@@ -199,16 +202,19 @@ def throughput(rounds: int, seconds: float, images: int) -> None:
     tk, tk_alone = "toolkit, as trained (bench input: float on the replicas)", "toolkit pipeline (replicas touch uint8)"
     ref, ref8 = "reference (float32, as written)", "reference (uint8 out, float on the replicas)"
     rows = {tk: [], tk_alone: [], ref: [], ref8: []}
-    ceiling, threads = [], None
+    ceiling, threads, busy = [], None, {tk_alone: [], ref: []}
     for r in range(rounds):
         t = toolkit(data, seconds)[0]
         rows[tk].append(t["images_per_sec"])
         ceiling.append(t["decode_images_per_sec"])
         threads = t["input_threads"]
-        rows[tk_alone].append(_run([sys.executable, __file__, "pipeline-run", "--data", str(data), "--seconds",
-                                    str(seconds)])[0]["images_per_sec"])
-        rows[ref].append(reference(data, seconds, uint8=False)["images_per_sec"])
+        alone = _run([sys.executable, __file__, "pipeline-run", "--data", str(data), "--seconds", str(seconds)])[0]
+        written = reference(data, seconds, uint8=False)
+        rows[tk_alone].append(alone["images_per_sec"])
+        rows[ref].append(written["images_per_sec"])
         rows[ref8].append(reference(data, seconds, uint8=True)["images_per_sec"])
+        busy[tk_alone].append(alone["cores_busy"])
+        busy[ref].append(written["cores_busy"])
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rows.items()), file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rows.items()}
     print(f"{images} JPEGs 256-512 px, {REPLICAS} replicas, global batch {GLOBAL_BATCH}, {SIZE} px, {rounds} rounds of "
@@ -223,6 +229,11 @@ def throughput(rounds: int, seconds: float, images: int) -> None:
           f"toolkit / float32 reference {med[tk] / med[ref]:.3f}, / uint8 reference {med[tk] / med[ref8]:.3f}; "
           f"decode-only ceiling {statistics.median(ceiling):.0f} images/sec, the toolkit pipeline reaches "
           f"{med[tk_alone] / statistics.median(ceiling):.0%}, the reference {med[ref] / statistics.median(ceiling):.0%}")
+    # Equal cores busy means the two differ in CPU work per image, not in threads left waiting.
+    print("cores busy (CPU seconds per second, median): " + ", ".join(
+        f"{k} {statistics.median(v):.2f}" for k, v in busy.items()) + f"; images per CPU-second: toolkit pipeline "
+          f"{statistics.median(a / b for a, b in zip(rows[tk_alone], busy[tk_alone])):.0f}, reference "
+          f"{statistics.median(a / b for a, b in zip(rows[ref], busy[ref])):.0f}")
 
 
 def rss(images: int, seconds: float) -> None:

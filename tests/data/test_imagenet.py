@@ -492,6 +492,44 @@ def test_a_streamed_epoch_is_the_same_batches_for_a_seed_and_another_order_for_a
     assert sorted(other.tolist()) == on_disk and other.tolist() != ya[:48].tolist()
 
 
+def test_the_streamed_training_pipeline_holds_no_stateful_op(written):
+    # Under op determinism (on by default on CPU replicas) tf.data runs every parallel map and interleave of a
+    # pipeline that holds a stateful op serially: a seeded Dataset.shuffle (its seed generator) halved the
+    # throughput. Serialising the pipeline with external state refused finds any such op.
+    import tensorflow as tf
+
+    cfg = RunConfig(replicas=2, per_replica_batch=4, seed=3, augment=True)
+    split = load(written["path"], image_size=SIZE, data_memory_gb=TINY_BUDGET).streams["train"]
+    for start in (0, 3):  # a fresh run and one resumed mid-epoch
+        ds = split.train_dataset(cfg, (2, 2, 0), start, split.n, deterministic=True)
+        fail = tf.data.experimental.ExternalStatePolicy.FAIL.value
+        tf.raw_ops.DatasetToGraphV2(input_dataset=ds._variant_tensor, external_state_policy=fail)
+
+
+def test_the_streamed_order_ignores_the_global_seed_leaves_it_alone_and_a_mid_epoch_start_carries_on(written):
+    # The shuffle is stateless and keyed by (seed, epoch) (stream._block_shuffle), so a notebook's
+    # tf.random.set_seed neither changes the order nor is changed by building the pipeline.
+    import tensorflow as tf
+
+    cfg = RunConfig(replicas=1, per_replica_batch=8, seed=3, augment=True)
+    split = load(written["path"], image_size=SIZE, data_memory_gb=TINY_BUDGET).streams["train"]
+    try:
+        tf.random.set_seed(5)
+        x5, y5 = _batches(split, cfg, 0, 6)
+        drawn_after = tf.random.uniform([4], seed=9).numpy()
+        tf.random.set_seed(6)
+        x6, y6 = _batches(split, cfg, 0, 6)
+        tf.random.set_seed(5)
+        np.testing.assert_array_equal(tf.random.uniform([4], seed=9).numpy(), drawn_after)
+    finally:
+        tf.random.set_seed(None)
+    np.testing.assert_array_equal(x5, x6)
+    np.testing.assert_array_equal(y5, y6)
+    xs, ys = _batches(split, cfg, 2, 4)  # what a run resumed at step 2 of this epoch builds
+    np.testing.assert_array_equal(xs, x5[16:])
+    np.testing.assert_array_equal(ys, y5[16:])
+
+
 def test_a_streamed_epoch_without_augment_is_every_record_once_as_evaluated(written):
     st = load(written["path"], image_size=SIZE, data_memory_gb=TINY_BUDGET)
     split = st.streams["train"]

@@ -533,7 +533,13 @@ class StreamSplit:
 def _block_shuffle(ds, key):
     """``ds`` shuffled in blocks of SHUFFLE_RECORDS consecutive elements, each permuted by a stateless shuffle keyed
     by (key, block): the order is a function of the key alone (tf.data's shuffle buffer draws from the global seed
-    as well). The next block is read while one is consumed, so about three blocks are held at a time."""
+    as well). The next block is read while one is consumed, so about three blocks are held at a time.
+
+    Not ``Dataset.shuffle`` with a seed either: its seed generator is a stateful op, and under op determinism (on
+    by default on CPU replicas) tf.data runs every parallel map and interleave of a pipeline holding one serially
+    (tf.config.experimental.enable_op_determinism's docs, "Determinism and tf.data"). Tried: 943 images/sec on 1.2
+    cores against 1845 on 1.9 (benchmarks/bench_stream.py's data; tests/data/test_imagenet.py checks the pipeline
+    holds no stateful op)."""
     import tensorflow as tf
 
     def permuted(i, block):
