@@ -28,11 +28,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/tftoolkit demo --out runs/demo
 
-# Two pytest workers: the slow tests wait on subprocesses and kernels, so two keep both cores busy. A test file
-# stays on one worker (--dist loadfile), so module fixtures and the notebook runs they share are built once. Files go
-# out in tests/conftest.py's LONGEST_FIRST order: pytest-xdist would otherwise sort them by test count
-# (--loadscope-reorder, its default since 3.6), leaving a few long files of few tests for last on one worker.
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder
+# Three pytest workers on 2 cores: the slow tests wait on subprocesses, servers and kernels starting, and with two
+# workers the cores were 1.61 busy (565 s); with three 1.77 (491 s, in a slower phase of the machine; BENCHMARKS.md).
+# A test file stays on one worker (--dist loadfile), so module fixtures and the notebook runs they share are built
+# once. Files go out in tests/conftest.py's LONGEST_FIRST order: pytest-xdist would otherwise sort them by test
+# count (--loadscope-reorder, its default since 3.6), leaving long files of few tests for last on one worker.
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(PYTEST)
