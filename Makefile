@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 help:
 	@echo "make demo   run the main job (data, scaling + batch/LR sweeps, report) and print where results are"
 	@echo "make test   run the whole test suite (CPU, simulated replicas)"
-	@echo "make test-fast  the unit tests only (under 1.5 min on 2 cores)"
+	@echo "make test-fast  the unit tests only (about 1.5 min on 2 cores)"
 	@echo "make lab    open JupyterLab on notebooks/ with the project's kernel"
 	@echo "make bench  run the benchmarks in benchmarks/ (figures go to BENCHMARKS.md by hand)"
 
@@ -33,14 +33,15 @@ demo: $(STAMP)
 # A test file stays on one worker (--dist loadfile), so module fixtures and the notebook runs they share are built
 # once. Files go out in tests/conftest.py's LONGEST_FIRST order: pytest-xdist would otherwise sort them by test
 # count (--loadscope-reorder, its default since 3.6), leaving long files of few tests for last on one worker.
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
-	$(PYTEST)
+	$(PYTEST) -n 3
 
-# Unit tests only (no subprocesses, notebooks or long trainings): 83 s on 2 quiet cores (BENCHMARKS.md).
+# Unit tests only (no subprocesses, notebooks or long trainings), on two workers: nothing in them waits, and a third
+# worker only adds its start (2026-12-02: 101 and 107 s with two, 112 and 113 s with three; BENCHMARKS.md).
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -n 2 -m "not slow"
 
 # Jupyter refuses to start as root unless told; containers and CI often run as root.
 lab: $(STAMP)

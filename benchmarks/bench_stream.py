@@ -149,7 +149,9 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
 
 def _pull_for(strategy, dist, seconds: float, to_float: bool) -> None:
     """Pull ``dist`` through ``strategy`` for ``seconds`` (20 steps a call, as the training loop's while_loop);
-    print images/sec as JSON. Each replica touches its batch (``to_float``: converts it to float first)."""
+    print images/sec and cores busy (this process's CPU seconds per second) as JSON. Each replica touches its
+    batch (``to_float``: converts it to float first). Neither child turns op determinism on (bench input, which
+    runs the toolkit's session, does)."""
     import tensorflow as tf
 
     from tftoolkit.data import pipeline

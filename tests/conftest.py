@@ -64,8 +64,9 @@ def slurm_cluster():
         shutil.rmtree(work, ignore_errors=True)
 
 
-# The files that take longest go first: `make test` runs `-n 3 --dist loadfile --no-loadscope-reorder`, which hands whole files to the
-# workers in collection order, so a long file collected last would leave one worker alone at the end.
+# The files that take longest go first: `make test` runs `-n 3 --dist loadfile --no-loadscope-reorder`, which
+# hands whole files to the workers in collection order, so a long file collected last would leave one worker alone
+# at the end.
 # Measured with --durations (the order, not the figures, matters); files not listed keep their order after these.
 LONGEST_FIRST = (
     "tests/cluster/test_slurm.py",

@@ -498,12 +498,21 @@ def test_the_streamed_training_pipeline_holds_no_stateful_op(written):
     # throughput. Serialising the pipeline with external state refused finds any such op.
     import tensorflow as tf
 
+    fail = tf.data.experimental.ExternalStatePolicy.FAIL.value
+
+    def serialise(ds):
+        tf.raw_ops.DatasetToGraphV2(input_dataset=ds._variant_tensor, external_state_policy=fail)
+
     cfg = RunConfig(replicas=2, per_replica_batch=4, seed=3, augment=True)
     split = load(written["path"], image_size=SIZE, data_memory_gb=TINY_BUDGET).streams["train"]
-    for start in (0, 3):  # a fresh run and one resumed mid-epoch
-        ds = split.train_dataset(cfg, (2, 2, 0), start, split.n, deterministic=True)
-        fail = tf.data.experimental.ExternalStatePolicy.FAIL.value
-        tf.raw_ops.DatasetToGraphV2(input_dataset=ds._variant_tensor, external_state_policy=fail)
+    # A fresh run, one resumed mid-epoch, a worker keeping its replicas' slices (exact sharding), and one reading
+    # its own shards (file sharding).
+    cases = ((0, (2, 2, 0), None), (3, (2, 2, 0), None), (0, (4, 2, 2), None), (0, (2, 2, 0), (1, 2)))
+    for start, layout, shard in cases:
+        serialise(split.train_dataset(cfg, layout, start, split.n, deterministic=True, worker_shard=shard))
+    # The check sees what op determinism serialises: the same epochs through a seeded Dataset.shuffle are refused.
+    with pytest.raises(tf.errors.FailedPreconditionError, match="stateful"):
+        serialise(tf.data.Dataset.range(2).flat_map(lambda e: split._epoch(e, 3, True).shuffle(64, seed=7)))
 
 
 def test_the_streamed_order_ignores_the_global_seed_leaves_it_alone_and_a_mid_epoch_start_carries_on(written):
@@ -511,18 +520,23 @@ def test_the_streamed_order_ignores_the_global_seed_leaves_it_alone_and_a_mid_ep
     # tf.random.set_seed neither changes the order nor is changed by building the pipeline.
     import tensorflow as tf
 
+    from tensorflow.python.eager import context  # the global seed has no public getter
+
     cfg = RunConfig(replicas=1, per_replica_batch=8, seed=3, augment=True)
     split = load(written["path"], image_size=SIZE, data_memory_gb=TINY_BUDGET).streams["train"]
+    before = context.global_seed()  # an earlier run in this process may have set one: put it back after
     try:
+        # Unseeded draws take their op seed from a counter set_seed resets: a build that drew an op seed (or set
+        # the global seed) would move the draw after it.
         tf.random.set_seed(5)
         x5, y5 = _batches(split, cfg, 0, 6)
-        drawn_after = tf.random.uniform([4], seed=9).numpy()
+        drawn_after = tf.random.uniform([4]).numpy()
         tf.random.set_seed(6)
         x6, y6 = _batches(split, cfg, 0, 6)
         tf.random.set_seed(5)
-        np.testing.assert_array_equal(tf.random.uniform([4], seed=9).numpy(), drawn_after)
+        np.testing.assert_array_equal(tf.random.uniform([4]).numpy(), drawn_after)
     finally:
-        tf.random.set_seed(None)
+        tf.random.set_seed(before)
     np.testing.assert_array_equal(x5, x6)
     np.testing.assert_array_equal(y5, y6)
     xs, ys = _batches(split, cfg, 2, 4)  # what a run resumed at step 2 of this epoch builds

@@ -74,6 +74,7 @@ def test_n_replicas_equal_one_device(replicas, optimizer, lr):
     np.testing.assert_allclose(ln, l1, rtol=1e-5)
 
 
+@pytest.mark.slow  # a training of ~5 s (test-fast's budget; make test runs it)
 def test_the_default_recipe_on_four_replicas_equals_one_device(restore_float32):
     # The default model and optimiser (small_vgg, Adam): per-image standardisation and no batch norm, so nothing
     # in the forward pass depends on how the global batch is cut. In float64: Adam divides each coordinate's step

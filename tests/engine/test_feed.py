@@ -58,6 +58,7 @@ def _train(tmp_path, name, replicas, placement, augment=True, steps=8, **kw):
     return s, pd.read_csv(tmp_path / name / "steps.csv")["loss"].to_numpy()
 
 
+@pytest.mark.slow  # a training of ~5 s (test-fast's budget; make test runs it)
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_device_placement_trains_exactly_what_host_placement_trains(tmp_path, replicas):
     # 8 steps of 16 over 200 examples: the run crosses an epoch (a new order) with augmentation on.

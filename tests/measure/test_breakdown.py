@@ -202,6 +202,7 @@ def test_measuring_does_not_change_the_trained_weights(cpu_devices):
     assert parts["full_s"] > 0 and parts["compute_s"] > 0
 
 
+@pytest.mark.slow  # a training of ~5 s (test-fast's budget; make test runs it)
 def test_training_summary_has_the_breakdown_fields(tmp_path):
     import tftoolkit
 

@@ -124,6 +124,7 @@ def test_when_no_checkpoint_restores_the_rerun_exits_2_naming_them(tmp_path, cap
 
 
 # --- gradient accumulation across a resume (issue 25) ---------------------------------------------------------
+@pytest.mark.slow  # a training of ~5 s (test-fast's budget; make test runs it)
 def test_accumulating_two_replicas_resumed_mid_epoch_equal_one_device_at_four_times_the_batch(tmp_path):
     # 2 replicas x --accumulate 2 x 8 = one device x 32. Checkpoints fall between optimizer steps (the micro-batches'
     # sums live inside one compiled step), so a run stopped after step 6 of 12 per epoch resumes exactly there.

@@ -154,6 +154,7 @@ def test_too_few_timed_steps_say_why_there_is_no_rate(tmp_path, caplog):
     assert "nan ± nan" not in caplog.text
 
 
+@pytest.mark.slow  # a training of ~5 s (test-fast's budget; make test runs it)
 def test_accumulation_and_a_16_bit_exchange_are_said_measured_and_recorded(tmp_path, caplog):
     # Through the CLI as a user types it: the derived-arithmetic line, the summary's fields, the breakdown's split.
     from tftoolkit import cli

@@ -537,9 +537,9 @@ def _block_shuffle(ds, key):
 
     Not ``Dataset.shuffle`` with a seed either: its seed generator is a stateful op, and under op determinism (on
     by default on CPU replicas) tf.data runs every parallel map and interleave of a pipeline holding one serially
-    (tf.config.experimental.enable_op_determinism's docs, "Determinism and tf.data"). Tried: 943 images/sec on 1.2
-    cores against 1845 on 1.9 (benchmarks/bench_stream.py's data; tests/data/test_imagenet.py checks the pipeline
-    holds no stateful op)."""
+    (tf.config.experimental.enable_op_determinism's docs, "Determinism and tf.data"). Tried, with op determinism
+    on: 943 images/sec on 1.2 cores against 1865 on 1.9 with these blocks (benchmarks/bench_stream.py's data and
+    pull; BENCHMARKS.md). tests/data/test_imagenet.py checks the pipeline holds no stateful op."""
     import tensorflow as tf
 
     def permuted(i, block):
