@@ -230,7 +230,7 @@ def case(sess, eng, state, global_batch, n_train, n_val):
 
 one = engine(1)
 checked = 0
-for replicas in (2, 3, 5, 8):  # even, odd, prime, the most: each a trace of its own (~1 s per replica here)
+for replicas in (3, 8):  # odd (and prime), and the most, with every pattern of empty slices: a trace each
     many = engine(replicas)
     for rest in range(1, replicas):
         # A full batch of 2R, then a short one of `rest` (< R: some replicas' slices are empty), in training
@@ -255,10 +255,12 @@ print("checked", checked)
 @pytest.mark.slow  # its own process, with 8 logical CPU devices
 def test_every_remainder_at_every_replica_count_trains_and_evaluates_as_one_device():
     # Short batches split over replicas leave some replicas nothing when they hold fewer examples than there are
-    # replicas. Replica counts 2, 3, 5 and 8 x every remainder 1..R-1, in training (--last-batch partial) and in
+    # replicas. Replica counts 3 and 8 x every remainder 1..R-1, in training (--last-batch partial) and in
     # evaluation: no crash, every example counted once, the same losses, weights and validation figures as one
-    # device. (The split itself is checked for every count 1-8 and every remainder 0..R-1 in
-    # tests/data/test_pipeline.py; each count here costs a trace of its own.)
+    # device. Eight replicas with remainders 1-7 leave from one to seven replicas empty, which covers what the
+    # counts between would; 2 and 4 replicas with full batches are the equivalence tests above. (The split itself
+    # is checked for every count 1-8 and every remainder 0..R-1 in tests/data/test_pipeline.py; each count here
+    # costs a trace of its own.)
     import subprocess
     import sys
 
@@ -266,7 +268,7 @@ def test_every_remainder_at_every_replica_count_trains_and_evaluates_as_one_devi
 
     done = subprocess.run([sys.executable, "-c", REMAINDERS_CHILD], cwd=ROOT, capture_output=True, text=True,
                           timeout=900, env=env_with_tests_on_path())
-    assert done.returncode == 0 and "checked 14" in done.stdout, done.stderr[-4000:]
+    assert done.returncode == 0 and "checked 9" in done.stdout, done.stderr[-4000:]
 
 
 # --- gradient accumulation and the gradient exchange (issue 25) ----------------------------------------------
