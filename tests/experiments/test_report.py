@@ -92,6 +92,74 @@ def test_scaling_frame_uses_only_sources_that_vary_replicas(sweeps):
     assert df["efficiency"].tolist() == pytest.approx([1.0, 0.9, 0.8])
 
 
+def _two_axis_sweep(root: Path, rates: dict) -> Path:
+    """A scaling sweep over replicas x seed x model: rates[(model, seed, replicas)] images/sec."""
+    return _sweep(root, "01_data_parallel_scaling.ipynb", [
+        (f"{i:02d}_{m}-{seed}-{n}", {"replicas": [n], "seed": seed, "model": m, "mode": "weak"},
+         {"status": "ok", "replicas": n, "global_batch": 64 * n, "per_replica_batch": 64, "train_examples": 6400,
+          "images_per_sec": ips, "images_per_sec_uncertainty": 2.0, "device_kind": "GPU"})
+        for i, ((m, seed, n), ips) in enumerate(rates.items())])
+
+
+def test_scaling_is_computed_within_each_group_of_points_that_differ_only_in_replicas(tmp_path):
+    # A second grid axis (model) makes two configurations; seeds are repeats of one. Sorting every row by replicas
+    # and taking the first as the baseline compared small_vgg's 1-replica rate with small_cnn's.
+    rates = {("small_cnn", 0, 1): 1000.0, ("small_cnn", 1, 1): 1100.0, ("small_cnn", 0, 2): 1900.0,
+             ("small_cnn", 1, 2): 2100.0, ("small_vgg", 0, 1): 400.0, ("small_vgg", 1, 1): 420.0,
+             ("small_vgg", 0, 2): 600.0, ("small_vgg", 1, 2): 660.0}
+    res = report.load([_two_axis_sweep(tmp_path / "sc", rates)])
+    df = report.scaling_frame(res)
+    vgg = df[df["point_params"].str.contains("small_vgg")].sort_values("replicas")
+    assert vgg["speedup"].tolist() == pytest.approx([1.0, 1.0] + [630 / 410] * 2)
+    assert set(df["group"]) == {"model=small_cnn", "model=small_vgg"}
+    by = {(g, n): r for (g, n), r in df.groupby(["group", "replicas"])}
+    cnn1, cnn2, vgg1, vgg2 = (by[k] for k in (("model=small_cnn", 1), ("model=small_cnn", 2),
+                                                ("model=small_vgg", 1), ("model=small_vgg", 2)))
+    # Every group's smallest count has speed-up 1.0, in every one of its rows (both seeds).
+    assert cnn1["speedup"].tolist() == [1.0, 1.0] and vgg1["speedup"].tolist() == [1.0, 1.0]
+    assert cnn2["speedup"].tolist() == pytest.approx([2000 / 1050] * 2)
+    assert vgg2["speedup"].tolist() == pytest.approx([630 / 410] * 2)
+    assert vgg2["efficiency"].tolist() == pytest.approx([630 / 410 / 2] * 2)
+    assert cnn2["repeats"].tolist() == [2, 2] and cnn2["group_images_per_sec"].tolist() == pytest.approx([2000.0] * 2)
+    assert cnn2["images_per_sec_spread"].iloc[0] == pytest.approx(pd.Series([1900.0, 2100.0]).std())
+    # The speed-up's uncertainty comes from the repeats' spread (std / sqrt(2) of each mean), not the runs' 2 img/s.
+    assert cnn2["speedup_uncertainty"].iloc[0] == pytest.approx(
+        2000 / 1050 * ((100 / 2000) ** 2 + (50 / 1050) ** 2) ** 0.5, rel=1e-6)
+    assert (df["baseline_replicas"] == 1).all()
+
+    from tftoolkit.experiments import findings
+
+    text = " ".join(findings.scaling(res))
+    assert ("**Scaling (weak, model=small_cnn):** 2 replicas ran at 2000 images/s (mean of 2 runs, spread ±141), "
+            "1.90x ± 0.13 the 1-replica rate (mean of 2): 95% scaling efficiency") in text
+    assert "**Scaling (weak, model=small_vgg):** 2 replicas ran at 630 images/s" in text and "77% scaling" in text
+
+    # scaling.csv says the same; and the figures draw one line per group, at the group's mean.
+    written = report.save_tables(res, tmp_path / "out")
+    csv = pd.read_csv(written["scaling"])
+    assert csv.groupby("group")["speedup"].min().tolist() == [1.0, 1.0]
+    from tftoolkit.plots import scaling as scaling_plots
+
+    fig = scaling_plots.plot_throughput(df)
+    lines = {c.get_label(): c for c in fig.axes[0].containers}
+    assert set(lines) == {"measured (weak scaling, model=small_cnn)", "measured (weak scaling, model=small_vgg)"}
+    ys = lines["measured (weak scaling, model=small_vgg)"].lines[0].get_ydata()
+    assert list(ys) == pytest.approx([410.0, 630.0])
+    fig = scaling_plots.plot_efficiency(df)
+    effs = {ln.get_label(): list(ln.get_ydata()) for ln in fig.axes[0].lines if ln.get_label().startswith("weak")}
+    assert effs["weak scaling, model=small_vgg"] == pytest.approx([100.0, 630 / 410 / 2 * 100])
+
+
+def test_seeds_alone_are_repeats_of_one_configuration(tmp_path):
+    rates = {("small_cnn", 0, 1): 1000.0, ("small_cnn", 1, 1): 1100.0, ("small_cnn", 0, 2): 1900.0,
+             ("small_cnn", 1, 2): 2100.0}
+    df = report.scaling_frame(report.load([_two_axis_sweep(tmp_path / "sc", rates)]))
+    # The second seed's 1-replica point is the baseline's repeat, not a 1.1x "speed-up" over the first seed's.
+    assert df.loc[df["replicas"] == 1, "speedup"].tolist() == [1.0, 1.0]
+    assert df.loc[df["replicas"] == 2, "speedup"].tolist() == pytest.approx([2000 / 1050] * 2)
+    assert set(df["group"]) == {""}
+
+
 # The overview's columns for the two sweeps: what varied (mode did not: every scaling point is weak), status, the
 # error, and the figures a reader compares.
 COMPARED = ["source", "id", "replicas", "global_batches", "lr_rules", "status", "error", "images/sec", "val accuracy",

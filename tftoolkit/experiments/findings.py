@@ -42,15 +42,17 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def scaling(res: report.Results) -> list[str]:
+    """One sentence per group of runs that differ only in replica count (report.scaling_frame): its largest count's
+    speed-up and efficiency over its smallest, from the mean of its repeats (seeds), with their spread."""
     df = report.scaling_frame(res)
     if df.empty or "speedup" not in df.columns:
         return []
     out = []
-    for mode, g in df.groupby("mode"):
-        g = _ok(g).dropna(subset=["speedup"])
+    for (mode, group), g in df.groupby(["mode", "group"], sort=False):
+        g = _ok(g).dropna(subset=["speedup"]).sort_values("replicas")
         if g.empty:
             continue
-        top, base = g.sort_values("replicas").iloc[-1], g.sort_values("replicas").iloc[0]
+        top, base = g.iloc[-1], g.iloc[0]
         if int(top["replicas"]) == int(base["replicas"]):
             continue
         kind = str(top.get("device_kind", ""))
@@ -58,9 +60,17 @@ def scaling(res: report.Results) -> list[str]:
                 "these figures show the method; run the scaling sweep on GPUs for the real curve."
                 if kind == "CPU-simulated" else "")
         how = summary_schema.measured_with(top)
-        out.append(f"**Scaling ({mode or 'as run'}):** {int(top['replicas'])} replicas ran at "
-                   f"{top['images_per_sec']:.0f} images/s, {top['speedup']:.2f}x the {int(base['replicas'])}-replica "
-                   f"rate: {top['efficiency']:.0%} scaling efficiency{f' ({how})' if how else ''}.{note}")
+        repeats = int(top["repeats"])
+        rate = f"{top['group_images_per_sec']:.0f} images/s"
+        if repeats > 1:
+            rate += f" (mean of {repeats} runs, spread ±{top['images_per_sec_spread']:.0f})"
+        base_repeats = int(base["repeats"])
+        base_what = f"the {int(base['replicas'])}-replica rate" + (f" (mean of {base_repeats})" if base_repeats > 1 else "")
+        err = top.get("speedup_uncertainty")
+        plus = f" ± {err:.2f}" if isinstance(err, float) and math.isfinite(err) and err > 0 else ""
+        where = ", ".join(x for x in (mode or "as run", group) if x)
+        out.append(f"**Scaling ({where}):** {int(top['replicas'])} replicas ran at {rate}, {top['speedup']:.2f}x{plus} "
+                   f"{base_what}: {top['efficiency']:.0%} scaling efficiency{f' ({how})' if how else ''}.{note}")
     return out
 
 

@@ -34,16 +34,29 @@ def _uncertainty(df: pd.DataFrame) -> pd.Series:
     return pd.Series(np.nan, index=df.index)
 
 
-def _modes(df: pd.DataFrame) -> list:
-    if "mode" not in df.columns:
-        return [None]
-    return list(dict.fromkeys(df["mode"].fillna("").astype(str)))
+def _series(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One (label, rows) per line to draw: per scaling mode and, where a frame has them, per group of runs that differ
+    only in replica count (report.scaling_frame's ``group``): configurations are never averaged together."""
+    keys = [c for c in ("mode", "group") if c in df.columns]
+    if not keys:
+        return [("", df)]
+    out = []
+    for key, rows in df.groupby([df[c].fillna("").astype(str) for c in keys], sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        out.append((", ".join(f"{k} scaling" if c == "mode" else k for c, k in zip(keys, key) if k), rows))
+    return out
 
 
-def _select(df: pd.DataFrame, mode) -> pd.DataFrame:
-    if mode is None:
-        return df
-    return df[df["mode"].fillna("").astype(str) == mode]
+def _means(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per replica count: the mean rate of the runs there (repeats, e.g. seeds) and its standard error (the repeats'
+    spread / sqrt(n) when there are several, else the run's own uncertainty)."""
+    err = _uncertainty(rows)
+    out = []
+    for n, at in rows.groupby("replicas"):
+        ips = at["images_per_sec"].astype(float)
+        e = float(ips.std(ddof=1) / math.sqrt(len(ips))) if len(ips) > 1 else float(err.loc[at.index].iloc[0])
+        out.append({"replicas": n, "ips": float(ips.mean()), "err": e})
+    return pd.DataFrame(out).sort_values("replicas").reset_index(drop=True)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -69,24 +82,22 @@ def plot_throughput(df: pd.DataFrame) -> Figure:
     if data.empty:
         raise DataError("throughput plot: no run finished with a throughput (all failed?)")
     fig, ax = new_figure(width=6.4, height=4.2)
-    modes = _modes(data)
+    series = _series(data)
     markers = ["o", "s", "^", "D"]
-    for k, mode in enumerate(modes):
-        rows = _select(data, mode).sort_values("replicas")
+    for k, (name, rows) in enumerate(series):
         if rows.empty:
             continue
-        agg = rows.groupby("replicas").agg(ips=("images_per_sec", "mean")).reset_index()
-        err = _uncertainty(rows).groupby(rows["replicas"]).apply(lambda s: math.sqrt(np.nansum(s**2)) / max(len(s), 1))
-        agg["err"] = agg["replicas"].map(err).fillna(0.0)
-        label = f"measured ({mode} scaling)" if mode else "measured"
+        agg = _means(rows)
+        agg["err"] = agg["err"].fillna(0.0)
+        label = f"measured ({name})" if name else "measured"
         colour = f"C{k}"
         ax.errorbar(agg["replicas"], agg["ips"], yerr=agg["err"], marker=markers[k % 4], color=colour, capsize=3,
                     lw=1.8, label=label)
         base_n, base = float(agg["replicas"].iloc[0]), float(agg["ips"].iloc[0])
         xs = np.array(sorted(agg["replicas"]), dtype=float)
         ideal = "ideal: N x 1-replica rate" if base_n == 1 else f"ideal: N/{base_n:g} x {base_n:g}-replica rate"
-        ax.plot(xs, base * xs / base_n, **{**IDEAL_STYLE, "color": colour if len(modes) > 1 else IDEAL_STYLE["color"]},
-                label=ideal + (f" ({mode})" if mode and len(modes) > 1 else ""))
+        ax.plot(xs, base * xs / base_n, **{**IDEAL_STYLE, "color": colour if len(series) > 1 else IDEAL_STYLE["color"]},
+                label=ideal + (f" ({name})" if name and len(series) > 1 else ""))
         for n, ips in zip(agg["replicas"], agg["ips"]):
             if n == base_n:
                 continue
@@ -110,15 +121,13 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
     if data.empty:
         raise DataError("efficiency plot: no run finished with a throughput")
     fig, ax = new_figure(width=6.0, height=3.8)
-    for k, mode in enumerate(_modes(data)):
-        rows = _select(data, mode)
-        agg = rows.groupby("replicas")["images_per_sec"].mean().sort_index()
+    for k, (name, rows) in enumerate(_series(data)):
+        agg = _means(rows)
         if agg.empty:
             continue
-        base_n, base = float(agg.index[0]), float(agg.iloc[0])
-        eff = agg / (base * agg.index.to_numpy(dtype=float) / base_n) * 100
-        ax.plot(agg.index, eff.values, marker="o", color=f"C{k}", lw=1.8,
-                label=f"{mode} scaling" if mode else "measured")
+        base_n, base = float(agg["replicas"].iloc[0]), float(agg["ips"].iloc[0])
+        eff = agg["ips"] / (base * agg["replicas"].to_numpy(dtype=float) / base_n) * 100
+        ax.plot(agg["replicas"], eff.values, marker="o", color=f"C{k}", lw=1.8, label=name or "measured")
     ax.axhline(100, **IDEAL_STYLE, label="ideal (100%)")
     replicas_axis(ax, data["replicas"])
     ax.set_ylim(0, max(110, ax.get_ylim()[1]))
