@@ -329,3 +329,23 @@ def test_the_communication_plots_leave_out_unresolved_rows_and_say_so():
         assert 244520 not in drawn and 4096 not in drawn and 2**20 in drawn
         notes = " ".join(t.get_text() for t in fig.texts)
         assert "within the call's noise, not drawn: reduce to one device (small_cnn's gradients, 4 KiB)" in notes
+
+
+def test_checking_sums_again_and_again_is_not_reported_as_retracing(cpu_devices):
+    # doctor checks each implementation's sum at two replica counts: each check is a new strategy and a new trace
+    # by design, which TensorFlow's frequent-retracing detector must not report as a user's mistake.
+    import logging
+
+    from tftoolkit.engine import strategy as strategy_mod
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    tf_log = logging.getLogger("tensorflow")
+    tf_log.addHandler(handler)
+    try:
+        for _ in range(7):
+            assert allreduce.check_sum(strategy_mod.mirrored(cpu_devices.devices[:2]))[0]
+    finally:
+        tf_log.removeHandler(handler)
+    assert not [m for m in seen if "retracing" in m], seen

@@ -33,6 +33,7 @@ def test_doctor_at_3_replicas_passes_or_skips_every_check_with_a_reason(capsys):
     assert "reduce_to_one@3: exact" in checks["allreduce_sum"]["detail"]
     assert checks["equivalence"]["figure"].startswith("max |w_3 - w_1| = ")
     assert "GFLOP/s float32 (measured)" in checks["peak"]["figure"]
+    assert "twice the work" in checks["timing"]["figure"] and "unsynchronised clock agrees" in checks["timing"]["detail"]
 
 
 @pytest.mark.slow
@@ -131,3 +132,24 @@ def test_nccl_transports_are_read_from_its_log_and_held_against_the_topology(mon
 def test_the_odd_count_checked_beside_the_replicas():
     assert doctor.odd_count(3, 4) == 3 and doctor.odd_count(4, 4) == 3 and doctor.odd_count(1, 4) == 3
     assert doctor.odd_count(2, 2) is None and doctor.odd_count(8, 8) == 7 and doctor.odd_count(2, 4) == 3
+
+
+def test_the_timing_check_fails_when_its_figures_say_the_clock_is_wrong():
+    ms = lambda *v: [x / 1e3 for x in v]  # noqa: E731
+    # Twice the work reads twice the time; CPU replicas' unsynchronised clock agrees: pass.
+    status, figure, detail, _ = doctor.timing_verdict("CPU", ms(40, 42, 41), ms(80, 83, 79), ms(41, 40, 43))
+    assert status == "pass" and "synchronised 41.00 ms, twice the work 80.00 ms (1.95x)" in figure
+    assert "agrees (100%)" in detail
+    # A clock that stops before the devices finish: twice the work reads the same time.
+    status, _, detail, fix = doctor.timing_verdict("GPU", ms(5, 5, 5), ms(5.2, 5.1, 5), ms(0.1, 0.1, 0.1))
+    assert status == "fail" and "only 1.02x" in detail and "overstated" in fix
+    # On GPUs the unsynchronised clock stopping early is expected, and said.
+    status, _, detail, _ = doctor.timing_verdict("GPU", ms(5, 5, 5), ms(10, 10, 10), ms(0.1, 0.1, 0.1))
+    assert status == "pass" and "stops after 2% of it" in detail
+    # CPU replicas whose two clocks disagree (the old check printed 43.63 against 72.78 ms and passed).
+    status, _, detail, fix = doctor.timing_verdict("CPU", ms(43.63, 44, 43), ms(88, 87, 86), ms(72.78, 73, 72))
+    assert status == "fail" and "read 167% of the synchronised one" in detail and fix
+    # A host so loaded that one round took four times another.
+    assert doctor.timing_verdict("CPU", ms(40, 40, 40), ms(160, 150, 170), ms(40, 40, 40))[0] == "fail"
+    # Medians: one slow round does not decide.
+    assert doctor.timing_verdict("CPU", ms(40, 400, 41), ms(80, 81, 82), ms(40, 41, 40))[0] == "pass"
