@@ -38,8 +38,9 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def init_devices(replicas=None, gpus=None):
-    """Set up devices (GPUs, or ``replicas`` simulated CPU devices) before TensorFlow initialises."""
+def init_devices(replicas=None, gpus=None, *, cpu_devices=None):
+    """Set up devices (GPUs, or exactly ``replicas`` simulated CPU devices; ``cpu_devices`` for more) before
+    TensorFlow initialises: a plain ``tf.distribute.MirroredStrategy()`` then runs ``replicas`` replicas."""
     from .engine.devices import init
 
-    return init(replicas, gpus)
+    return init(replicas, gpus, cpu_devices=cpu_devices)

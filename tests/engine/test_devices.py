@@ -133,3 +133,22 @@ def test_the_run_s_memory_is_tensorflow_s_peak_per_gpu(monkeypatch):
     gpu = devices.DeviceSetup("GPU", ("/gpu:0", "/gpu:1"), (4, 5), 8, (0, 1))
     assert devices.memory_peaks(gpu) == [1000, 2000] and asked == ["GPU:0", "GPU:1"]
     assert devices.memory_peaks(devices.DeviceSetup("CPU-simulated", ("/cpu:0",), None, 2)) is None
+
+
+@pytest.mark.slow  # a fresh process: TensorFlow fixes its devices once (~4 s)
+def test_init_devices_2_gives_a_plain_mirrored_strategy_2_replicas():
+    import subprocess
+    import sys
+
+    code = ("import tftoolkit; tftoolkit.init_devices(2)\n"
+            "import tensorflow as tf\n"
+            "print('replicas', tf.distribute.MirroredStrategy().num_replicas_in_sync)\n"
+            "from tftoolkit.engine import devices\n"
+            "print('more', devices.init(3).replicas)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "replicas 2" in done.stdout, done.stderr[-2000:]
+    assert "init_devices(3)" in done.stderr  # a count beyond the set-up says what to do, in the same process
+    spare = subprocess.run([sys.executable, "-c", "import tftoolkit; print('n', len(tftoolkit.init_devices(2, "
+                            "cpu_devices=4).devices)); import tensorflow as tf; print('logical', "
+                            "len(tf.config.list_logical_devices('CPU')))"], capture_output=True, text=True, timeout=120)
+    assert "n 2" in spare.stdout and "logical 4" in spare.stdout, spare.stderr[-2000:]

@@ -427,3 +427,16 @@ def test_a_sweep_point_collects_a_recorded_fit(scaling_folder):
     info = sweep.collect_runs(scaling_folder / "r2")
     assert info["run_status"] == "ok" and info["figures"]["replicas"] == 2
     assert math.isfinite(info["figures"]["images_per_sec"])
+
+
+def test_a_strategy_of_another_count_than_init_devices_set_up_is_warned(tmp_path, mirrored2, cpu_devices, caplog,
+                                                                        monkeypatch):
+    from tftoolkit.engine import devices
+
+    assert devices.configured() == 4  # the suite's set-up (conftest): the 2-replica strategy runs another count
+    _fit(tmp_path / "two", _model(mirrored2), n=64)
+    assert "the strategy runs 2 replica(s) but tftoolkit.init_devices set up 4 device(s)" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(devices, "configured", lambda: 2)  # as after init_devices(2): the same count, no warning
+    _fit(tmp_path / "same", _model(mirrored2), n=64)
+    assert "init_devices set up" not in caplog.text and (tmp_path / "same" / "summary.json").exists()

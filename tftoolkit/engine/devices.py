@@ -18,9 +18,6 @@ from ..errors import DeviceError
 
 log = logging.getLogger("tftoolkit")
 
-# Logical CPU devices created when replicas are simulated. More than asked for, so that a notebook or
-# a test can run 1, 2 and 4 replicas in one process; an idle logical device costs nothing.
-MIN_CPU_DEVICES = 4
 
 
 @dataclass(frozen=True)
@@ -60,9 +57,12 @@ def physical_gpus() -> list:
     return _tf().config.list_physical_devices("GPU")
 
 
-def init(replicas: int | None = None, gpus: list[int] | None = None) -> DeviceSetup:
+def init(replicas: int | None = None, gpus: list[int] | None = None, *, cpu_devices: int | None = None) -> DeviceSetup:
     """Set up devices for ``replicas`` replicas (or the GPUs named in ``gpus``) and return what to use.
 
+    Simulated replicas are exactly ``replicas`` logical CPU devices, so a plain ``tf.distribute.MirroredStrategy()``
+    (which mirrors over every logical CPU device when there is no GPU) runs the count asked for; ``cpu_devices``
+    creates more, for a process that runs several counts (a test suite, doctor's odd count beside yours).
     Must run before TensorFlow creates its first tensor; later calls reuse the first set-up.
     """
     if replicas is not None and replicas <= 0:
@@ -78,7 +78,7 @@ def init(replicas: int | None = None, gpus: list[int] | None = None) -> DeviceSe
     if gpus:
         raise DeviceError(f"--gpus {','.join(map(str, gpus))} asked for GPUs, but this machine has none visible to "
                           "TensorFlow; drop --gpus to simulate replicas on CPU (or install tensorflow[and-cuda])")
-    return _init_cpu(tf, replicas or 1)
+    return _init_cpu(tf, replicas or 1, max(replicas or 1, cpu_devices or 0))
 
 
 def _init_gpus(tf, phys, replicas, wanted_gpus) -> DeviceSetup:
@@ -141,9 +141,15 @@ def nvml_indices(local: list[int]) -> tuple[int, ...] | None:
     return tuple(int(e) for e in entries)
 
 
-def _init_cpu(tf, n: int) -> DeviceSetup:
+def configured() -> int | None:
+    """How many devices the first ``init`` set up (logical CPU devices, or visible GPUs); None before it ran."""
+    if "cpu" in _state:
+        return _state["cpu"]["count"]
+    return len(_state["gpu"]["visible"]) if "gpu" in _state else None
+
+
+def _init_cpu(tf, n: int, count: int) -> DeviceSetup:
     if "cpu" not in _state:
-        count = max(n, MIN_CPU_DEVICES)
         cpu = tf.config.list_physical_devices("CPU")[0]
         try:
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)

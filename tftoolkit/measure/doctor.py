@@ -290,7 +290,7 @@ def check_allreduce_sum(ctx: Context) -> Check:
 
     setup = ctx.setup
     counts = [ctx.replicas]
-    available = len(setup.devices) if setup.kind == "GPU" else max(ctx.replicas, devices.MIN_CPU_DEVICES)
+    available = len(setup.devices) if setup.kind == "GPU" else devices.configured()
     odd = odd_count(ctx.replicas, available)
     if odd and odd not in counts:
         counts.append(odd)
@@ -539,7 +539,8 @@ def run(replicas: int | None = None, only=None) -> list[Check]:
     ensure_logging(quiet=True)
     report = hardware.collect()
     n = replicas if replicas is not None else (len(report.get("gpus", [])) or 4)
-    setup = devices.init(n)  # a DeviceError (exit 2) for more replicas than GPUs
+    # A DeviceError (exit 2) for more replicas than GPUs; on CPU a spare device or two for an odd count beside n.
+    setup = devices.init(n, cpu_devices=max(n + 1, 3))
     ctx = Context(n, setup, report)
     out = []
     for name in names:

@@ -116,6 +116,11 @@ class RunRecorder(keras.callbacks.Callback):
         self._started = time.time()
         model, strategy = self.model, self.model.distribute_strategy
         self._replicas = int(strategy.num_replicas_in_sync)
+        asked = devices_mod.configured()
+        if asked is not None and asked != self._replicas:
+            log.warning("the strategy runs %d replica(s) but tftoolkit.init_devices set up %d device(s): this fit is "
+                        "recorded at %d; pass the devices to MirroredStrategy to run another count", self._replicas,
+                        asked, self._replicas)
         self._devices, self._gpus = _devices(strategy)
         self._kind = "GPU" if self._gpus else "CPU-simulated"
         self._writes = bool(strategy.extended.should_checkpoint)  # MultiWorkerMirroredStrategy: the chief alone
