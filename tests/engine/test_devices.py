@@ -152,3 +152,28 @@ def test_init_devices_2_gives_a_plain_mirrored_strategy_2_replicas():
                             "cpu_devices=4).devices)); import tensorflow as tf; print('logical', "
                             "len(tf.config.list_logical_devices('CPU')))"], capture_output=True, text=True, timeout=120)
     assert "n 2" in spare.stdout and "logical 4" in spare.stdout, spare.stderr[-2000:]
+
+
+def test_tensorflow_s_interactive_info_default_is_quieted_and_other_levels_are_kept():
+    import logging
+
+    for interactive, level, want in [(True, logging.INFO, logging.WARNING), (False, logging.INFO, logging.INFO),
+                                     (True, logging.DEBUG, logging.DEBUG), (True, logging.ERROR, logging.ERROR)]:
+        logger = logging.Logger("stand-in", level)
+        devices.quiet_tensorflow_info(logger, interactive)
+        assert logger.level == want, (interactive, level)
+
+
+@pytest.mark.slow  # a fresh process (~4 s): TensorFlow configures its logger once
+def test_a_notebook_s_cell_gets_no_tensorflow_info_lines():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.ps1 = '>>> '  # what an IPython kernel has: TensorFlow then logs INFO to stdout\n"
+            "import tftoolkit; tftoolkit.init_devices(2)\n"
+            "import tensorflow as tf\n"
+            "s = tf.distribute.MirroredStrategy()\n"
+            "print('sum', s.reduce('SUM', s.run(lambda: tf.constant(1.0)), axis=None).numpy())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "sum 2.0" in done.stdout, done.stderr[-2000:]
+    assert "INFO:tensorflow" not in done.stdout + done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 
 from .. import gpus as visibility
@@ -52,6 +53,18 @@ def _tf():
     return tf
 
 
+def quiet_tensorflow_info(logger, interactive: bool | None = None) -> None:
+    """Keep TensorFlow's INFO lines out of notebooks: in an interactive shell (Jupyter, IPython, ``python -i``)
+    TensorFlow sets its own logger to INFO and prints to stdout, so every MirroredStrategy and every eager reduce
+    adds a line ("Reduce to /job:localhost/... then broadcast to ...") to a cell's output. That default goes back to
+    WARNING; any other level is someone's choice and stays (``tf.get_logger().setLevel("INFO")`` after
+    ``init_devices`` brings the lines back)."""
+    if interactive is None:
+        interactive = bool(getattr(sys, "ps1", None)) or bool(sys.flags.interactive)
+    if interactive and logger.level == logging.INFO:
+        logger.setLevel(logging.WARNING)
+
+
 def physical_gpus() -> list:
     """GPUs TensorFlow can see. Listing physical devices does not initialise the runtime."""
     return _tf().config.list_physical_devices("GPU")
@@ -72,6 +85,7 @@ def init(replicas: int | None = None, gpus: list[int] | None = None, *, cpu_devi
     # (child processes get the same from gpus.child_env). A value the user set is kept.
     os.environ.setdefault(visibility.ORDER_ENV, "PCI_BUS_ID")
     tf = _tf()
+    quiet_tensorflow_info(tf.get_logger())
     phys = physical_gpus()
     if phys:
         return _init_gpus(tf, phys, replicas, gpus)
