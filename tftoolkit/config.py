@@ -99,7 +99,8 @@ class RunConfig:
     train_images: int | None = _f(None, "use only the first N training images (default: all)")
     image_size: int | None = _f(None, "image side in pixels that images are decoded or resized to (default: the "
                                       "dataset's own where its images share one size: 32 for synthetic, shapes16k and "
-                                      "CIFAR, 28 for MNIST; 224 for images of mixed sizes such as ImageNet's)")
+                                      "CIFAR, 28 for MNIST; for images of mixed sizes the median shorter side of a "
+                                      "sample, at most 224 (ImageNet's); the log says which)")
     num_classes: int | None = _f(None, "classes: of synthetic data (default 10); every other dataset's count is taken "
                                        "from the data (its labels, class folders or manifest), and recorded here")
     augment: bool = _f(False, "augment training images: random flip and pad-and-crop for images held in memory and "

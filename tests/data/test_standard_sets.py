@@ -397,16 +397,20 @@ def mixed_folder(tmp_path_factory):
                                 sizes=(20, 60), seed=0, png_every=3)
 
 
-def test_image_folder_of_mixed_jpeg_and_png_sizes_loads_at_their_median_shorter_side(mixed_folder):
+def test_image_folder_of_mixed_jpeg_and_png_sizes_loads_at_their_median_shorter_side(mixed_folder, caplog):
     from PIL import Image
 
     assert len(list(mixed_folder.glob("train/*/*.png"))) == 6 and len(list(mixed_folder.glob("train/*/*.JPEG"))) == 12
-    src = load(mixed_folder)
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        src = load(mixed_folder)
     assert (src.name, src.train_examples, src.val_examples) == ("imagenet", 18, 6)
     assert src.class_names == SYNSETS and src.num_classes == 3
     # 18 training images (all sampled): not blown up to 224, nor cut to the smallest
     side = int(np.median([min(Image.open(p).size) for p in sorted(mixed_folder.glob("train/*/*"))]))
     assert 20 <= side <= 60 and src.input_shape == (side, side, 3) and src.info["transform"] == "inception"
+    shorter = [min(Image.open(p).size) for p in mixed_folder.glob("train/*/*")]
+    assert (f"imagenet: images decoded at {side} px (the median shorter side of 18 sampled images of mixed sizes, "
+            f"{min(shorter)}-{max(shorter)} px; set --image-size to choose)") in caplog.text  # the choice is said
     assert src.info["per_class"] == {s: 6 for s in SYNSETS} and src.info["skipped_not_image"] == 0
     assert len(src.info["image_sizes_sampled"]) > 1
     x, y = in_file_order(src.train)
@@ -416,7 +420,7 @@ def test_image_folder_of_mixed_jpeg_and_png_sizes_loads_at_their_median_shorter_
     assert vy.tolist() == [0, 0, 1, 1, 2, 2]
 
 
-def test_image_folder_of_one_image_size_defaults_to_its_shorter_side(tmp_path):
+def test_image_folder_of_one_image_size_defaults_to_its_shorter_side(tmp_path, caplog):
     rng = np.random.default_rng(1)
     for k, name in enumerate(["a", "b"]):
         d = tmp_path / "same" / name
@@ -424,8 +428,10 @@ def test_image_folder_of_one_image_size_defaults_to_its_shorter_side(tmp_path):
         for i in range(3):
             fmt = "PNG" if i == 2 else "JPEG"
             (d / f"{i}.{fmt.lower()}").write_bytes(formats.encode(formats.image_array(rng, 20, 30), fmt))
-    src = load(tmp_path / "same")
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        src = load(tmp_path / "same")
     assert src.input_shape == (20, 20, 3) and src.info["transform"] == "fixed"
+    assert "same: images decoded at 20 px (the images' shorter side: all 6 sampled are 30x20)" in caplog.text
     assert src.info["image_sizes_sampled"] == [(30, 20)] and src.train_examples == 6 and src.val is None
     x, _ = in_file_order(src.train)
     assert x.shape == (6, 20, 20, 3)

@@ -7,7 +7,7 @@
 Loading lists the files and reads nothing else but the headers of HEADER_SAMPLE images, to see whether the
 images share one size: then that size (the shorter side) is the default ``--image-size`` and they are decoded
 whole ("fixed"); images of mixed sizes default to their median shorter side, at most 224
-(stream.default_image_size), and, streamed, are read with Inception-style crops
+(stream.choose_image_size; the log says which), and, streamed, are read with Inception-style crops
 ("inception", data/stream.py). Decoding is tf.data's, in parallel, no Python per image: once into memory when the
 decoded pixels fit ``--data-memory-gb`` (default: a quarter of the RAM available), else while training.
 
@@ -87,7 +87,7 @@ def _names(path: Path, files: list[Path]) -> str:
 def load(path, config):
     """A DataSource from an image folder; see the module docstring."""
     from .source import from_streams
-    from .stream import StreamSplit, default_image_size
+    from .stream import StreamSplit, choose_image_size
 
     path = Path(path)
     split_layout = (path / "train").is_dir() and any((path / v).is_dir() for v in VAL_NAMES)
@@ -119,7 +119,8 @@ def load(path, config):
         val = (vfiles, vlabels) if vfiles else None
     seen = sizes(files)
     uniform = len(set(seen)) == 1
-    size = config.image_size or default_image_size(seen)
+    size, why = choose_image_size(config.image_size, seen)
+    log.info("%s: images decoded at %s", path.name, why)
     mode = "fixed" if uniform else "inception"
 
     def split(fs, ls):

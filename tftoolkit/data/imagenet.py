@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from pathlib import Path
 
 from ..errors import DataError, RunDirError
 from ..fileio import write_json
+
+log = logging.getLogger("tftoolkit")
 
 SHARD = re.compile(r"^(train|validation)-(\d+)-of-(\d+)(\.tfrecords?)?$")
 SPLITS = {"train": "train", "validation": "val"}
@@ -193,7 +196,7 @@ def load(path, config, worker: tuple[int, int] | None = None):
     import tensorflow as tf
 
     from .source import from_streams
-    from .stream import StreamSplit, default_image_size
+    from .stream import StreamSplit, choose_image_size
 
     path = Path(path)
     found = shards(path)
@@ -221,8 +224,9 @@ def load(path, config, worker: tuple[int, int] | None = None):
                     names[label - offset] = synset
     if base == 1 and offset == 0:
         names[0] = "(background: no example)"
-    size = config.image_size or default_image_size(
-        [tuple(wh) for files in found.values() for f in files for wh in idx[f.name].get("image_sizes", [])])
+    size, why = choose_image_size(config.image_size, [tuple(wh) for files in found.values() for f in files
+                                                      for wh in idx[f.name].get("image_sizes", [])])
+    log.info("%s: images decoded at %s", path.name, why)
     parse = _parse(tf)
     skip = config.skip_bad_images
 

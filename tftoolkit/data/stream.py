@@ -72,16 +72,26 @@ TAG_CHUNK = 64            # elements tagged per step of the bad-example check's 
 MARK = "tftoolkit-bad-example"  # in the error a bad record raises: data.stream.explain_error finds it
 
 
-def default_image_size(sizes) -> int:
-    """--image-size when it is not given, from the (width, height) of a sample of the images: the shorter side
-    when they share one size; else the median shorter side, at most DEFAULT_IMAGE_SIZE (a folder of 20-60 px
-    images is not blown up to 224); DEFAULT_IMAGE_SIZE when nothing could be sampled."""
+def choose_image_size(given: int | None, sizes) -> tuple[int, str]:
+    """The side images are decoded to, and why (logged, so a user who gave no --image-size sees what was picked).
+
+    ``given`` when set; else, from the (width, height) of a sample of the images: the shorter side when they share
+    one size; else the median shorter side, at most DEFAULT_IMAGE_SIZE (a folder of 20-60 px images is not blown up
+    to 224); DEFAULT_IMAGE_SIZE when nothing could be sampled."""
     sizes = [tuple(int(v) for v in s) for s in sizes]
+    if given:
+        return given, f"{given} px (--image-size)"
     if not sizes:
-        return DEFAULT_IMAGE_SIZE
+        return DEFAULT_IMAGE_SIZE, f"{DEFAULT_IMAGE_SIZE} px (no image size could be sampled; set --image-size)"
     if len(set(sizes)) == 1:
-        return min(sizes[0])
-    return int(min(DEFAULT_IMAGE_SIZE, np.median([min(s) for s in sizes])))
+        w, h = sizes[0]
+        return min(sizes[0]), f"{min(sizes[0])} px (the images' shorter side: all {len(sizes)} sampled are {w}x{h})"
+    shorter = [min(s) for s in sizes]
+    median = int(np.median(shorter))
+    size = min(DEFAULT_IMAGE_SIZE, median)
+    cap = f", capped at {DEFAULT_IMAGE_SIZE}" if median > DEFAULT_IMAGE_SIZE else ""
+    return size, (f"{size} px (the median shorter side of {len(sizes)} sampled images of mixed sizes, "
+                  f"{min(shorter)}-{max(shorter)} px{cap}; set --image-size to choose)")
 
 
 def cores() -> int:
