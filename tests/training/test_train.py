@@ -9,7 +9,7 @@ import tftoolkit
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ModelError, RunDirError
 
-from helpers import FAST
+from helpers import FAST, strict_json
 
 SMALL = dict(dataset="synthetic", image_size=16, train_images=1024, steps_per_loop=8, measure=False, **FAST)
 
@@ -150,6 +150,8 @@ def test_too_few_timed_steps_say_why_there_is_no_rate(tmp_path, caplog):
                                       eval_every_epoch=False, **{k: v for k, v in SMALL.items() if k != "steps_per_loop"}),
                             tmp_path / "r")
     assert math.isnan(s["images_per_sec"]) and s["timed_steps"] == 0
+    on_disk = strict_json((tmp_path / "r" / "summary.json").read_text())  # a strict reader takes it: null, not NaN
+    assert on_disk["images_per_sec"] is None and on_disk["timed_steps"] == 0
     assert "images/sec not measured: all 2 steps fell in the timing warm-up (--timing-warmup-steps 10" in caplog.text
     assert "nan ± nan" not in caplog.text
 
