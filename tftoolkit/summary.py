@@ -34,8 +34,8 @@ def _fields(group: str, rows: list[tuple[str, str, str]]) -> list[Field]:
 
 _ALL = (
     _fields("outcome", [
-        ("status", "", "ok, diverged (the loss blew up: the run stopped itself) or failed; a recorded model.fit "
-                       "(RunRecorder) also interrupted (Ctrl-C, or an exception outside a training step)"),
+        ("status", "", "ok, diverged (the loss blew up: the run stopped itself), failed, or interrupted (Ctrl-C or "
+                       "SIGTERM; a recorded model.fit (RunRecorder) also by an exception outside a training step)"),
         ("error", "", "what went wrong, one line; null when status is ok"),
         ("resumed_from_step", "", "the checkpointed step this run resumed from (0: a fresh run)"),
         ("wall_time_s", "s", "wall time of this process's run, from set-up (devices, data) to the summary"),

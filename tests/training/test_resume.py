@@ -149,3 +149,44 @@ def test_accumulating_two_replicas_resumed_mid_epoch_equal_one_device_at_four_ti
 
     np.testing.assert_allclose(pd.read_csv(out / "steps.csv")["loss"], pd.read_csv(tmp_path / "one" / "steps.csv")["loss"],
                                rtol=1e-5)
+
+
+# --- SIGTERM: what timeout, scancel and a Slurm time limit send ----------------------------------------------
+@pytest.mark.slow  # three trainings of 8 steps (~2 s each)
+def test_sigterm_checkpoints_records_interrupted_exits_143_and_a_rerun_ends_as_if_never_stopped(tmp_path, monkeypatch,
+                                                                                                  capsys):
+    from tftoolkit import cli
+    from tftoolkit.cluster.launch import config_args
+    from tftoolkit.engine import loop
+
+    args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 4}
+    ref = tftoolkit.train(RunConfig(**args), tmp_path / "ref", quiet=True)
+    real, calls = loop.timed_call, []
+
+    def sigterm_during_the_third_call(*a, **k):  # steps 5-6, after step 4's checkpoint
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop, "timed_call", sigterm_during_the_third_call)
+    before = signal.getsignal(signal.SIGTERM)
+    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_args(RunConfig(**args))]
+    capsys.readouterr()
+    assert cli.main(argv) == 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert capsys.readouterr().err.strip().splitlines() == ["tftoolkit train: interrupted (SIGTERM)"]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # The call in flight finished and was saved: nothing trained is lost.
+    assert s["status"] == "interrupted" and s["steps"] == 6 and checkpointed_step(tmp_path / "run") == 6
+    assert s["error"] == "interrupted by SIGTERM at step 6; run the same command again to resume"
+    monkeypatch.setattr(loop, "timed_call", real)
+    assert cli.main(argv) == 0
+    final = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert final["status"] == "ok" and final["resumed_from_step"] == 6 and final["steps"] == 8
+    assert [seg["status"] for seg in final["segments"]] == ["interrupted", "ok"]
+    assert final["examples_per_replica"] == ref["examples_per_replica"] == [128, 128]
+    assert final["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-6)
+    import pandas as pd
+
+    assert pd.read_csv(tmp_path / "run" / "steps.csv")["step"].tolist() == list(range(1, 9))

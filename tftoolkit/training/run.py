@@ -11,9 +11,12 @@ Nothing here runs inside the timed region: a loop's time is the call of the comp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +31,44 @@ from ..engine.session import Session
 from ..engine.step import build_engine
 
 log = logging.getLogger("tftoolkit")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM stopped the run (timeout, scancel, a Slurm time limit): an interrupt like Ctrl-C, with its signal."""
+
+    signum = signal.SIGTERM
+
+
+class _Stop:
+    """A SIGTERM waiting for the loop: inside the training loop the handler only notes it, so that the call in
+    flight finishes and the run checkpoints a consistent state; anywhere else it raises Terminated at once."""
+
+    deferring = False
+    requested = False
+
+
+def _on_sigterm(signum, frame):
+    if _Stop.deferring:
+        _Stop.requested = True
+        return
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """While inside, SIGTERM interrupts a training as Ctrl-C does (status interrupted, summary written) and, during
+    the loop, after checkpointing the steps trained. Only the main thread can set a signal handler: elsewhere this
+    does nothing. The handler that was there comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    _Stop.requested = False
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _Stop.deferring = _Stop.requested = False
 
 
 def error_line(e: BaseException) -> str:
@@ -168,8 +209,10 @@ class Run:
         try:
             with self.monitor:
                 self._loop()
-        except KeyboardInterrupt:
-            self.status, self.error = "failed", f"interrupted at step {int(self.state['step'].numpy())}; run the same command again to resume"
+        except KeyboardInterrupt as e:
+            by = " by SIGTERM" if isinstance(e, Terminated) else ""
+            self.status = "interrupted"
+            self.error = f"interrupted{by} at step {int(self.state['step'].numpy())}; run the same command again to resume"
             self._finish()
             raise
         except ToolkitError:
@@ -314,8 +357,15 @@ class Run:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
             if self._diverged(losses, chunk.first_step):
                 return True
-            if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
+            saved = config.checkpoint_every and step % config.checkpoint_every == 0
+            if saved and step < total:
                 self._checkpoint()
+            if _Stop.requested:
+                # SIGTERM arrived during this call: its steps are counted; save them and stop. Only one process
+                # can decide this alone: the workers of a multi-worker run must all stop at the same step.
+                if not saved and step < total:
+                    self._checkpoint()
+                raise Terminated()
             return False
 
         def on_epoch_end(epoch, step, complete, stopped):
@@ -338,11 +388,17 @@ class Run:
         self.wall["setup_s"] = time.time() - self.started - self.session.import_s
         setup_before = self.wall["setup_s"]
         try:
-            loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
-                       steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
-                       breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
-                       before_call=before_call, on_loop=on_loop,
-                       on_epoch_end=on_epoch_end)
+            _Stop.deferring = config.workers == 1
+            try:
+                loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
+                           steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
+                           breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
+                           before_call=before_call, on_loop=on_loop,
+                           on_epoch_end=on_epoch_end)
+            finally:
+                _Stop.deferring = False
+            if _Stop.requested:  # during the last evaluation: every step is trained, the final checkpoint not made
+                raise Terminated()
             if self.status == "ok":
                 self._probe_input()
         finally:
