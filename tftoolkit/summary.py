@@ -148,7 +148,8 @@ _ALL = (
                                                       "pipeline pulled with no model after training (all workers: the "
                                                       "chief's rate x workers); null when not measured"),
         ("input_capacity_method", "", "how input_capacity_images_per_sec was found: measured, with the batches and "
-                                      "seconds of the probe"),
+                                      "seconds of the probe, or not measured and why (the run failed, or this "
+                                      "process trained no steps: a resume after the run's last checkpoint)"),
         ("input_cores", "", "the CPU cores this process's input could use (its affinity), per worker"),
         ("input_capacity_per_core", "images/s", "input_capacity_images_per_sec / (input_cores x workers): the host's "
                                                 "input rate per core, what advise and predict scale with"),

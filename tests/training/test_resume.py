@@ -190,3 +190,22 @@ def test_sigterm_checkpoints_records_interrupted_exits_143_and_a_rerun_ends_as_i
     import pandas as pd
 
     assert pd.read_csv(tmp_path / "run" / "steps.csv")["step"].tolist() == list(range(1, 9))
+
+
+# --- a kill at an epoch's end, and after the last checkpoint ---------------------------------------------------
+@pytest.mark.slow  # two trainings of 2 steps (~3-8 s on a busy 2-core host)
+def test_a_run_finished_by_its_resume_says_it_measured_nothing_in_valid_fields(tmp_path, caplog):
+    from helpers import strict_json
+
+    args = {**KILL_ARGS, "steps": 2, "checkpoint_every": 2}
+    tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    (tmp_path / "run" / "summary.json").unlink()  # as a kill after the last checkpoint leaves it
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**args), tmp_path / "run")
+    assert s["status"] == "ok" and s["resumed_from_step"] == 2 and s["steps"] == 2 and s["timed_steps"] == 0
+    assert "input capacity not measured" not in caplog.text and "TypeError" not in caplog.text
+    assert s["input_capacity_method"] == "not measured (this process trained no steps: the run was already trained)"
+    assert "images/sec not measured: this process trained no steps (the run was already trained)" in caplog.text
+    on_disk = strict_json((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["images_per_sec"] is None and on_disk["input_capacity_images_per_sec"] is None
+    assert on_disk["input_verdict"] == ""

@@ -33,6 +33,10 @@ from ..engine.step import build_engine
 log = logging.getLogger("tftoolkit")
 
 
+# What a resume after the run's last checkpoint measured: its segment trained nothing, so it timed nothing.
+NOTHING_TRAINED = "this process trained no steps: the run was already trained"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM stopped the run (timeout, scancel, a Slurm time limit): an interrupt like Ctrl-C, with its signal."""
 
@@ -399,8 +403,10 @@ class Run:
                 _Stop.deferring = False
             if _Stop.requested:  # during the last evaluation: every step is trained, the final checkpoint not made
                 raise Terminated()
-            if self.status == "ok":
+            if self.status == "ok" and start < total:
                 self._probe_input()
+            elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
+                self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         finally:
             drive_s = time.perf_counter() - t_drive
             t0 = time.perf_counter()
@@ -675,6 +681,8 @@ class Run:
             elif loops == 1:
                 rate = (f"{thr['images_per_sec']:.1f} images/sec from one timed loop call (no uncertainty: more "
                         "steps, or a smaller --steps-per-loop, give one)")
+            elif step == self.resumed_from:
+                rate = f"images/sec not measured: {NOTHING_TRAINED.replace(': ', ' (', 1)})"
             else:
                 rate = (f"images/sec not measured: all {step - self.resumed_from} steps fell in the timing warm-up "
                         f"(--timing-warmup-steps {config.timing_warmup_steps}, loops of {config.steps_per_loop})")
