@@ -193,6 +193,41 @@ def test_sigterm_checkpoints_records_interrupted_exits_143_and_a_rerun_ends_as_i
 
 
 # --- a kill at an epoch's end, and after the last checkpoint ---------------------------------------------------
+class _Killed(BaseException):
+    """As a SIGKILL leaves a run: nothing after this point runs, no summary is written (not an Exception)."""
+
+
+@pytest.mark.slow  # two trainings of 12 steps and a resumed half (~2 s each)
+def test_killed_right_after_an_epoch_end_checkpoint_the_rerun_has_that_epochs_evaluation(tmp_path, monkeypatch):
+    from tftoolkit.engine.checkpoint import Checkpoints
+
+    # 200 examples, global batch 32: 6 steps an epoch, 8 examples dropped from each; a checkpoint every epoch.
+    args = {**KILL_ARGS, "train_images": 200, "steps": 12, "checkpoint_every": 6}
+    ref = tftoolkit.train(RunConfig(**args), tmp_path / "ref", quiet=True)
+    real = Checkpoints.save
+
+    def killed_after_the_first_epochs_save(self, step):
+        real(self, step)
+        if step == 6:
+            raise _Killed
+
+    monkeypatch.setattr(Checkpoints, "save", killed_after_the_first_epochs_save)
+    with pytest.raises(_Killed):
+        tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    assert checkpointed_step(tmp_path / "run") == 6 and not (tmp_path / "run" / "summary.json").exists()
+    monkeypatch.setattr(Checkpoints, "save", real)
+    s = tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    import pandas as pd
+
+    evals, ref_evals = pd.read_csv(tmp_path / "run" / "evals.csv"), pd.read_csv(tmp_path / "ref" / "evals.csv")
+    assert ref_evals["step"].tolist() == [6, 12]
+    pd.testing.assert_frame_equal(evals, ref_evals, rtol=1e-6)
+    assert s["status"] == "ok" and s["resumed_from_step"] == 6
+    assert s["dropped_examples"] == ref["dropped_examples"] == 16
+    for k in ("steps", "examples_per_replica", "val_loss", "val_accuracy", "final_loss"):
+        assert s[k] == pytest.approx(ref[k], rel=1e-6), k
+
+
 @pytest.mark.slow  # two trainings of 2 steps (~3-8 s on a busy 2-core host)
 def test_a_run_finished_by_its_resume_says_it_measured_nothing_in_valid_fields(tmp_path, caplog):
     from helpers import strict_json

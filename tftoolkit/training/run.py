@@ -361,16 +361,18 @@ class Run:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
             if self._diverged(losses, chunk.first_step):
                 return True
-            saved = config.checkpoint_every and step % config.checkpoint_every == 0
-            if saved and step < total:
+            # A checkpoint at an epoch's end waits for on_epoch_end: it must hold the epoch's dropped count and
+            # follow its evaluation, or a kill between them loses both for good (the resume starts after the epoch).
+            if step % spe and step < total and (save_due(step) or _Stop.requested):
                 self._checkpoint()
-            if _Stop.requested:
-                # SIGTERM arrived during this call: its steps are counted; save them and stop. Only one process
-                # can decide this alone: the workers of a multi-worker run must all stop at the same step.
-                if not saved and step < total:
-                    self._checkpoint()
+            if _Stop.requested and step % spe:
+                # SIGTERM arrived during this call: its steps are counted and saved; stop. Only one process can
+                # decide this alone: the workers of a multi-worker run must all stop at the same step.
                 raise Terminated()
             return False
+
+        def save_due(step):
+            return bool(config.checkpoint_every) and step % config.checkpoint_every == 0
 
         def on_epoch_end(epoch, step, complete, stopped):
             if complete:  # a whole epoch went through: count what it did not train on
@@ -384,6 +386,10 @@ class Run:
                 self._evaluate(self.dist_val, epoch, step)
                 self.wall["evaluation_s"] += time.perf_counter() - t0
                 self.monitor.phase("train" if self.warm_loops_left == 0 else "warmup")
+            if complete and not stopped and step < total and (save_due(step) or _Stop.requested):
+                self._checkpoint()
+            if _Stop.requested and not stopped and step < total:
+                raise Terminated()
 
         span = config.profile_range()
         self.iterator = None
@@ -401,7 +407,8 @@ class Run:
                            on_epoch_end=on_epoch_end)
             finally:
                 _Stop.deferring = False
-            if _Stop.requested:  # during the last evaluation: every step is trained, the final checkpoint not made
+            if _Stop.requested:  # during the last evaluation: every step is trained; save them, then stop
+                self._checkpoint()
                 raise Terminated()
             if self.status == "ok" and start < total:
                 self._probe_input()
