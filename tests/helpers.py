@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -187,3 +188,12 @@ def event_series(acc, tag):
     from tensorboard.util import tensor_util
 
     return [(e.step, float(np.asarray(tensor_util.make_ndarray(e.tensor_proto)))) for e in acc.Tensors(tag)]
+
+
+def strict_json(text: str):
+    """``text`` parsed as strict JSON (RFC 8259, what JavaScript's JSON.parse accepts): NaN and Infinity refused."""
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+

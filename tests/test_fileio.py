@@ -9,6 +9,8 @@ import pytest
 from tftoolkit import fileio
 from tftoolkit.errors import RunDirError
 
+from helpers import strict_json
+
 
 def test_text_bytes_and_writer_functions(tmp_path):
     fileio.atomic_write(tmp_path / "a.txt", "hello")
@@ -51,3 +53,14 @@ def test_numpy_values_become_json(tmp_path):
 
     fileio.write_json(tmp_path / "n.json", {"a": np.float32(1.5), "b": np.arange(3), "c": (np.int64(2),)})
     assert fileio.read_json(tmp_path / "n.json") == {"a": 1.5, "b": [0, 1, 2], "c": [2]}
+
+
+def test_json_files_are_strict_with_null_for_numbers_that_are_not_finite(tmp_path):
+    import math
+
+    import numpy as np
+
+    fileio.write_json(tmp_path / "s.json", {"rate": math.nan, "interval": [math.inf, -math.inf], "ok": 2.5,
+                                            "np": np.float32("nan"), "nested": {"a": np.array([1.0, np.nan])}})
+    assert strict_json((tmp_path / "s.json").read_text()) == {"rate": None, "interval": [None, None], "ok": 2.5,
+                                                             "np": None, "nested": {"a": [1.0, None]}}

@@ -53,3 +53,21 @@ def test_a_throughput_says_how_it_was_measured():
     assert summary.measured_with({"precision": "float32", "deterministic": True, "jit_effective": float("nan")}) == \
         "float32, deterministic ops"
     assert summary.measured_with({}) == ""  # a run from before these fields: nothing claimed
+
+
+def test_a_number_written_as_null_reads_back_as_nan_and_text_stays_none(tmp_path):
+    # summary.json is strict JSON, so an unknown number is null there; readers keep getting NaN for it, as the run's
+    # own returned summary has, and None for a text field that does not apply.
+    import math
+
+    from tftoolkit import fileio
+
+    fileio.write_json(tmp_path / "summary.json", {"status": "ok", "error": None, "images_per_sec": math.nan,
+                                                  "val_loss": math.nan, "val_top3": math.nan, "timed_steps": 0,
+                                                  "noise_scale_interval": [math.inf, math.inf],
+                                                  "segments": [{"images_per_sec": math.nan}]})
+    s = summary.read(tmp_path)
+    assert s["error"] is None and s["status"] == "ok" and s["timed_steps"] == 0
+    assert math.isnan(s["images_per_sec"]) and math.isnan(s["val_loss"]) and math.isnan(s["val_top3"])
+    assert all(math.isnan(v) for v in s["noise_scale_interval"])
+    assert math.isnan(s["segments"][0]["images_per_sec"])

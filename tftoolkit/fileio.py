@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -118,22 +119,27 @@ def atomic_write(path, content: str | bytes | Callable, *, binary: bool | None =
 
 
 def jsonable(obj):
-    """Plain Python values for json.dump: NumPy scalars and arrays become numbers and lists."""
+    """Plain Python values for strict JSON: NumPy scalars and arrays become numbers and lists, and a number that is
+    not finite (NaN for unknown, or an infinite bound) becomes None, since strict JSON has neither."""
     import numpy as np
 
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     return obj
 
 
 def write_json(path, obj: Any) -> Path:
-    return atomic_write(path, lambda f: json.dump(jsonable(obj), f, indent=2, sort_keys=True, allow_nan=True))
+    """``obj`` as strict JSON (RFC 8259: what JavaScript's JSON.parse and other strict readers accept), atomically:
+    null where a number is NaN or infinite. ``summary.read`` gives a summary's unknown numbers back as NaN."""
+    return atomic_write(path, lambda f: json.dump(jsonable(obj), f, indent=2, sort_keys=True, allow_nan=False))
 
 
 def read_json(path) -> Any:

@@ -7,6 +7,10 @@ declares the fields it reads with ``names``, which fails on a name that is not d
 Units: "s" seconds, "images/s", "bytes", "FLOP" and "FLOP/s", "1" for a ratio or fraction (0..1), "" for
 text, counts and flags. Throughput and step times are over timed loops only (the first
 ``timing_warmup_steps`` are left out); see measure.stats for the formulas.
+
+The file is strict JSON: a number that is unknown (not measured, no held-out split: NaN in the summary the run
+returns) or not finite is null there, and so is a text field that does not apply. ``read`` gives the numbers' nulls
+back as NaN, so a reader sees what the run returned.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ def _fields(group: str, rows: list[tuple[str, str, str]]) -> list[Field]:
 
 _ALL = (
     _fields("outcome", [
-        ("status", "", "ok, diverged (the loss blew up: the run stopped itself) or failed; a recorded model.fit "
-                       "(RunRecorder) also interrupted (Ctrl-C, or an exception outside a training step)"),
-        ("error", "", "what went wrong, one line; None when status is ok"),
+        ("status", "", "ok, diverged (the loss blew up: the run stopped itself), failed, or interrupted (Ctrl-C or "
+                       "SIGTERM; a recorded model.fit (RunRecorder) also by an exception outside a training step)"),
+        ("error", "", "what went wrong, one line; null when status is ok"),
         ("resumed_from_step", "", "the checkpointed step this run resumed from (0: a fresh run)"),
         ("wall_time_s", "s", "wall time of this process's run, from set-up (devices, data) to the summary"),
         ("segments", "", "every process that trained this run, oldest first: from_step, to_step, workers, replicas, "
@@ -59,7 +63,7 @@ _ALL = (
                                  "choice)"),
         ("cross_device_ops_requested", "", "the cross_device_ops option as given (auto, nccl, ...)"),
         ("device_memory_peak_bytes", "bytes", "per replica, the most device memory TensorFlow's allocator held "
-                                              "(tf.config.experimental.get_memory_info peak; GPUs only, None on CPU): "
+                                              "(tf.config.experimental.get_memory_info peak; GPUs only, null on CPU): "
                                               "the run's own memory, unlike NVML's used memory, which counts the CUDA "
                                               "context and TensorFlow's pool"),
         ("threads", "", "TensorFlow's intra-op and inter-op thread pool sizes ({} when TensorFlow chose)"),
@@ -135,16 +139,17 @@ _ALL = (
         ("initial_loss", "", "training loss of the first step"),
         ("final_loss", "", "training loss of the last step"),
         ("final_loss_mean10", "", "mean training loss of the last 10 steps"),
-        ("val_loss", "", "validation loss after the last evaluation (NaN without a held-out split)"),
-        ("val_accuracy", "1", "validation accuracy after the last evaluation (classification; NaN for other tasks)"),
+        ("val_loss", "", "validation loss after the last evaluation (null without a held-out split)"),
+        ("val_accuracy", "1", "validation accuracy after the last evaluation (classification; null for other tasks)"),
     ])
     + _fields("input capacity (every run)", [
         ("input_capacity_images_per_sec", "images/s", "what the run's input path alone delivers on this host (its data, "
                                                       "image size, augmentation, placement, data service): the run's own "
                                                       "pipeline pulled with no model after training (all workers: the "
-                                                      "chief's rate x workers); NaN when not measured"),
+                                                      "chief's rate x workers); null when not measured"),
         ("input_capacity_method", "", "how input_capacity_images_per_sec was found: measured, with the batches and "
-                                      "seconds of the probe"),
+                                      "seconds of the probe, or not measured and why (the run failed, or this "
+                                      "process trained no steps: a resume after the run's last checkpoint)"),
         ("input_cores", "", "the CPU cores this process's input could use (its affinity), per worker"),
         ("input_capacity_per_core", "images/s", "input_capacity_images_per_sec / (input_cores x workers): the host's "
                                                 "input rate per core, what advise and predict scale with"),
@@ -154,7 +159,7 @@ _ALL = (
                                 "of the cores' time the input needed"),
         ("input_verdict", "", "input-bound (headroom under 1.25), near (under 2) or fed; empty when not measured"),
         ("input_note", "", "one sentence: the verdict with its figures (and, on simulated replicas, the cores' share)"),
-        ("data_service", "", "the tf.data service the input came through, or None: address, mode, job, workers "
+        ("data_service", "", "the tf.data service the input came through, or null: address, mode, job, workers "
                              "(the workers the dispatcher had, when it could tell)"),
     ])
     + _fields("breakdown (measure=True)", [
@@ -192,9 +197,10 @@ _ALL = (
     ])
     + _fields("gradient noise scale (noise_scale=True)", [
         ("noise_scale", "", "B_simple = tr(Sigma) / |G|^2 (McCandlish et al. 2018): the ratio of the per-step unbiased "
-                            "estimates averaged over the later half of the run; NaN when the averaged |G|^2 is not "
+                            "estimates averaged over the later half of the run; null when the averaged |G|^2 is not "
                             "positive"),
-        ("noise_scale_interval", "", "90% interval of noise_scale, [lo, hi] (bootstrap over blocks of 10 steps)"),
+        ("noise_scale_interval", "", "90% interval of noise_scale, [lo, hi] (bootstrap over blocks of 10 steps; null for a bound "
+                                     "not found)"),
         ("noise_scale_reliable", "", "false when the run stayed near chance, too few steps were measured, the |G|^2 "
                                      "estimate is not positive or the interval spans more than a factor of 3"),
         ("noise_scale_warnings", "", "why noise_scale is not reliable (a list; empty when it is)"),
@@ -239,6 +245,32 @@ def check(summary: dict) -> dict:
     return summary
 
 
+# The fields that hold numbers (besides the given metrics'): their nulls read back as NaN. device_memory_peak_bytes
+# is None on CPU, where there is nothing to measure, as the run returns it.
+_NUMBER_UNITS = ("s", "images/s", "bytes", "FLOP", "FLOP/s", "1")
+_UNITLESS_NUMBERS = frozenset({"initial_loss", "final_loss", "final_loss_mean10", "val_loss", "epochs", "noise_scale",
+                               "noise_scale_interval", "noise_scale_ema", "noise_scale_grad_sq", "noise_scale_trace"})
+
+
+def holds_number(name: str) -> bool:
+    """Whether field ``name`` is a number (or numbers) when known: a null of it in summary.json is NaN."""
+    f = FIELDS.get(name)
+    if f is None:
+        return is_metric(name)
+    return name in _UNITLESS_NUMBERS or (f.unit in _NUMBER_UNITS and name != "device_memory_peak_bytes")
+
+
+def _unknowns_as_nan(name: str, value):
+    if value is None:
+        return math.nan if holds_number(name) else None
+    if isinstance(value, list):
+        return [_unknowns_as_nan(name, v) for v in value]
+    if isinstance(value, dict):  # wall_breakdown's parts are numbers; a segment's keys are fields' names
+        return {k: (math.nan if v is None else v) if holds_number(name) else _unknowns_as_nan(k, v)
+                for k, v in value.items()}
+    return value
+
+
 def names(*wanted: str) -> tuple[str, ...]:
     """``wanted``, after checking each is a documented field: readers declare the fields they read with it."""
     unknown = [n for n in wanted if n not in FIELDS]
@@ -251,14 +283,15 @@ def read(path) -> dict:
     """A run's summary.json (``path``: the file or its run directory).
 
     A run written before a field existed, or that did not measure it, lacks that field: readers use
-    ``.get(name, default)``.
+    ``.get(name, default)``. A number's null (unknown, or not finite) comes back as NaN.
     """
     from .fileio import read_json
 
     path = Path(path)
     if path.is_dir():
         path = path / "summary.json"
-    return read_json(path)
+    data = read_json(path)
+    return {k: _unknowns_as_nan(k, v) for k, v in data.items()} if isinstance(data, dict) else data
 
 
 def table() -> str:

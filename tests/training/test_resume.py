@@ -149,3 +149,98 @@ def test_accumulating_two_replicas_resumed_mid_epoch_equal_one_device_at_four_ti
 
     np.testing.assert_allclose(pd.read_csv(out / "steps.csv")["loss"], pd.read_csv(tmp_path / "one" / "steps.csv")["loss"],
                                rtol=1e-5)
+
+
+# --- SIGTERM: what timeout, scancel and a Slurm time limit send ----------------------------------------------
+@pytest.mark.slow  # three trainings of 8 steps (~2 s each)
+def test_sigterm_checkpoints_records_interrupted_exits_143_and_a_rerun_ends_as_if_never_stopped(tmp_path, monkeypatch,
+                                                                                                  capsys):
+    from tftoolkit import cli
+    from tftoolkit.cluster.launch import config_args
+    from tftoolkit.engine import loop
+
+    args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 4}
+    ref = tftoolkit.train(RunConfig(**args), tmp_path / "ref", quiet=True)
+    real, calls = loop.timed_call, []
+
+    def sigterm_during_the_third_call(*a, **k):  # steps 5-6, after step 4's checkpoint
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop, "timed_call", sigterm_during_the_third_call)
+    before = signal.getsignal(signal.SIGTERM)
+    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_args(RunConfig(**args))]
+    capsys.readouterr()
+    assert cli.main(argv) == 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert capsys.readouterr().err.strip().splitlines() == ["tftoolkit train: interrupted (SIGTERM)"]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # The call in flight finished and was saved: nothing trained is lost.
+    assert s["status"] == "interrupted" and s["steps"] == 6 and checkpointed_step(tmp_path / "run") == 6
+    assert s["error"] == "interrupted by SIGTERM at step 6; run the same command again to resume"
+    monkeypatch.setattr(loop, "timed_call", real)
+    assert cli.main(argv) == 0
+    final = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert final["status"] == "ok" and final["resumed_from_step"] == 6 and final["steps"] == 8
+    assert [seg["status"] for seg in final["segments"]] == ["interrupted", "ok"]
+    assert final["examples_per_replica"] == ref["examples_per_replica"] == [128, 128]
+    assert final["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-6)
+    import pandas as pd
+
+    assert pd.read_csv(tmp_path / "run" / "steps.csv")["step"].tolist() == list(range(1, 9))
+
+
+# --- a kill at an epoch's end, and after the last checkpoint ---------------------------------------------------
+class _Killed(BaseException):
+    """As a SIGKILL leaves a run: nothing after this point runs, no summary is written (not an Exception)."""
+
+
+@pytest.mark.slow  # two trainings of 12 steps and a resumed half (~2 s each)
+def test_killed_right_after_an_epoch_end_checkpoint_the_rerun_has_that_epochs_evaluation(tmp_path, monkeypatch):
+    from tftoolkit.engine.checkpoint import Checkpoints
+
+    # 200 examples, global batch 32: 6 steps an epoch, 8 examples dropped from each; a checkpoint every epoch.
+    args = {**KILL_ARGS, "train_images": 200, "steps": 12, "checkpoint_every": 6}
+    ref = tftoolkit.train(RunConfig(**args), tmp_path / "ref", quiet=True)
+    real = Checkpoints.save
+
+    def killed_after_the_first_epochs_save(self, step):
+        real(self, step)
+        if step == 6:
+            raise _Killed
+
+    monkeypatch.setattr(Checkpoints, "save", killed_after_the_first_epochs_save)
+    with pytest.raises(_Killed):
+        tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    assert checkpointed_step(tmp_path / "run") == 6 and not (tmp_path / "run" / "summary.json").exists()
+    monkeypatch.setattr(Checkpoints, "save", real)
+    s = tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    import pandas as pd
+
+    evals, ref_evals = pd.read_csv(tmp_path / "run" / "evals.csv"), pd.read_csv(tmp_path / "ref" / "evals.csv")
+    assert ref_evals["step"].tolist() == [6, 12]
+    pd.testing.assert_frame_equal(evals, ref_evals, rtol=1e-6)
+    assert s["status"] == "ok" and s["resumed_from_step"] == 6
+    assert s["dropped_examples"] == ref["dropped_examples"] == 16
+    for k in ("steps", "examples_per_replica", "val_loss", "val_accuracy", "final_loss"):
+        assert s[k] == pytest.approx(ref[k], rel=1e-6), k
+
+
+@pytest.mark.slow  # two trainings of 2 steps (~3-8 s on a busy 2-core host)
+def test_a_run_finished_by_its_resume_says_it_measured_nothing_in_valid_fields(tmp_path, caplog):
+    from helpers import strict_json
+
+    args = {**KILL_ARGS, "steps": 2, "checkpoint_every": 2}
+    tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    (tmp_path / "run" / "summary.json").unlink()  # as a kill after the last checkpoint leaves it
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**args), tmp_path / "run")
+    assert s["status"] == "ok" and s["resumed_from_step"] == 2 and s["steps"] == 2 and s["timed_steps"] == 0
+    assert "input capacity not measured" not in caplog.text and "TypeError" not in caplog.text
+    assert s["input_capacity_method"] == "not measured (this process trained no steps: the run was already trained)"
+    assert "images/sec not measured: this process trained no steps (the run was already trained)" in caplog.text
+    on_disk = strict_json((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["images_per_sec"] is None and on_disk["input_capacity_images_per_sec"] is None
+    assert on_disk["input_verdict"] == ""

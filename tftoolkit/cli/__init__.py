@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import os
+import signal
 import sys
 import threading
 
@@ -44,9 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     except ToolkitError as e:
         print(f"tftoolkit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"tftoolkit {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        # 128 + the signal, as a shell reports a process the signal ended: 130 for Ctrl-C, 143 for SIGTERM.
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"tftoolkit {args.command}: interrupted" + (" (SIGTERM)" if signum == signal.SIGTERM else ""),
+              file=sys.stderr)
+        return 128 + int(signum)
     except Exception as e:  # noqa: BLE001 - a traceback in front of a user is a bug; keep it one line
         if os.environ.get("TFTOOLKIT_DEBUG"):
             raise

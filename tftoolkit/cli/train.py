@@ -8,7 +8,10 @@ from .common import add_config_options, config_from_args
 def add(sub) -> None:
     p = sub.add_parser("train", help="train data-parallel and write a run directory",
                        description="Train a model data-parallel with MirroredStrategy (N GPUs, or N simulated CPU "
-                                   "replicas) and write config.json, summary.json and steps.csv into --out.")
+                                   "replicas) and write config.json, summary.json and steps.csv into --out. "
+                                   "Ctrl-C or SIGTERM (timeout, scancel, a Slurm time limit) stops it as "
+                                   "interrupted, summary written; SIGTERM first checkpoints the steps trained. Exit "
+                                   "code 0 ok, 1 failed or diverged, 2 a mistake to fix, 130 Ctrl-C, 143 SIGTERM.")
     p.add_argument("--out", required=True, help="run directory; rerunning the same config there resumes it")
     p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run")
     p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
@@ -19,8 +22,10 @@ def add(sub) -> None:
 def run(args) -> int:
     from ..cluster.spec import cluster_from_env
     from ..training import train
+    from ..training.run import stop_on_sigterm
 
-    summary = train(config_from_args(args), args.out, force=args.force, quiet=args.quiet)
+    with stop_on_sigterm():
+        summary = train(config_from_args(args), args.out, force=args.force, quiet=args.quiet)
     cluster = cluster_from_env()
     if cluster is None or cluster.is_chief:  # the chief speaks for a multi-worker run (it wrote the summary)
         print(f"{args.out}/summary.json: status {summary['status']}"

@@ -11,9 +11,12 @@ Nothing here runs inside the timed region: a loop's time is the call of the comp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +31,48 @@ from ..engine.session import Session
 from ..engine.step import build_engine
 
 log = logging.getLogger("tftoolkit")
+
+
+# What a resume after the run's last checkpoint measured: its segment trained nothing, so it timed nothing.
+NOTHING_TRAINED = "this process trained no steps: the run was already trained"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM stopped the run (timeout, scancel, a Slurm time limit): an interrupt like Ctrl-C, with its signal."""
+
+    signum = signal.SIGTERM
+
+
+class _Stop:
+    """A SIGTERM waiting for the loop: inside the training loop the handler only notes it, so that the call in
+    flight finishes and the run checkpoints a consistent state; anywhere else it raises Terminated at once."""
+
+    deferring = False
+    requested = False
+
+
+def _on_sigterm(signum, frame):
+    if _Stop.deferring:
+        _Stop.requested = True
+        return
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """While inside, SIGTERM interrupts a training as Ctrl-C does (status interrupted, summary written) and, during
+    the loop, after checkpointing the steps trained. Only the main thread can set a signal handler: elsewhere this
+    does nothing. The handler that was there comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    _Stop.requested = False
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _Stop.deferring = _Stop.requested = False
 
 
 def error_line(e: BaseException) -> str:
@@ -168,8 +213,10 @@ class Run:
         try:
             with self.monitor:
                 self._loop()
-        except KeyboardInterrupt:
-            self.status, self.error = "failed", f"interrupted at step {int(self.state['step'].numpy())}; run the same command again to resume"
+        except KeyboardInterrupt as e:
+            by = " by SIGTERM" if isinstance(e, Terminated) else ""
+            self.status = "interrupted"
+            self.error = f"interrupted{by} at step {int(self.state['step'].numpy())}; run the same command again to resume"
             self._finish()
             raise
         except ToolkitError:
@@ -314,9 +361,18 @@ class Run:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
             if self._diverged(losses, chunk.first_step):
                 return True
-            if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
+            # A checkpoint at an epoch's end waits for on_epoch_end: it must hold the epoch's dropped count and
+            # follow its evaluation, or a kill between them loses both for good (the resume starts after the epoch).
+            if step % spe and step < total and (save_due(step) or _Stop.requested):
                 self._checkpoint()
+            if _Stop.requested and step % spe:
+                # SIGTERM arrived during this call: its steps are counted and saved; stop. Only one process can
+                # decide this alone: the workers of a multi-worker run must all stop at the same step.
+                raise Terminated()
             return False
+
+        def save_due(step):
+            return bool(config.checkpoint_every) and step % config.checkpoint_every == 0
 
         def on_epoch_end(epoch, step, complete, stopped):
             if complete:  # a whole epoch went through: count what it did not train on
@@ -330,6 +386,10 @@ class Run:
                 self._evaluate(self.dist_val, epoch, step)
                 self.wall["evaluation_s"] += time.perf_counter() - t0
                 self.monitor.phase("train" if self.warm_loops_left == 0 else "warmup")
+            if complete and not stopped and step < total and (save_due(step) or _Stop.requested):
+                self._checkpoint()
+            if _Stop.requested and not stopped and step < total:
+                raise Terminated()
 
         span = config.profile_range()
         self.iterator = None
@@ -338,13 +398,22 @@ class Run:
         self.wall["setup_s"] = time.time() - self.started - self.session.import_s
         setup_before = self.wall["setup_s"]
         try:
-            loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
-                       steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
-                       breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
-                       before_call=before_call, on_loop=on_loop,
-                       on_epoch_end=on_epoch_end)
-            if self.status == "ok":
+            _Stop.deferring = config.workers == 1
+            try:
+                loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
+                           steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
+                           breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
+                           before_call=before_call, on_loop=on_loop,
+                           on_epoch_end=on_epoch_end)
+            finally:
+                _Stop.deferring = False
+            if _Stop.requested:  # during the last evaluation: every step is trained; save them, then stop
+                self._checkpoint()
+                raise Terminated()
+            if self.status == "ok" and start < total:
                 self._probe_input()
+            elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
+                self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         finally:
             drive_s = time.perf_counter() - t_drive
             t0 = time.perf_counter()
@@ -619,6 +688,8 @@ class Run:
             elif loops == 1:
                 rate = (f"{thr['images_per_sec']:.1f} images/sec from one timed loop call (no uncertainty: more "
                         "steps, or a smaller --steps-per-loop, give one)")
+            elif step == self.resumed_from:
+                rate = f"images/sec not measured: {NOTHING_TRAINED.replace(': ', ' (', 1)})"
             else:
                 rate = (f"images/sec not measured: all {step - self.resumed_from} steps fell in the timing warm-up "
                         f"(--timing-warmup-steps {config.timing_warmup_steps}, loops of {config.steps_per_loop})")
