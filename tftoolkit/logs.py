@@ -1,8 +1,17 @@
-"""The toolkit's logger: one ``tftoolkit`` logger, configured once for the CLI, notebooks and scripts."""
+"""What a run shows as it goes: one ``tftoolkit`` logger, configured once for the CLI, notebooks and scripts, and
+progress bars where someone is watching.
+
+A text bar (tqdm) goes to a terminal's stderr. In a notebook kernel that a Jupyter server started for an open
+notebook (JupyterLab, Jupyter Notebook: the server sets ``JPY_SESSION_NAME`` in the kernel's environment) the bar is
+tqdm's notebook widget (ipywidgets, in the ``lab`` extra). A kernel started by papermill or nbclient has no such
+session and no one watching its cells: no bar, so executed notebooks carry no progress output. ``TFTOOLKIT_PROGRESS``
+decides when set: ``0`` never, ``1`` always.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 log = logging.getLogger("tftoolkit")
@@ -16,3 +25,40 @@ def ensure_logging(quiet: bool = False) -> None:
         log.addHandler(h)
         log.propagate = False
     log.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+PROGRESS_ENV = "TFTOOLKIT_PROGRESS"  # "0": never a progress bar; "1": always
+SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in the kernels it starts for a notebook session
+
+
+def _in_kernel() -> bool:
+    shell = sys.modules.get("IPython")
+    try:
+        return bool(shell) and type(shell.get_ipython()).__name__ == "ZMQInteractiveShell"
+    except AttributeError:
+        return False
+
+
+def progress_kind(quiet: bool = False) -> str | None:
+    """Which bar to show: "text" (a terminal), "notebook" (a notebook open in a Jupyter server) or None."""
+    forced = os.environ.get(PROGRESS_ENV, "").strip()
+    if quiet or forced == "0":
+        return None
+    if _in_kernel():
+        return "notebook" if forced == "1" or os.environ.get(SESSION_ENV) else None
+    return "text" if forced == "1" or sys.stderr.isatty() else None
+
+
+def progress_bar(total: int | None, *, quiet: bool = False, **kw):
+    """A tqdm bar of ``progress_kind(quiet)``: disabled (a no-op with the same methods) where no one watches."""
+    shown = progress_kind(quiet)
+    if shown == "notebook":
+        try:
+            from tqdm.notebook import tqdm
+
+            return tqdm(total=total, **kw)
+        except ImportError:  # ipywidgets missing (install the lab extra): the text bar, in the cell's stderr
+            pass
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=shown is None, dynamic_ncols=True, **kw)

@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fileio, gpus, rundir
+from .. import fileio, gpus, logs, rundir
 from .. import summary as summary_schema
 from ..cluster import procs
 from ..errors import SweepError
@@ -420,13 +420,11 @@ def counts_of(status: dict[str, str]) -> dict[str, int]:
 
 
 def _execute(spec: Spec, out: Path, todo: list[Point], slots, timeout, quiet) -> dict:
-    from tqdm.auto import tqdm
-
     queue = deque(todo)
     free = list(range(len(slots)))
     running: dict[int, _Job] = {}
     counts = {s: 0 for s in FINISHED}
-    bar = tqdm(total=len(todo), unit="point", disable=quiet or not sys.stderr.isatty() or not todo, dynamic_ncols=True)
+    bar = logs.progress_bar(len(todo), quiet=quiet or not todo, unit="point")
     done = 0
     try:
         while queue or running:

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fileio, rundir
+from .. import fileio, logs, rundir
 from ..cluster import slurm
 from ..errors import SweepError
 from . import sweep
@@ -191,10 +191,8 @@ def _points_of(jobs: list[dict], active: dict) -> set[str]:
 
 def _wait(spec: Spec, out: Path, waiting: set[str], quiet: bool) -> None:
     """Poll squeue until none of these points is queued or running; each point is shown as it ends."""
-    from tqdm.auto import tqdm
-
     by_id = {p.id: p for p in spec.points}
-    bar = tqdm(total=len(waiting), unit="point", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+    bar = logs.progress_bar(len(waiting), quiet=quiet, unit="point")
     left = set(waiting)
     try:
         while left:

@@ -15,14 +15,13 @@ import contextlib
 import logging
 import math
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .. import fileio
+from .. import fileio, logs
 from .. import summary as summary_schema
 from ..errors import ToolkitError
 from ..engine import devices, loop
@@ -300,14 +299,11 @@ class Run:
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self):
-        from tqdm.auto import tqdm
-
         config, eng, st = self.config, self.engine, self.state
         spe, total = self.derived["steps_per_epoch"], self.derived["total_steps"]
         start = int(st["step"].numpy())
         self.warm_loops_left = max(1, math.ceil(config.timing_warmup_steps / config.steps_per_loop))
-        bar = tqdm(total=total, initial=start, unit="step", disable=self.quiet or not sys.stderr.isatty(),
-                   dynamic_ncols=True, leave=False)
+        bar = logs.progress_bar(total, quiet=self.quiet, initial=start, unit="step", leave=False)
         self.dist_val = None
         self.epoch_start_count = {}
 
