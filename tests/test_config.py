@@ -138,3 +138,12 @@ def test_accumulation_plan_bad_input_names_the_fix(args, message):
     with pytest.raises(ConfigError) as e:
         accumulation_plan(*args)
     assert message in str(e.value)
+
+
+def test_a_tensorflow_error_s_first_line_loses_its_wrapping():
+    from tftoolkit.errors import first_line
+
+    raw = ValueError("{{function_node __wrapped__Sub_device_/job:localhost/replica:0/task:0/device:CPU:0}} "
+                     "Incompatible shapes: [4] vs. [4,10] [Op:Sub] name: \nmore")
+    assert first_line(raw) == "Incompatible shapes: [4] vs. [4,10]"
+    assert first_line(ValueError("")) == "ValueError" and first_line(KeyError("x" * 400)) == ("'" + "x" * 299)

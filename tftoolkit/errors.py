@@ -4,6 +4,8 @@ Every error a user can cause is one of these; the message says what to do next. 
 one line on stderr and exit code 2 (see ``cli.main``), so a traceback in front of a user means a bug.
 """
 
+import re
+
 
 class ToolkitError(Exception):
     """Base class: a problem the user can fix (bad input, missing data, wrong machine)."""
@@ -35,3 +37,13 @@ class ModelError(ToolkitError):
 
 class SweepError(ToolkitError):
     """A sweep spec is invalid (notebook, parameters, grid, values) or its output folder holds another sweep."""
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """An exception's first line for a one-line message, without TensorFlow's wrapping: the
+    ``{{function_node __wrapped__Sub_device_/job:localhost/...}}`` prefix and the ``[Op:Sub] name:`` suffix say
+    where inside TensorFlow, nothing a user can act on ("Incompatible shapes: [4] vs. [4,10]" is what matters)."""
+    lines = str(error).strip().splitlines()
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", lines[0] if lines else "")
+    text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text).strip()
+    return (text or type(error).__name__)[:limit]

@@ -60,3 +60,14 @@ def test_a_loss_per_output_must_name_the_outputs():
         losses.resolve(model, {"a": "mse", "c": "mse"})
     with pytest.raises(ConfigError, match="1 losses for 2 outputs"):
         losses.resolve(model, ["mse"])
+
+
+def test_mse_on_class_labels_is_one_line_without_tensorflow_s_wrapping():
+    model = _model((10,))
+    task = losses.resolve(model, "mse")
+    x, y = np.zeros((4, 3), np.float32), np.arange(4, dtype=np.int32)
+    with pytest.raises(ConfigError) as e:
+        losses.check(task, model, x, y)
+    message = str(e.value)
+    assert message.startswith("loss mse does not fit the model's outputs (4, 10) and the targets (4,): ")
+    assert "Incompatible shapes" in message and "function_node" not in message and "[Op:" not in message, message

@@ -56,7 +56,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, first_line
 from .functions import plain
 from .pixels import augment as augment_batch, augment_keys, to_float
 
@@ -375,9 +375,7 @@ class StreamSplit:
                 stored = f"{value[0]} " if value else ""
                 shift = f", less {self.label_offset}" if self.label_offset else ""
                 return f"its label {stored}is out of range (0..{self.num_classes - 1}{shift})"
-            text = e.message.splitlines()[0].strip()
-            text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
-            return re.sub(r"\s*\[Op:[^\]]*\].*$", "", text).strip().rstrip(".")
+            return first_line(e).rstrip(".")
         except Exception as e:  # noqa: BLE001 - a reason, whatever it is
             return f"{type(e).__name__}: {e}"
 

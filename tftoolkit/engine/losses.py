@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, first_line
 
 DEFAULT_LOSS = "sparse_categorical_crossentropy (from logits)"
 
@@ -221,7 +221,7 @@ def check(task: Task, model, x, y) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - Keras' and TensorFlow's errors, named
         raise ConfigError(f"loss {task.loss_name} does not fit the model's outputs {_shapes(pred)} and the targets "
-                          f"{_shapes(y)}: {_first_line(e)}") from None
+                          f"{_shapes(y)}: {first_line(e)}") from None
     if values.shape.rank != 1 or int(values.shape[0]) != n:
         raise ConfigError(f"loss {task.loss_name} gave values of shape {tuple(values.shape)} for {n} examples; it "
                           "must give one per example")
@@ -230,7 +230,7 @@ def check(task: Task, model, x, y) -> None:
             m.update_state(*pick(y, pred, out, model))
         except Exception as e:  # noqa: BLE001
             raise ConfigError(f"metric {m.name} does not fit the model's outputs {_shapes(pred)} and the targets "
-                              f"{_shapes(y)}: {_first_line(e)}") from None
+                              f"{_shapes(y)}: {first_line(e)}") from None
         m.reset_state()
 
 
@@ -276,6 +276,3 @@ def _shapes(t) -> str:
     return str(shapes)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return (text[0] if text else type(e).__name__)[:300]
