@@ -45,7 +45,7 @@ def _f(default, help, choices=None, cli=True, identity=True):
 class RunConfig:
     # --- devices -------------------------------------------------------------------------------
     replicas: int | None = _f(None, "number of replicas: the first N GPUs, or N simulated CPU devices where "
-                                    "there is no GPU (default: all GPUs, or 1 on CPU)")
+                                    "there is no GPU, at most 64 (default: all GPUs, or 1 on CPU)")
     gpus: list[int] | None = _f(None, "GPU indices to use, e.g. 0,2,5 (sets replicas to their count)")
     workers: int = _f(1, "worker processes (hosts) sharing the replicas; --replicas then counts all workers' "
                          "replicas. > 1 trains with MultiWorkerMirroredStrategy on the cluster TF_CONFIG or Slurm "

@@ -21,6 +21,11 @@ log = logging.getLogger("tftoolkit")
 # Logical CPU devices created when replicas are simulated. More than asked for, so that a notebook or
 # a test can run 1, 2 and 4 replicas in one process; an idle logical device costs nothing.
 MIN_CPU_DEVICES = 4
+# The most replicas simulated on CPU. Each is a logical device with its own copy of the model, traced into one step
+# graph, and MirroredStrategy's set-up alone grows with the square of the count (it lists every device for each
+# one). At 64, two steps of small_cnn took 3.6 minutes and 3.5 GB on 2 cores, nearly all of it set-up and tracing;
+# 100000 ran for minutes with no output. A study of scaling needs far fewer: more replicas belong on GPUs.
+MAX_CPU_REPLICAS = 64
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,13 @@ def init(replicas: int | None = None, gpus: list[int] | None = None) -> DeviceSe
     if gpus:
         raise DeviceError(f"--gpus {','.join(map(str, gpus))} asked for GPUs, but this machine has none visible to "
                           "TensorFlow; drop --gpus to simulate replicas on CPU (or install tensorflow[and-cuda])")
-    return _init_cpu(tf, replicas or 1)
+    n = replicas or 1
+    if n > MAX_CPU_REPLICAS:
+        raise DeviceError(f"{n} simulated replicas asked; this machine has no GPU, and at most {MAX_CPU_REPLICAS} "
+                          "replicas are simulated on CPU (each is a logical CPU device holding a copy of the model, "
+                          "sharing the host's cores, and the set-up grows with the square of the count: 64 took "
+                          f"minutes); use --replicas {MAX_CPU_REPLICAS} or fewer, or run on GPUs")
+    return _init_cpu(tf, n)
 
 
 def _init_gpus(tf, phys, replicas, wanted_gpus) -> DeviceSetup:
