@@ -128,8 +128,9 @@ class Run:
         self.engine = eng
         if eng.task.classification and self.source.structured:
             _check_class_labels(self.source)
-        if not eng.task.classification:
-            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line.
+        if not eng.task.classification or eng.task.metrics:
+            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
+            # (the default classification loss fits by construction, but a metric added to it may not).
             from ..data import pipeline
             from ..engine import losses
 
