@@ -49,8 +49,6 @@ def out_of_memory(e: BaseException) -> str | None:
     fails under ``ulimit -v`` arrives as a bare MemoryError), and TensorFlow's ResourceExhaustedError names the
     device. An address-space limit is named, because TensorFlow reserves far more virtual memory than it touches:
     under ``ulimit -v`` it runs out long before the host does."""
-    import resource
-
     if isinstance(e, MemoryError):
         text = str(e).strip().splitlines()
         what = f"out of host memory (MemoryError{': ' + text[0] if text else ', no size given'})"
@@ -58,13 +56,21 @@ def out_of_memory(e: BaseException) -> str | None:
         what = f"out of memory (ResourceExhaustedError: {(str(e).strip().splitlines() or [''])[0][:300]})"
     else:
         return None
-    try:
-        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
-    except (OSError, ValueError, AttributeError):
-        cap = resource.RLIM_INFINITY
-    if cap != resource.RLIM_INFINITY:
+    cap = address_space_limit()
+    if cap is not None:
         what += (f" under an address-space limit of {cap / 1e9:.1f} GB (ulimit -v), which counts TensorFlow's "
                  "reservations, not only what it uses: raise or lift the limit (or cap memory with a cgroup), or")
     else:
         what += ";"
     return f"{what} {MEMORY_FIX}"
+
+
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (``ulimit -v``, RLIMIT_AS), or None when there is none."""
+    import resource
+
+    try:
+        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError, AttributeError):  # no RLIMIT_AS on this platform
+        return None
+    return None if cap == resource.RLIM_INFINITY else int(cap)

@@ -95,3 +95,19 @@ def test_the_memory_check_counts_the_batch_and_the_synthetic_set_against_what_is
     with pytest.raises(ConfigError, match=r"the synthetic set at --image-size 100 \(16000 \+ 4000 images\) is "
                                           r"0.6 GB.*0.3 GB free; .*--train-images"):
         session.check_memory(s, available=0.3 * gb)  # (16000 + 4000) x 30 KB = 0.6 GB
+
+
+def test_an_address_space_limit_is_named_at_set_up_with_what_it_risks(cpu_devices, monkeypatch, caplog):
+    import logging
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (3_000_000 * 1024, resource.RLIM_INFINITY))
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        session.start(RunConfig(replicas=1, **SMALL))
+    said = [r.getMessage() for r in caplog.records if "ulimit -v" in r.getMessage()]
+    assert len(said) == 1 and "address-space limit of 3.1 GB" in said[0] and "cgroup" in said[0], said
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        session.start(RunConfig(replicas=1, **SMALL))
+    assert not [r for r in caplog.records if "ulimit -v" in r.getMessage()]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import RunConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, address_space_limit
 from . import devices, feed
 
 log = logging.getLogger("tftoolkit")
@@ -180,6 +180,16 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
         config = with_model(config, model)
     if data is None and load_data:
         check_memory(config, feed.host_available_bytes())
+    cap = address_space_limit()
+    if cap is not None:
+        # Seen on small_cnn, 2 CPU replicas: at ulimit -v 3000000 the step's graph was being built when the main
+        # thread waited for good on a TensorFlow graph lock no thread was using, holding the GIL (so no Python
+        # thread, the monitor's included, ran again); at 2500000 and 2000000 the process died of SIGSEGV. Nothing in
+        # Python can end such a wait, so what the toolkit can do is say so before it starts.
+        log.warning("an address-space limit of %.1f GB is set (ulimit -v): TensorFlow reserves far more virtual "
+                    "memory than it uses, and an allocation that fails inside it can crash the process or leave it "
+                    "stuck for good; lift the limit and cap memory with a cgroup instead (systemd-run -p "
+                    "MemoryMax=..., docker --memory)", cap / 1e9)
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
     source = catalog.load_source(config, data, cache=cache, worker=worker) if load_data else None
