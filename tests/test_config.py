@@ -62,10 +62,17 @@ def test_from_dict_rejects_unknown_key_by_name():
     ({"accumulate": 2, "last_batch": "partial"}, "--accumulate needs whole batches.*--last-batch drop"),
     ({"allreduce_dtype": "int8"}, "allreduce_dtype: unknown value 'int8'; choose one of float32, bfloat16, float16"),
     ({"allreduce_packs": 0}, "allreduce_packs must be > 0"),
+    ({"seed": -1}, r"seed must be a whole number from 0 to 2\*\*32 - 1 = 4294967295"),
+    ({"seed": 2**32}, r"seed must be a whole number from 0 to 2\*\*32 - 1 = 4294967295, got 4294967296"),
+    ({"seed": 99999999999999999999}, r"seed must be .* got 99999999999999999999"),
 ])
 def test_bad_values_name_the_key(params, match):
     with pytest.raises(ConfigError, match=match):
         RunConfig.from_dict(params)
+
+
+def test_the_largest_seed_keras_accepts_is_accepted():
+    assert RunConfig(seed=2**32 - 1).seed == 2**32 - 1
 
 
 def test_replicas_unresolved_is_an_error_for_derived_numbers():

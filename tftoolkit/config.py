@@ -30,6 +30,7 @@ CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one", "colle
 LAST_BATCH = ("drop", "partial")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per gradient element in each all-reduce dtype
+MAX_SEED = 2**32 - 1  # the largest seed keras.utils.set_random_seed accepts
 DEFAULT_PER_REPLICA_BATCH = 64  # when neither --per-replica-batch nor --global-batch is given
 
 
@@ -44,7 +45,7 @@ def _f(default, help, choices=None, cli=True, identity=True):
 class RunConfig:
     # --- devices -------------------------------------------------------------------------------
     replicas: int | None = _f(None, "number of replicas: the first N GPUs, or N simulated CPU devices where "
-                                    "there is no GPU (default: all GPUs, or 1 on CPU)")
+                                    "there is no GPU, at most 64 (default: all GPUs, or 1 on CPU)")
     gpus: list[int] | None = _f(None, "GPU indices to use, e.g. 0,2,5 (sets replicas to their count)")
     workers: int = _f(1, "worker processes (hosts) sharing the replicas; --replicas then counts all workers' "
                          "replicas. > 1 trains with MultiWorkerMirroredStrategy on the cluster TF_CONFIG or Slurm "
@@ -149,7 +150,7 @@ class RunConfig:
     precision: str = _f("float32", "float32, or mixed precision (float16 uses dynamic loss scaling)", PRECISIONS)
     jit: bool = _f(False, "compile the training step with XLA")
     steps_per_loop: int = _f(10, "training steps per tf.function call (cuts host overhead)", identity=False)
-    seed: int = _f(0, "seed for weights, data order and augmentation")
+    seed: int = _f(0, "seed for weights, data order and augmentation (0 to 2**32 - 1)")
     deterministic: bool | None = _f(None, "make TensorFlow ops deterministic (same seed -> same result); unset: on "
                                           "for CPU replicas, where it is free, off on GPUs, where deterministic "
                                           "kernels cost throughput (summary.json records what ran)")
@@ -197,9 +198,11 @@ class RunConfig:
         for name in ("warmup_epochs", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "timing_warmup_steps", "seed"):
+        for name in ("checkpoint_every", "timing_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.seed <= MAX_SEED:  # what keras.utils.set_random_seed (NumPy's legacy seeding) accepts
+            raise ConfigError(f"seed must be a whole number from 0 to 2**32 - 1 = {MAX_SEED}, got {self.seed}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:

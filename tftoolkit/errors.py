@@ -1,7 +1,8 @@
 """The toolkit's exceptions.
 
 Every error a user can cause is one of these; the message says what to do next. The CLI turns them into
-one line on stderr and exit code 2 (see ``cli.main``), so a traceback in front of a user means a bug.
+one line on stderr and exit code 2 (see ``cli.main``), so a traceback in front of a user means a bug. An exhausted
+memory is not the user's mistake, but its line (``out_of_memory``) still says what ran out and what to lower.
 """
 
 import re
@@ -47,3 +48,41 @@ def first_line(error: BaseException, limit: int = 300) -> str:
     text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", lines[0] if lines else "")
     text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text).strip()
     return (text or type(error).__name__)[:limit]
+
+
+MEMORY_FIX = ("lower what the run holds: the batch (--per-replica-batch or --global-batch), --image-size, "
+              "--data-memory-gb (data held in memory) or --replicas (each holds a copy of the model)")
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """One line for an allocation that failed, naming what ran out and what to lower; None for other errors.
+
+    NumPy's and Python's MemoryError often carry no message at all (an allocation inside TensorFlow's C++ that
+    fails under ``ulimit -v`` arrives as a bare MemoryError), and TensorFlow's ResourceExhaustedError names the
+    device. An address-space limit is named, because TensorFlow reserves far more virtual memory than it touches:
+    under ``ulimit -v`` it runs out long before the host does."""
+    if isinstance(e, MemoryError):
+        text = str(e).strip().splitlines()
+        what = f"out of host memory (MemoryError{': ' + text[0] if text else ', no size given'})"
+    elif type(e).__name__ == "ResourceExhaustedError":  # TensorFlow's, on a GPU or the host: its line says which
+        what = f"out of memory (ResourceExhaustedError: {first_line(e)})"
+    else:
+        return None
+    cap = address_space_limit()
+    if cap is not None:
+        what += (f" under an address-space limit of {cap / 1e9:.1f} GB (ulimit -v), which counts TensorFlow's "
+                 "reservations, not only what it uses: raise or lift the limit (or cap memory with a cgroup), or")
+    else:
+        what += ";"
+    return f"{what} {MEMORY_FIX}"
+
+
+def address_space_limit() -> int | None:
+    """This process's address-space limit in bytes (``ulimit -v``, RLIMIT_AS), or None when there is none."""
+    import resource
+
+    try:
+        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError, AttributeError):  # no RLIMIT_AS on this platform
+        return None
+    return None if cap == resource.RLIM_INFINITY else int(cap)

@@ -164,3 +164,27 @@ def test_a_sweep_rerun_exits_0_when_nothing_new_failed_and_lists_kept_failures(m
         assert cli.main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--quiet"]) == code
         out = capsys.readouterr().out
         assert ("1 point(s) failed, timed out or were cancelled in an earlier run" in out) == (new == 0)
+
+
+@pytest.mark.parametrize("error, says", [
+    (MemoryError(), "failed: out of host memory (MemoryError, no size given)"),
+    (MemoryError("Unable to allocate 1.09 TiB for an array"), "out of host memory (MemoryError: Unable to allocate "
+                                                              "1.09 TiB for an array)"),
+])
+def test_an_exhausted_memory_names_what_ran_out_and_what_to_lower(monkeypatch, capsys, error, says):
+    import resource
+
+    from tftoolkit.cli import train
+
+    def exhausted(args):
+        raise error
+
+    monkeypatch.setattr(train, "run", exhausted)
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (3_000_000 * 1024, resource.RLIM_INFINITY))
+    rc = cli.main(["train", "--dataset", "synthetic", "--out", "unused"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert says in err[0], err
+    for fix in ("--per-replica-batch", "--image-size", "--data-memory-gb", "--replicas"):
+        assert fix in err[0], err
+    assert "address-space limit of 3.1 GB (ulimit -v)" in err[0], err

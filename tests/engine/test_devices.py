@@ -19,6 +19,15 @@ def test_more_simulated_replicas_than_initialised_says_what_to_do():
         devices.init(64)
 
 
+def test_more_simulated_replicas_than_the_cap_are_refused_before_any_device_is_made():
+    n = devices.MAX_CPU_REPLICAS + 1
+    with pytest.raises(DeviceError, match=rf"{n} simulated replicas.*at most {devices.MAX_CPU_REPLICAS}.*--replicas "
+                                          rf"{devices.MAX_CPU_REPLICAS} or fewer"):
+        devices.init(n)
+    with pytest.raises(DeviceError, match=r"at most"):
+        devices.init(100_000)
+
+
 def test_gpus_on_a_cpu_machine_is_an_error():
     with pytest.raises(DeviceError, match="has none visible"):
         devices.init(gpus=[0])

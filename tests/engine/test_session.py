@@ -74,3 +74,40 @@ def test_a_run_records_what_determinism_and_jit_it_ran_with(tmp_path):
     assert s["deterministic"] is True and "free on CPU" in s["deterministic_reason"]
     assert s["cross_device_ops"] == "reduce_to_one" and s["cross_device_ops_requested"] == "auto"
     assert s["device_memory_peak_bytes"] is None
+
+
+def test_an_image_size_whose_batch_cannot_fit_is_refused_before_anything_is_allocated(cpu_devices):
+    # 64 images of 100000 x 100000 x 3 float32 are 7.68 TB: refused by name, not a MemoryError from NumPy.
+    with pytest.raises(ConfigError, match=r"--image-size 100000: one global batch \(64 images\) is 7680.0 GB as "
+                                          r"float32.*free; lower --image-size"):
+        session.start(RunConfig(replicas=1, dataset="synthetic", image_size=100_000, model="small_cnn"))
+
+
+def test_the_memory_check_counts_the_batch_and_the_synthetic_set_against_what_is_free():
+    gb = 1e9
+    c = RunConfig(replicas=2, per_replica_batch=32, dataset="cifar10", image_size=1000)
+    session.check_memory(c, available=gb)  # 64 x 1000 x 1000 x 3 float32 = 0.77 GB
+    with pytest.raises(ConfigError, match=r"one global batch \(64 images\) is 0.8 GB as float32.*0.5 GB free"):
+        session.check_memory(c, available=0.5 * gb)
+    session.check_memory(c, available=None)  # free memory unknown: nothing to check against
+    s = RunConfig(replicas=1, dataset="synthetic", image_size=100)
+    session.check_memory(s.replace(train_images=64), available=0.3 * gb)  # (64 + 4000) x 30 KB = 0.12 GB
+    with pytest.raises(ConfigError, match=r"the synthetic set at --image-size 100 \(16000 \+ 4000 images\) is "
+                                          r"0.6 GB.*0.3 GB free; .*--train-images"):
+        session.check_memory(s, available=0.3 * gb)  # (16000 + 4000) x 30 KB = 0.6 GB
+
+
+def test_an_address_space_limit_is_named_at_set_up_with_what_it_risks(cpu_devices, monkeypatch, caplog):
+    import logging
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (3_000_000 * 1024, resource.RLIM_INFINITY))
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        session.start(RunConfig(replicas=1, **SMALL))
+    said = [r.getMessage() for r in caplog.records if "ulimit -v" in r.getMessage()]
+    assert len(said) == 1 and "address-space limit of 3.1 GB" in said[0] and "cgroup" in said[0], said
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tftoolkit"):
+        session.start(RunConfig(replicas=1, **SMALL))
+    assert not [r for r in caplog.records if "ulimit -v" in r.getMessage()]

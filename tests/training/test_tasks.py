@@ -92,6 +92,19 @@ def test_a_metric_that_does_not_fit_the_outputs_is_named_before_training(tmp_pat
     assert not (tmp_path / "run" / "steps.csv").exists()
 
 
+def test_a_metric_that_does_not_fit_sparse_labels_is_one_line_before_the_first_step(tmp_path, capsys):
+    from tftoolkit import cli
+
+    # The default classification task: class indices against 10 logits, which top-k of one-hot targets cannot read.
+    rc = cli.main(["train", "--dataset", "synthetic", "--train-images", "64", "--image-size", "8", "--model",
+                   "small_cnn", "--per-replica-batch", "16", "--steps", "2", "--metrics", "top_k_categorical_accuracy",
+                   "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "metric top_k_categorical_accuracy does not fit the model's outputs (4, 10) and the targets (4,)" in err[0]
+    assert not (tmp_path / "run" / "steps.csv").exists()
+
+
 def test_the_cli_names_a_loss_and_refuses_an_unknown_one_in_one_line(tmp_path, capsys):
     from tftoolkit import cli
 

@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 
-from ..errors import ToolkitError
+from ..errors import ToolkitError, out_of_memory
 from . import cluster, data, experiments, measure, science, train
 from .common import EXIT_USAGE, Parser, add_config_options, config_from_args, subcommands
 
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TFTOOLKIT_DEBUG"):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"tftoolkit {args.command}: failed: {type(e).__name__}: {first} "
-              "(set TFTOOLKIT_DEBUG=1 for the traceback)", file=sys.stderr)
+        line = out_of_memory(e) or f"{type(e).__name__}: {first}"
+        print(f"tftoolkit {args.command}: failed: {line} (set TFTOOLKIT_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
 
 

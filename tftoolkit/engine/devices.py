@@ -19,6 +19,11 @@ from ..errors import DeviceError
 
 log = logging.getLogger("tftoolkit")
 
+# The most replicas simulated on CPU. Each is a logical device with its own copy of the model, traced into one step
+# graph, and MirroredStrategy's set-up alone grows with the square of the count (it lists every device for each
+# one). At 64, two steps of small_cnn took 3.6 minutes and 3.5 GB on 2 cores, nearly all of it set-up and tracing;
+# 100000 ran for minutes with no output. A study of scaling needs far fewer: more replicas belong on GPUs.
+MAX_CPU_REPLICAS = 64
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,13 @@ def init(replicas: int | None = None, gpus: list[int] | None = None, *, cpu_devi
     if gpus:
         raise DeviceError(f"--gpus {','.join(map(str, gpus))} asked for GPUs, but this machine has none visible to "
                           "TensorFlow; drop --gpus to simulate replicas on CPU (or install tensorflow[and-cuda])")
-    return _init_cpu(tf, replicas or 1, max(replicas or 1, cpu_devices or 0))
+    n = replicas or 1
+    if n > MAX_CPU_REPLICAS:
+        raise DeviceError(f"{n} simulated replicas asked; this machine has no GPU, and at most {MAX_CPU_REPLICAS} "
+                          "replicas are simulated on CPU (each is a logical CPU device holding a copy of the model, "
+                          "sharing the host's cores, and the set-up grows with the square of the count: 64 took "
+                          f"minutes); use --replicas {MAX_CPU_REPLICAS} or fewer, or run on GPUs")
+    return _init_cpu(tf, n, max(n, cpu_devices or 0))
 
 
 def _init_gpus(tf, phys, replicas, wanted_gpus) -> DeviceSetup:

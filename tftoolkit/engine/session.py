@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import RunConfig
-from ..errors import ConfigError
-from . import devices
+from ..errors import ConfigError, address_space_limit
+from . import devices, feed
 
 log = logging.getLogger("tftoolkit")
 
@@ -127,6 +127,33 @@ def with_task(config: RunConfig, loss=None, metrics=None) -> tuple:
     return config, loss, metrics
 
 
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def check_memory(config: RunConfig, available: int | None) -> None:
+    """A ConfigError, before anything is allocated, when one global batch at ``config.image_size`` (as the float32
+    the replicas compute on; its activations take more still) or the synthetic set the config generates (uint8,
+    held whole) is larger than the ``available`` bytes of host memory. Unknown ``available``: nothing is checked."""
+    from ..data.source import SYNTHETIC_TRAIN, SYNTHETIC_VAL
+
+    size = config.image_size
+    if available is None or size is None:
+        return
+    image = size * size * 3
+    batch = config.global_batch_size * image * 4
+    if batch > available:
+        raise ConfigError(f"--image-size {size}: one global batch ({config.global_batch_size} images) is {_gb(batch)} "
+                          f"as float32, but the host has {_gb(available)} free; lower --image-size or the batch")
+    if config.dataset == "synthetic":
+        n = min(SYNTHETIC_TRAIN, config.train_images or SYNTHETIC_TRAIN)
+        held = (n + SYNTHETIC_VAL) * image
+        if held > available:
+            raise ConfigError(f"the synthetic set at --image-size {size} ({n} + {SYNTHETIC_VAL} images) is {_gb(held)}, "
+                              f"held in memory, but the host has {_gb(available)} free; lower --image-size or "
+                              "--train-images")
+
+
 def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
           strategy: tuple | None = None, load_data: bool = True, model=None, loss=None, metrics=None,
           worker: tuple[int, int] | None = None) -> Session:
@@ -151,6 +178,18 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
         service.check_reachable(config.data_service)  # before the data is read and anything trains
     if model is not None:
         config = with_model(config, model)
+    if data is None and load_data:
+        check_memory(config, feed.host_available_bytes())
+    cap = address_space_limit()
+    if cap is not None:
+        # Seen on small_cnn, 2 CPU replicas: at ulimit -v 3000000 the step's graph was being built when the main
+        # thread waited for good on a TensorFlow graph lock no thread was using, holding the GIL (so no Python
+        # thread, the monitor's included, ran again); at 2500000 and 2000000 the process died of SIGSEGV. Nothing in
+        # Python can end such a wait, so what the toolkit can do is say so before it starts.
+        log.warning("an address-space limit of %.1f GB is set (ulimit -v): TensorFlow reserves far more virtual "
+                    "memory than it uses, and an allocation that fails inside it can crash the process or leave it "
+                    "stuck for good; lift the limit and cap memory with a cgroup instead (systemd-run -p "
+                    "MemoryMax=..., docker --memory)", cap / 1e9)
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
     source = catalog.load_source(config, data, cache=cache, worker=worker) if load_data else None

@@ -75,11 +75,16 @@ def stop_on_sigterm():
 
 
 def error_line(e: BaseException) -> str:
-    """One line that says what went wrong. A TensorFlow op error's first line is often only "Graph execution
+    """One line that says what went wrong (for an exhausted memory: what ran out and what to lower, out_of_memory). A TensorFlow op error's first line is often only "Graph execution
     error:"; the Python exception raised inside the graph (a file the input pipeline could not decode, say) is in
     the lines below, so the last "SomeError: ..." line among them is the one that says why."""
     import re
 
+    from ..errors import out_of_memory
+
+    oom = out_of_memory(e)
+    if oom is not None:
+        return oom
     text = str(e)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0] if lines else ""
@@ -172,8 +177,9 @@ class Run:
         self.engine = eng
         if eng.task.classification and self.source.structured:
             _check_class_labels(self.source)
-        if not eng.task.classification:
-            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line.
+        if not eng.task.classification or eng.task.metrics:
+            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
+            # (the default classification loss fits by construction, but a metric added to it may not).
             from ..data import pipeline
             from ..engine import losses
 
