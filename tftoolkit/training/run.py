@@ -11,6 +11,7 @@ Nothing here runs inside the timed region: a loop's time is the call of the comp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -337,15 +338,24 @@ class Run:
         self.wall["import_s"] = self.session.import_s
         self.wall["setup_s"] = time.time() - self.started - self.session.import_s
         setup_before = self.wall["setup_s"]
+        train_loop, self.watchdog = eng.train_loop, None
+        if config.data_service:
+            from ..data import service
+
+            self.watchdog = service.Watchdog(config.data_service, config.data_service_timeout, self._service_stalled)
+            train_loop = self.watchdog.wrap(eng.train_loop)
         try:
-            loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
+            loop.drive(train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
                        steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
                        breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
                        before_call=before_call, on_loop=on_loop,
                        on_epoch_end=on_epoch_end)
             if self.status == "ok":
-                self._probe_input()
+                with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
+                    self._probe_input()  # it reads on from the service
         finally:
+            if self.watchdog:
+                self.watchdog.close()
             drive_s = time.perf_counter() - t_drive
             t0 = time.perf_counter()
             bar.close()
@@ -358,6 +368,23 @@ class Run:
             self.wall["host_loop_s"] = max(0.0, drive_s - inside)
         if self.status == "ok":
             self._checkpoint()
+
+    def _service_stalled(self, line: str) -> None:
+        """The watchdog's call when the tf.data service has stalled the training call: that call is stuck in
+        TensorFlow's client and cannot be joined or interrupted, so the run is recorded here, from the watchdog's
+        thread (failed, with what the calls that returned trained), and the process ends. The checkpoints on disk
+        stay what a rerun resumes from."""
+        import os
+
+        self.status, self.error = "failed", line
+        try:
+            self._finish()
+        finally:
+            log.error("failed: %s", line)
+            logging.shutdown()  # flushes the log handlers; os._exit runs nothing else
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
     def _probe_input(self):
         """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
