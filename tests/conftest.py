@@ -72,6 +72,7 @@ LONGEST_FIRST = (
     "tests/cluster/test_slurm.py",
     "tests/experiments/test_notebooks.py",
     "tests/training/test_resume.py",
+    "tests/data/test_service.py",
     "tests/experiments/test_sweep.py",
     "tests/cluster/test_multiworker.py",
     "tests/engine/test_equivalence.py",

@@ -151,7 +151,7 @@ OTHER_VALUE = {
     "schedule": "step", "optimizer": "sgd", "weight_decay": 0.1, "epochs": 2.0, "steps": 7, "model": "small_cnn_bn",
     "dataset": "synthetic", "train_images": 100, "image_size": 16, "num_classes": 3, "augment": True,
     "verify": "full", "imagenet_labels": "keep", "skip_bad_images": True, "input_sharding": "file", "data_memory_gb": 1.0, "data_placement": "device",
-    "data_service": "localhost:5050", "loss": "mse", "metrics": "mae",
+    "data_service": "localhost:5050", "data_service_timeout": 60.0, "loss": "mse", "metrics": "mae",
     "last_batch": "partial", "precision": "mixed_bfloat16", "jit": True, "steps_per_loop": 3, "seed": 1,
     "deterministic": False, "checkpoint_every": 5, "eval_every_epoch": False, "timing_warmup_steps": 2,
     "divergence_factor": 3.0, "measure": False, "profile_steps": "2-3", "noise_scale": True,

@@ -144,6 +144,12 @@ class RunConfig:
                                         "(same paths) and stream each step's batches here; validation stays local. "
                                         "One service worker keeps the exact order; K > 1 hand out whole epochs, so K "
                                         "epochs' steps interleave (data/service.py)", identity=False)
+    data_service_timeout: float = _f(300.0, "with --data-service: seconds the service may deliver no step's batch "
+                                            "while training waits before the run ends as failed, checkpoints kept "
+                                            "(TensorFlow's client would wait forever for a dead worker or "
+                                            "dispatcher); long enough for a worker or a --work-dir dispatcher to be "
+                                            "started again, and longer than one step and the first call's tracing",
+                                     identity=False)
     last_batch: str = _f("drop", "a final batch smaller than the global batch: drop it (count reported) or "
                                  "train on it split evenly across replicas", LAST_BATCH)
     # --- numerics and speed ---------------------------------------------------------------------
@@ -189,7 +195,7 @@ class RunConfig:
                 raise ConfigError(f"{name} must be > 0, got {v}")
         if self.num_classes is not None and self.num_classes < 2:
             raise ConfigError(f"num_classes must be >= 2, got {self.num_classes}")
-        for name in ("base_lr", "epochs", "divergence_factor"):
+        for name in ("base_lr", "epochs", "divergence_factor", "data_service_timeout"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ConfigError(f"{name} must be a finite number > 0, got {v}")

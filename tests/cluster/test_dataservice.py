@@ -169,3 +169,64 @@ def test_a_second_start_on_the_same_port_exits_2_naming_it(service_with_two_work
     assert done.stderr.strip().splitlines()[-1].startswith(
         f"tftoolkit data-service: error: port {port} (the dispatcher's --port) is in use on this machine")
     assert all(w.proc.poll() is None for w in service_with_two_workers.workers)
+
+
+# A client that keeps a job open on the service: the worker then has a task, which is what makes its shutdown
+# wait on the dispatcher. Its own process, killed by pid (a client's iterator would retry a dead dispatcher forever).
+_READER = """
+import sys, time
+import tensorflow as tf
+ds = tf.data.Dataset.range(10**9).apply(tf.data.experimental.service.distribute("distributed_epoch", sys.argv[1]))
+it = iter(ds)
+for _ in range(20):
+    next(it)
+print("reading", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_whose_dispatcher_died_still_stops_on_sigterm():
+    import time
+
+    from helpers import env_with_tests_on_path
+
+    dispatcher = ServiceProcess("--port", "0", "--workers", "0", "--host", "localhost")
+    worker = reader = None
+    try:
+        address = dispatcher.wait_serving().address()
+        worker = ServiceProcess("--dispatcher", address, "--host", "localhost").wait_serving()
+        reader = subprocess.Popen([sys.executable, "-c", _READER, address], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=env_with_tests_on_path())
+        assert reader.stdout.readline().strip() == "reading"
+        dispatcher.kill()
+        time.sleep(2)  # the worker's heartbeats now fail
+        # A hang-guard, not a timing: without a bound on the shutdown the worker was still there after minutes.
+        assert worker.stop(timeout=60) == 0
+        time.sleep(0.5)  # the output threads read the last line
+        assert worker.lines[-1] == (
+            f"stopped, skipping TensorFlow's stop of the workers: the dispatcher at {address} does not answer, "
+            "and that stop would wait on it forever (for a clean stop, start the dispatcher again first)")
+    finally:
+        if reader is not None:
+            reader.kill()
+            reader.wait(timeout=10)
+        for p in (worker, dispatcher):
+            if p is not None:
+                p.kill()
+
+
+def test_a_stop_that_does_not_return_ends_the_process_after_the_timeout():
+    # The backstop for a dispatcher that dies while the workers stop: a stand-in server whose stop never returns.
+    code = """
+import time
+from tftoolkit.cluster import dataservice
+class Stuck:
+    def stop(self):
+        time.sleep(120)
+dataservice.stop_servers(dataservice.Service("grpc://localhost:1", [], True, None, [Stuck()]), timeout_s=1)
+print("returned")
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "Timeout (0:00:01)!" in done.stderr and "in stop" in done.stderr

@@ -31,6 +31,12 @@ def test_a_malformed_address_is_refused_by_the_config(address):
         RunConfig(data_service=address)
 
 
+@pytest.mark.parametrize("seconds", [0, -1, float("inf"), float("nan")])
+def test_the_service_deadline_must_be_a_finite_number_of_seconds(seconds):
+    with pytest.raises(ConfigError, match="data_service_timeout must be a finite number > 0"):
+        RunConfig(data_service="localhost:5050", data_service_timeout=seconds)
+
+
 def test_a_partial_last_batch_cannot_travel_through_the_service():
     with pytest.raises(ConfigError, match="--last-batch partial cannot go through --data-service"):
         RunConfig(data_service="localhost:5050", last_batch="partial")
@@ -149,3 +155,50 @@ def test_a_service_worker_killed_mid_run_leaves_the_run_to_the_other(two_workers
     assert "at" in killed and killed["at"] < finished, "the worker was not killed while the run trained"
     assert two_workers.workers[0].proc.poll() is not None  # it really is gone
     assert s["status"] == "ok" and s["steps"] == 48  # 6 epochs of 8 steps, all trained after the loss
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["worker-sigkill", "dispatcher-sigterm"])
+def test_a_run_whose_service_is_gone_ends_failed_with_its_checkpoints(tmp_path, loss):
+    """TensorFlow's client waits forever once its only worker is gone, and once its dispatcher is (the worker then
+    gets no more of the epoch to make); the run's deadline (--data-service-timeout) ends it: one line naming the
+    dispatcher, status failed, the checkpoints kept for a rerun."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from helpers import FAST_ARGS, ROOT, data_service, env_with_tests_on_path
+
+    out = tmp_path / "run"
+    with data_service(1) as service:
+        args = ["--replicas", "2", "--dataset", "synthetic", "--image-size", "16", "--train-images", "512",
+                "--global-batch", "64", "--epochs", "100", "--steps-per-loop", "4", "--checkpoint-every", "8",
+                "--no-measure", *FAST_ARGS, "--data-service", service.address, "--data-service-timeout", "15"]
+        trainer = subprocess.Popen([sys.executable, "-m", "tftoolkit", "train", *args, "--out", str(out), "--quiet"],
+                                   cwd=ROOT, env=env_with_tests_on_path(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while not list((out / "checkpoints").glob("*.index")) and trainer.poll() is None:
+                assert time.monotonic() < deadline, "no checkpoint within 180 s"
+                time.sleep(0.1)
+            if loss == "worker-sigkill":
+                service.workers[0].kill()
+            else:
+                service.dispatcher.stop()
+            # A hang-guard, not a timing: without the deadline the trainer never ends.
+            stdout, stderr = trainer.communicate(timeout=120)
+        finally:
+            if trainer.poll() is None:
+                trainer.kill()
+                trainer.wait(timeout=10)
+    line = (f"the tf.data service at {service.address} delivered nothing for 15 s (--data-service-timeout): check "
+            "that its dispatcher runs and that at least one of its workers does (tftoolkit data-service start "
+            f"--dispatcher {service.address}); the checkpoints are kept: run the same command again to resume")
+    assert trainer.returncode == 1, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].endswith(f"failed: {line}"), stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == line
+    assert summary["steps"] >= 8 and summary["steps"] % 4 == 0  # the calls that returned, each of 4 steps
+    assert list((out / "checkpoints").glob("*.index"))

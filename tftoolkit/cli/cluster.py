@@ -54,7 +54,9 @@ def _add_data_service(sub) -> None:
         description=f"""\
 Start a tf.data service dispatcher and K workers in this process, or with --dispatcher only K workers that join
 a dispatcher running elsewhere. It runs in the foreground, prints the dispatcher's address (the one to give
-trainers as --data-service ADDRESS) and each worker's, and stops cleanly on Ctrl-C or SIGTERM (exit code 0).
+trainers as --data-service ADDRESS) and each worker's, and stops cleanly on Ctrl-C or SIGTERM (exit code 0). A
+worker whose dispatcher no longer answers stops without TensorFlow's stop, which would wait on the dispatcher
+forever, and says so (exit code 0).
 
 Two set-ups:
   all on this machine     tftoolkit data-service start --workers 2
@@ -113,8 +115,19 @@ def data_service_start(args) -> int:
     lines.append("serving until Ctrl-C or SIGTERM")
     print("\n".join(lines), flush=True)  # at once: a parent reading the pipe waits for the address
     dataservice.serve_until_signal(service)
-    print("stopped", flush=True)
-    return 0
+    if dataservice.stop_servers(service):
+        print("stopped", flush=True)
+        return 0
+    # TensorFlow's stop would never return, and interpreter exit would call it (a server's destructor): leave at
+    # once, with the exit code a stop on a signal promises.
+    import os
+    import sys
+
+    print(f"stopped, skipping TensorFlow's stop of the workers: the dispatcher at {service.address} does not "
+          "answer, and that stop would wait on it forever (for a clean stop, start the dispatcher again first)",
+          flush=True)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def train_command(argv: list[str]):

@@ -46,11 +46,13 @@ HEARTBEAT_MS = 1000             # a worker learns of a new job only at its next 
 CHECK_INTERVAL_MS = 1000        # how often the dispatcher looks for lost workers (TF's default: every 10 min, which
                                 # would make any worker timeout shorter than that moot)
 REACH_TIMEOUT_S = 2.0           # a dispatcher that does not accept a TCP connection within this is not there
+STOP_TIMEOUT_S = 10.0           # a worker stops in well under a second while its dispatcher answers (stop_servers)
 
 
 # --- addresses: parsed once (config.service_address), normalised and checked by the client side -------------
 parse_address = service_address
-__all__ = ["parse_address", "normalise", "reachable", "this_host", "start", "serve_until_signal", "Service"]
+__all__ = ["parse_address", "normalise", "reachable", "this_host", "start", "serve_until_signal", "stop_servers",
+           "Service", "STOP_TIMEOUT_S"]
 
 
 def this_host() -> str:
@@ -176,7 +178,7 @@ def _add_workers(service: Service, dispatcher: str, ports: list[int], host: str)
 
 
 def serve_until_signal(service: Service) -> None:
-    """Block until SIGINT or SIGTERM, then stop ``service``'s servers and return (the command then exits 0).
+    """Block until SIGINT or SIGTERM (the caller then stops ``service`` with stop_servers).
 
     TensorFlow's own ``join()`` blocks in C++, where Python signal handlers never run; waiting on an Event in
     short slices keeps the main thread where a handler can stop it.
@@ -189,4 +191,25 @@ def serve_until_signal(service: Service) -> None:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def stop_servers(service: Service, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """Stop ``service``'s servers; False, with nothing stopped, when they joined a dispatcher that no longer answers.
+
+    A worker whose dispatcher is gone never returns from TensorFlow's stop (2.21, distributed_epoch): stopping its
+    task joins the task's prefetch thread, which waits on the dispatcher for the next split with no deadline, and
+    the stop holds the GIL meanwhile, so no Python thread or signal handler can bound it. Hence the check first;
+    on False the caller must leave with ``os._exit`` (a server's destructor would stop it again at exit). For a
+    dispatcher that dies during the stop, faulthandler's watchdog (a C thread, no GIL needed) ends the process
+    after ``timeout_s`` seconds with its thread dump on stderr and exit code 1.
+    """
+    import faulthandler
+
+    if not service.local and not reachable(service.address, REACH_TIMEOUT_S):
+        return False
+    faulthandler.dump_traceback_later(timeout_s, exit=True)
+    try:
         service.stop()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    return True

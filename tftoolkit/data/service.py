@@ -24,7 +24,8 @@ each example once. ``parallel_epochs`` would have every worker run every epoch: 
 - A worker that dies: TensorFlow 2.21 keeps it registered (its dispatcher only logs the loss), and the client
   skips each request it does not answer and reads on from the other workers, so a run goes on at their pace; the
   rest of the epoch the dead worker was making is lost (distributed_epoch delivers at most once). When every worker
-  is gone the trainer waits for one to come back (cluster/dataservice.py has what TensorFlow does).
+  is gone, or the dispatcher is, TensorFlow's client waits for them with no deadline of its own (cluster/
+  dataservice.py has what TensorFlow does): ``Watchdog`` is the run's, --data-service-timeout seconds.
 - A multi-worker run (several trainer processes): each trainer's pipeline is its own job, so with K > 1 service
   workers the trainers may train slices of different steps at the same time.
 
@@ -34,7 +35,10 @@ workers: ``check_pure`` refuses them before anything starts. Every format the to
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
+import time
 import uuid
 
 from ..config import service_address
@@ -99,6 +103,7 @@ def through(ds, address: str, local: int, job: str, accumulate: int = 1):
     # compression=None: decoded pixels hardly compress, and the trainer's cores are what the service relieves.
     served = step.apply(tf.data.experimental.service.distribute(processing_mode=MODE, service=normalise(address),
                                                                 job_name=job, compression=None))
+    served = served.map(_noted)  # each step's arrival, for the Watchdog: the trainer's side, where Python runs
     # The trainer's side keeps the pipeline's options (no autotuning thread: it stalled iterator deletion).
     return served.unbatch().prefetch(local).with_options(ds.options())
 
@@ -112,3 +117,82 @@ def job_name(pipeline: int) -> str:
 def describe(address: str) -> dict:
     """What summary.json records in ``data_service``."""
     return {"address": address, "mode": MODE, "workers": None}
+
+
+# --- the run's deadline on the service ----------------------------------------------------------------------------
+class _Arrivals:
+    """When the last step's element came from the service, in time.monotonic() seconds (one clock per process)."""
+
+    at = 0.0
+
+
+arrivals = _Arrivals()
+
+
+def _arrived():
+    arrivals.at = time.monotonic()
+    return True
+
+
+def _noted(*element):
+    """``element``, once its arrival is noted: a py_function on the trainer's side, one per step (tens of µs)."""
+    import tensorflow as tf
+
+    noted = tf.py_function(_arrived, [], Tout=tf.bool)
+    with tf.control_dependencies([noted]):
+        element = tf.nest.map_structure(tf.identity, element)
+    return element[0] if len(element) == 1 else element
+
+
+class Watchdog:
+    """A deadline on the service: while the run waits on a training call (``watching``), no step's element for
+    ``timeout_s`` seconds calls ``on_stall(line)``, from this watchdog's thread.
+
+    TensorFlow's client has none of its own: with every worker gone, or the dispatcher, its get_next waits in C++
+    forever, holding the training call, and nothing can interrupt it there. ``on_stall`` therefore runs while the
+    call is still stuck, so it must record what the run has (the rows of the calls that returned, the summary) and
+    end the process (``os._exit``). It runs under the lock the call's end takes, so the run's state does not move
+    beneath it. A call that runs longer than ``timeout_s`` with elements arriving is not a stall: each step's
+    element counts. The first call's tracing counts against the deadline, which must therefore be longer.
+    """
+
+    def __init__(self, address: str, timeout_s: float, on_stall):
+        self.address, self.timeout_s, self.on_stall = address, timeout_s, on_stall
+        self._lock = threading.Lock()
+        self._since: float | None = None  # when the call being watched began; None between calls
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="data-service-watchdog", daemon=True)
+        self._thread.start()
+
+    def line(self) -> str:
+        return (f"the tf.data service at {self.address} delivered nothing for {self.timeout_s:g} s "
+                "(--data-service-timeout): check that its dispatcher runs and that at least one of its workers does "
+                f"(tftoolkit data-service start --dispatcher {self.address}); the checkpoints are kept: run the same "
+                "command again to resume")
+
+    @contextlib.contextmanager
+    def watching(self):
+        with self._lock:
+            self._since = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._since = None
+
+    def wrap(self, fn):
+        """``fn``, each call of it watched."""
+        def watched(*args, **kwargs):
+            with self.watching():
+                return fn(*args, **kwargs)
+        return watched
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(min(1.0, self.timeout_s / 10)):
+            with self._lock:
+                if self._since is not None and time.monotonic() - max(self._since, arrivals.at) > self.timeout_s:
+                    self.on_stall(self.line())
+                    return

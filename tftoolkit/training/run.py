@@ -399,10 +399,16 @@ class Run:
         self.wall["import_s"] = self.session.import_s
         self.wall["setup_s"] = time.time() - self.started - self.session.import_s
         setup_before = self.wall["setup_s"]
+        train_loop, self.watchdog = eng.train_loop, None
+        if config.data_service:
+            from ..data import service
+
+            self.watchdog = service.Watchdog(config.data_service, config.data_service_timeout, self._service_stalled)
+            train_loop = self.watchdog.wrap(eng.train_loop)
         try:
             _Stop.deferring = config.workers == 1
             try:
-                loop.drive(eng.train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
+                loop.drive(train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
                            steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
                            breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
                            before_call=before_call, on_loop=on_loop,
@@ -413,10 +419,13 @@ class Run:
                 self._checkpoint()
                 raise Terminated()
             if self.status == "ok" and start < total:
-                self._probe_input()
+                with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
+                    self._probe_input()  # it reads on from the service
             elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
                 self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         finally:
+            if self.watchdog:
+                self.watchdog.close()
             drive_s = time.perf_counter() - t_drive
             t0 = time.perf_counter()
             bar.close()
@@ -429,6 +438,23 @@ class Run:
             self.wall["host_loop_s"] = max(0.0, drive_s - inside)
         if self.status == "ok":
             self._checkpoint()
+
+    def _service_stalled(self, line: str) -> None:
+        """The watchdog's call when the tf.data service has stalled the training call: that call is stuck in
+        TensorFlow's client and cannot be joined or interrupted, so the run is recorded here, from the watchdog's
+        thread (failed, with what the calls that returned trained), and the process ends. The checkpoints on disk
+        stay what a rerun resumes from."""
+        import os
+
+        self.status, self.error = "failed", line
+        try:
+            self._finish()
+        finally:
+            log.error("failed: %s", line)
+            logging.shutdown()  # flushes the log handlers; os._exit runs nothing else
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
     def _probe_input(self):
         """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
