@@ -43,6 +43,7 @@ def test_a_second_holder_is_refused_with_the_first_one_named(tmp_path):
         assert f"locked by pid {os.getpid()} on {socket.gethostname()}" in str(e.value)
         record = json.loads((tmp_path / "run" / rundir.LOCK_FILE).read_text())
         assert record["pid"] == os.getpid() and record["host"] == socket.gethostname() and record["command"]
+        (tmp_path / "run" / "steps.csv").write_text("step\n")
     # Released: empty record, and the next holder gets it without a warning.
     assert (tmp_path / "run" / rundir.LOCK_FILE).read_text() == ""
     rundir.lock(tmp_path / "run").release()
@@ -129,8 +130,7 @@ def test_force_clears_a_run_but_keeps_the_lock_file(tmp_path):
 def test_an_empty_folder_with_only_a_lock_is_a_new_run_directory(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    rundir.lock(out).release()
-    assert (out / rundir.LOCK_FILE).exists()
+    (out / rundir.LOCK_FILE).write_text("")  # as a holder killed before it wrote anything leaves it
     assert rundir.prepare(out, RunConfig(replicas=1).to_dict()) == (out, False)
     (out / "notes.txt").write_text("x")
     (out / "config.json").unlink(missing_ok=True)
@@ -194,3 +194,65 @@ def test_a_finished_run_is_left_as_it_is_and_says_what_a_changed_option_would_ne
     assert s["status"] == "ok" and "compute_time_s" not in s
     assert (out / "config.json").read_text() == before  # nothing ran, nothing rewritten
     assert "nothing to do; it ran with measure=False, steps_per_loop=2" in caplog.text and "--force" in caplog.text
+
+
+def _user_folder(folder):
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "train.py").write_text("print('mine')")
+    (folder / "notes.txt").write_text("my notes")
+
+
+def _sweep_folder(folder):
+    (folder / "runs" / "p1").mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"identity": {"notebook": "nb.ipynb", "points": []}}))
+    (folder / "runs" / "p1" / "point.json").write_text(json.dumps({"status": "ok"}))
+    (folder / "results.csv").write_text("id,status\np1,ok\n")
+
+
+def _files(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("make, why", [
+    (_user_folder, "is not a tftoolkit run directory"),
+    (_sweep_folder, "is not a tftoolkit run directory"),
+    (lambda f: (f.mkdir(), (f / "config.json").write_text("my own config, not a run's")), "config.json is not a run's"),
+    (lambda f: (f.mkdir(), (f / "config.json").write_text('{"lr": 0.1}')), "config.json is not a run's"),
+])
+def test_force_replaces_only_a_run_directory(tmp_path, make, why):
+    out = tmp_path / "folder"
+    make(out)
+    before = _files(out)
+    for force in (False, True):
+        with pytest.raises(RunDirError, match=why) as e:
+            rundir.prepare(out, RunConfig(**TINY).to_dict(), force=force)
+        assert "--force" not in str(e.value) and "choose another --out" in str(e.value)
+        assert _files(out) == before
+
+
+def test_train_force_through_the_cli_leaves_a_user_folder_as_it_was(tmp_path, capsys):
+    out = tmp_path / "mine"
+    _user_folder(out)
+    before = _files(out)
+    argv = ["train", "--out", str(out), "--replicas", "1", "--steps", "2", "--dataset", "synthetic",
+            "--image-size", "8", "--train-images", "64", "--no-measure", "--quiet", "--force"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a tftoolkit run directory" in err[0] and "--force" not in err[0]
+    assert _files(out) == before
+
+
+def test_an_empty_out_is_refused_and_the_working_folder_left_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _user_folder(tmp_path)
+    before = _files(tmp_path)
+    with pytest.raises(RunDirError, match="--out is empty"):
+        tftoolkit.train(RunConfig(**TINY), "", quiet=True, force=True)
+    argv = ["train", "--out", "", "--replicas", "1", "--steps", "2", "--dataset", "synthetic", "--image-size", "8",
+            "--train-images", "64", "--no-measure", "--quiet", "--force"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out is empty" in err[0]
+    with pytest.raises(RunDirError, match="--out is empty"):
+        rundir.lock("  ")
+    assert _files(tmp_path) == before and not (tmp_path / rundir.LOCK_FILE).exists()

@@ -10,7 +10,8 @@ def add(sub) -> None:
                        description="Train a model data-parallel with MirroredStrategy (N GPUs, or N simulated CPU "
                                    "replicas) and write config.json, summary.json and steps.csv into --out.")
     p.add_argument("--out", required=True, help="run directory; rerunning the same config there resumes it")
-    p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run")
+    p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run (a run "
+                   "directory only: a folder of other files is never deleted)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
     add_config_options(p)
     p.set_defaults(func=run)

@@ -358,7 +358,7 @@ def run(spec, out, *, timeout: float | None = None, rerun_failed: bool = False, 
         spec = load_spec(spec)
     if timeout is not None and not timeout > 0:
         raise SweepError(f"--timeout must be > 0 seconds, got {timeout}")
-    out = Path(out)
+    out = rundir.path(out, "sweep folder")  # "" would be the working folder
     devices = visible_gpus() if gpus is None else [str(g) for g in gpus]
     slots = gpu_slots(devices, gpus_per_run)
     # One sweep process per folder: a second one on the same folder stops here, naming the first.
