@@ -169,6 +169,8 @@ def test_which_fields_define_a_run_is_decided_for_every_field_both_ways(tmp_path
     base = RunConfig().to_dict()
     out, _ = rundir.prepare(tmp_path / "r", base)
     (out / "config.json").write_text(json.dumps({"config": base}))
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "ckpt-1.index").write_text("")  # it trained: a different config is refused
     for name, value in OTHER_VALUE.items():
         changed = {**base, name: value}
         assert changed != base, name
@@ -256,3 +258,42 @@ def test_an_empty_out_is_refused_and_the_working_folder_left_alone(tmp_path, mon
     with pytest.raises(RunDirError, match="--out is empty"):
         rundir.lock("  ")
     assert _files(tmp_path) == before and not (tmp_path / rundir.LOCK_FILE).exists()
+
+
+def test_a_run_that_stopped_at_set_up_does_not_block_the_corrected_command(tmp_path, caplog):
+    from tftoolkit.errors import ModelError
+
+    out = tmp_path / "run"
+    with pytest.raises(ModelError, match="unknown model 'small_vg'"):
+        tftoolkit.train(RunConfig(**{**TINY, "model": "small_vg"}), out, quiet=True)
+    assert (out / "config.json").exists()  # it got as far as recording its config
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**TINY), out)  # no --force needed
+    assert s["status"] == "ok" and json.loads((out / "config.json").read_text())["config"]["model"] == "small_cnn"
+    assert "never trained a step" in caplog.text
+
+
+def test_only_a_run_that_trained_a_step_is_protected(tmp_path):
+    base, other = RunConfig(**TINY).to_dict(), RunConfig(**{**TINY, "seed": 7}).to_dict()
+
+    def folder(name, **files):
+        out = tmp_path / name
+        (out / "checkpoints").mkdir(parents=True)
+        (out / "config.json").write_text(json.dumps({"config": base}))
+        for rel, text in files.items():
+            (out / rel.replace("__", "/")).write_text(text)
+        return out
+
+    # Stopped before its first step: a failed summary at step 0, or files of set-up only.
+    for out in (folder("setup"), folder("first_step_failed", **{"summary.json": json.dumps({"status": "failed",
+                                                                                            "steps": 0}),
+                                                                 "env.json": "{}", "monitor.csv": "t\n"})):
+        assert rundir.prepare(out, other) == (out, False)
+        assert sorted(p.name for p in out.iterdir()) == []  # cleared for the new run
+    # A checkpoint, or a summary of steps trained (the checkpoints may be elsewhere): a run to protect.
+    for out in (folder("checkpointed", **{"checkpoints__ckpt-2.index": "", "checkpoints__ckpt-2.data-00000-of-00001": ""}),
+                folder("summarised", **{"summary.json": json.dumps({"status": "failed", "steps": 3})}),
+                folder("unreadable_summary", **{"summary.json": "{half"})):
+        with pytest.raises(RunDirError, match="holds a different run .*--force"):
+            rundir.prepare(out, other)
+        assert (out / "config.json").exists()

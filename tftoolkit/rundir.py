@@ -84,11 +84,28 @@ def _run_config(cfg_path: Path) -> dict | None:
     return {**config_defaults(), **old["config"]}
 
 
+def trained(out: Path) -> bool:
+    """Whether the run in ``out`` trained a step that it recorded: a checkpoint (an index file, as
+    engine/checkpoint.py writes them), or a summary of steps trained. One that stopped at set-up (a mistake in its
+    options) has neither, and holds nothing a rerun could resume or a reader could use."""
+    if any((Path(out) / "checkpoints").glob("ckpt-*.index")):
+        return True
+    summary = Path(out) / "summary.json"
+    if not summary.exists():
+        return False
+    try:
+        steps = read_json(summary).get("steps")
+    except (OSError, ValueError, AttributeError):
+        return True  # not known: kept
+    return steps != 0
+
+
 def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     """Create or reopen ``out`` for this config; returns (path, resuming).
 
     A run directory is recognised by its config.json (a run's config, written when it starts). One holding a
-    different run is refused (naming the keys that differ) unless ``force``, which clears it. The same config
+    different run is refused (naming the keys that differ) unless ``force``, which clears it; a different run that
+    never trained a step (``trained``) is cleared without it: it is what the corrected command replaces. The same config
     means: resume from its last checkpoint. Anything else that is not empty (a folder of the user's own files,
     a sweep folder, a config.json of another kind) is refused, ``force`` or not: it is never deleted.
     """
@@ -101,11 +118,14 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
                               "{\"config\": {...}}), so it is left as it is; choose another --out")
         if identity(old) == identity(config_dict, like=old):
             return out, True
-        if not force:
+        if not force and trained(out):
             a, b = identity(old), identity(config_dict, like=old)
             diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
             why = "it differs in " + ", ".join(f"{k} ({old.get(k)!r} there, {config_dict.get(k)!r} now)" for k in diff)
             raise RunDirError(f"{out} holds a different run ({why}); choose another --out or pass --force to overwrite it")
+        if not force:
+            log.info("%s held a run of another config that never trained a step (it stopped at set-up); replacing it",
+                     out)
         clear(out)
     elif out.exists() and _contents(out):
         raise RunDirError(f"{out} exists and is not a tftoolkit run directory (it holds no config.json), so it is "
