@@ -297,3 +297,45 @@ def test_only_a_run_that_trained_a_step_is_protected(tmp_path):
         with pytest.raises(RunDirError, match="holds a different run .*--force"):
             rundir.prepare(out, other)
         assert (out / "config.json").exists()
+
+
+def _hold(folder, record: str = ""):
+    """Another holder that has the flock but has not written (all of) its record yet, as in a race of two starts."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / rundir.LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, record.encode())
+    return fd
+
+
+def test_a_lock_being_taken_is_named_so_and_a_record_written_meanwhile_is_read(tmp_path):
+    import threading
+
+    for record in ("", '{"pid": 12'):  # nothing yet, or half a record
+        fd = _hold(tmp_path / "run", record)
+        with pytest.raises(RunDirError) as e:
+            rundir.lock(tmp_path / "run")
+        os.close(fd)
+        assert "None" not in str(e.value) and "1970" not in str(e.value)
+        assert "is being taken by another process" in str(e.value)
+    fd = _hold(tmp_path / "run")
+    whole = json.dumps({"pid": 4321, "host": "here", "command": "tftoolkit sweep s.yaml --out k", "started_at": time.time()})
+    later = threading.Timer(0.2, lambda: os.pwrite(fd, whole.encode(), 0))
+    later.start()
+    with pytest.raises(RunDirError, match=r"run directory is locked by pid 4321 on here since .*\(tftoolkit sweep s.yaml --out k\)"):
+        rundir.lock(tmp_path / "run")
+    later.join()
+    os.close(fd)
+
+
+def test_the_holder_s_command_is_recorded_whole_or_its_cut_marked(tmp_path, monkeypatch):
+    long = ["tftoolkit", "sweep", "sweeps/" + "x" * 200 + ".yaml", "--out", "k_step45"]
+    monkeypatch.setattr(sys, "argv", long)
+    with rundir.lock(tmp_path / "a"):
+        assert json.loads((tmp_path / "a" / rundir.LOCK_FILE).read_text())["command"] == " ".join(long)
+    monkeypatch.setattr(sys, "argv", ["tftoolkit", "x" * 5000])
+    with rundir.lock(tmp_path / "b"):
+        command = json.loads((tmp_path / "b" / rundir.LOCK_FILE).read_text())["command"]
+        assert command.endswith("…") and command.startswith("tftoolkit xxx") and len(command) < 5000

@@ -43,6 +43,8 @@ log = logging.getLogger("tftoolkit")
 LOCK_FILE = ".lock"
 HEARTBEAT_S = 5.0      # how often a holder refreshes its record
 STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
+RECORD_WAIT_S = 1.0    # how long a refused process waits for a holder that has the lock to write its record
+COMMAND_CHARS = 2000   # the holder's command as recorded; a longer one is cut and the cut marked
 
 
 def identity(config_dict: dict, like: dict | None = None) -> dict:
@@ -166,8 +168,9 @@ def _alive(pid: int, started: float | None) -> bool:
 
 
 def _describe(record: dict) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("started_at", 0)))
-    return f"pid {record.get('pid')} on {record.get('host')} since {when} ({record.get('command', '?')})"
+    started = record.get("started_at")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return f"pid {record.get('pid', '?')} on {record.get('host', '?')} since {when} ({record.get('command', '?')})"
 
 
 class Lock:
@@ -192,13 +195,17 @@ class Lock:
         except Exception:  # noqa: BLE001
             started = None
         command = " ".join(" ".join(sys.argv).split())  # one line, however the arguments were quoted
-        return {"pid": os.getpid(), "host": socket.gethostname(), "command": (command or "python")[:200],
+        command = command or "python"
+        if len(command) > COMMAND_CHARS:  # a cut is marked: a shorter --out would name another folder
+            command = command[:COMMAND_CHARS - 1] + "…"
+        return {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                 "started_at": time.time(), "pid_started": started}
 
     def _read(self) -> dict:
         try:
             text = os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
-            return json.loads(text) if text else {}
+            record = json.loads(text) if text else {}
+            return record if isinstance(record, dict) else {}
         except (OSError, ValueError):
             return {}
 
@@ -237,7 +244,8 @@ class Lock:
 
     def acquire(self) -> "Lock":
         self._created = not self.folder.exists()
-        for _ in range(100):
+        deadline = time.monotonic() + RECORD_WAIT_S
+        for _ in range(1000):
             if not self._open():
                 continue
             try:
@@ -246,8 +254,15 @@ class Lock:
             except BlockingIOError:
                 holder = self._read()
                 self._close()
-                raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(holder)}; wait "
-                                  "for it to end or stop that process (--force never breaks a live lock)") from None
+                if "pid" not in holder and time.monotonic() < deadline:
+                    # The holder has just taken it (or is releasing it) and its record is empty or half written:
+                    # look again in a moment rather than name a holder from nothing.
+                    time.sleep(0.05)
+                    continue
+                who = (f"is locked by {_describe(holder)}" if "pid" in holder else
+                       "is being taken by another process right now (its lock record is not written yet)")
+                raise RunDirError(f"{self.folder} is in use: this {self.what} {who}; wait for it to end or stop that "
+                                  "process (--force never breaks a live lock)") from None
             except OSError as e:  # ENOLCK, EOPNOTSUPP: a filesystem without flock; the record still guards it
                 log.warning("%s: the filesystem does not support flock (%s); relying on the lock file's record alone",
                             self.folder, e.strerror)
