@@ -172,6 +172,10 @@ def test_a_folder_holding_another_sweep_is_refused_unless_force(tmp_path, nb):
     with pytest.raises(SweepError, match="not a sweep folder"):
         sweep.open_dir(a, other, force=True)
     assert (other / "thesis.tex").exists()
+    # The whole command: refused, and the folder left as it was (no lock file of the refused sweep).
+    with pytest.raises(SweepError, match="not a sweep folder"):
+        sweep.run(a, other, force=True, quiet=True)
+    assert sorted(p.name for p in other.iterdir()) == ["thesis.tex"]
 
 
 def test_dry_run_lists_points_and_writes_nothing(tmp_path, nb, capsys):
