@@ -391,3 +391,18 @@ def test_a_spec_on_a_notebook_without_parameters_or_without_a_file_is_refused(tm
         assert cli.main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_results_csv_keeps_integers_integers_when_a_point_has_no_figures_yet(tmp_path, nb):
+    spec = load_spec(spec_dict(grid={"x": [1, 2]}), tmp_path)
+    out = tmp_path / "out"
+    done, running = spec.points
+    for point, record in ((done, {"status": "ok", "runs": 1, "wall_s": 2.5,
+                                  "figures": {"steps": 48, "images_per_sec": 10.5}}),
+                          (running, {"status": "running", "started": time.time()})):
+        sweep.point_dir(out, point).mkdir(parents=True)
+        (sweep.point_dir(out, point) / sweep.POINT_JSON).write_text(json.dumps({"id": point.id, **record}))
+    lines = sweep.write_results(spec, out).read_text().splitlines()
+    header, first = lines[0].split(","), lines[1].split(",")
+    row = dict(zip(header, first))
+    assert row["steps"] == "48" and row["runs"] == "1" and row["x"] == "1" and row["images_per_sec"] == "10.5"

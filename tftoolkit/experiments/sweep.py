@@ -228,7 +228,9 @@ def results_frame(spec: Spec, out: Path):
             # A summary field named like a parameter (replicas, say) keeps the parameter's column.
             row[k if k not in row else f"run_{k}"] = _cell(v)
         rows.append(row)
-    return pd.DataFrame(rows)
+    # Object columns: a column with a blank (a point not finished, a figure one run lacks) would otherwise turn
+    # to floats, and 48 steps would read 48.0.
+    return pd.DataFrame(rows, dtype=object)
 
 
 def write_results(spec: Spec, out: Path) -> Path:
