@@ -406,3 +406,17 @@ def test_results_csv_keeps_integers_integers_when_a_point_has_no_figures_yet(tmp
     header, first = lines[0].split(","), lines[1].split(",")
     row = dict(zip(header, first))
     assert row["steps"] == "48" and row["runs"] == "1" and row["x"] == "1" and row["images_per_sec"] == "10.5"
+
+
+def test_a_key_given_twice_in_a_spec_is_refused_naming_it_and_its_lines(tmp_path, nb):
+    (tmp_path / "other.ipynb").write_text(nb.read_text())
+    twice = {"top.yaml": ("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\nnotebook: other.ipynb\n", "notebook", 4, 1),
+             "nested.yaml": ("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\n  x: [3]\n", "x", 4, 3),
+             "flow.yaml": ("notebook: fx.ipynb\ngrid: {x: [1], x: [2]}\n", "x", 2, 2)}
+    for name, (text, key, line, first) in twice.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SweepError, match=rf"{name} is not valid YAML \(line {line}\): duplicate key '{key}' "
+                                             rf"\(also on line {first}\)"):
+            load_spec(tmp_path / name)
+    (tmp_path / "once.yaml").write_text("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\n")
+    assert [p.params for p in load_spec(tmp_path / "once.yaml").points] == [{"x": 1}, {"x": 2}]
