@@ -354,6 +354,33 @@ class Lock:
         self.release()
 
 
+def held(folder) -> bool:
+    """Whether a live process holds ``folder``'s lock: a reader's question (is a sweep working there now?).
+
+    By flock, and across hosts where flock is local to each host by the record, as ``Lock`` decides it."""
+    lock_path = Path(folder) / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # no flock on this filesystem: the record alone
+            return os.fstat(fd).st_size > 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        try:
+            record = json.loads(os.pread(fd, 1 << 16, 0).decode(errors="replace") or "{}")
+        except ValueError:
+            return False
+        return (isinstance(record, dict) and record.get("host") not in (None, socket.gethostname())
+                and time.time() - os.fstat(fd).st_mtime < STALE_AFTER_S)
+    finally:
+        os.close(fd)
+
+
 def lock(folder, what: str = "run directory") -> Lock:
     """Hold the lock on ``folder`` for this process: ``with rundir.lock(out): ...``. RunDirError when busy."""
     return Lock(folder, what).acquire()

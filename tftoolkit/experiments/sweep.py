@@ -12,7 +12,8 @@ SWEEP_DIR/
 Statuses: ``ok``, ``diverged`` (the run stopped itself: a result, not a crash), ``failed`` (the notebook raised
 or its kernel died, e.g. out of memory), ``timeout`` (ran past --timeout, or Slurm's time limit), ``cancelled``
 (scancel, Slurm backend), and, for points not finished, ``pending`` / ``queued`` (submitted to Slurm) /
-``running``. A failing point is recorded and the sweep goes on.
+``running``. A failing point is recorded and the sweep goes on. A report on a folder where no sweep works (its
+lock is free) reads a point that a killed sweep left ``running`` as ``interrupted``: the rerun runs it again.
 
 Backends: this module runs points on this machine; ``sweep_slurm`` submits them as a Slurm job array whose
 tasks (``sweep_task``) run each point through the same ``start_point`` / ``finish_point`` as here.
