@@ -260,6 +260,7 @@ def test_an_empty_out_is_refused_and_the_working_folder_left_alone(tmp_path, mon
     assert _files(tmp_path) == before and not (tmp_path / rundir.LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_stopped_at_set_up_does_not_block_the_corrected_command(tmp_path, caplog):
     from tftoolkit.errors import ModelError
 
