@@ -43,6 +43,7 @@ def test_a_second_holder_is_refused_with_the_first_one_named(tmp_path):
         assert f"locked by pid {os.getpid()} on {socket.gethostname()}" in str(e.value)
         record = json.loads((tmp_path / "run" / rundir.LOCK_FILE).read_text())
         assert record["pid"] == os.getpid() and record["host"] == socket.gethostname() and record["command"]
+        (tmp_path / "run" / "steps.csv").write_text("step\n")
     # Released: empty record, and the next holder gets it without a warning.
     assert (tmp_path / "run" / rundir.LOCK_FILE).read_text() == ""
     rundir.lock(tmp_path / "run").release()
@@ -129,8 +130,7 @@ def test_force_clears_a_run_but_keeps_the_lock_file(tmp_path):
 def test_an_empty_folder_with_only_a_lock_is_a_new_run_directory(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    rundir.lock(out).release()
-    assert (out / rundir.LOCK_FILE).exists()
+    (out / rundir.LOCK_FILE).write_text("")  # as a holder killed before it wrote anything leaves it
     assert rundir.prepare(out, RunConfig(replicas=1).to_dict()) == (out, False)
     (out / "notes.txt").write_text("x")
     (out / "config.json").unlink(missing_ok=True)
@@ -169,6 +169,8 @@ def test_which_fields_define_a_run_is_decided_for_every_field_both_ways(tmp_path
     base = RunConfig().to_dict()
     out, _ = rundir.prepare(tmp_path / "r", base)
     (out / "config.json").write_text(json.dumps({"config": base}))
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "ckpt-1.index").write_text("")  # it trained: a different config is refused
     for name, value in OTHER_VALUE.items():
         changed = {**base, name: value}
         assert changed != base, name
@@ -194,3 +196,147 @@ def test_a_finished_run_is_left_as_it_is_and_says_what_a_changed_option_would_ne
     assert s["status"] == "ok" and "compute_time_s" not in s
     assert (out / "config.json").read_text() == before  # nothing ran, nothing rewritten
     assert "nothing to do; it ran with measure=False, steps_per_loop=2" in caplog.text and "--force" in caplog.text
+
+
+def _user_folder(folder):
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "train.py").write_text("print('mine')")
+    (folder / "notes.txt").write_text("my notes")
+
+
+def _sweep_folder(folder):
+    (folder / "runs" / "p1").mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"identity": {"notebook": "nb.ipynb", "points": []}}))
+    (folder / "runs" / "p1" / "point.json").write_text(json.dumps({"status": "ok"}))
+    (folder / "results.csv").write_text("id,status\np1,ok\n")
+
+
+def _files(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("make, why", [
+    (_user_folder, "is not a tftoolkit run directory"),
+    (_sweep_folder, "is not a tftoolkit run directory"),
+    (lambda f: (f.mkdir(), (f / "config.json").write_text("my own config, not a run's")), "config.json is not a run's"),
+    (lambda f: (f.mkdir(), (f / "config.json").write_text('{"lr": 0.1}')), "config.json is not a run's"),
+])
+def test_force_replaces_only_a_run_directory(tmp_path, make, why):
+    out = tmp_path / "folder"
+    make(out)
+    before = _files(out)
+    for force in (False, True):
+        with pytest.raises(RunDirError, match=why) as e:
+            rundir.prepare(out, RunConfig(**TINY).to_dict(), force=force)
+        assert "--force" not in str(e.value) and "choose another --out" in str(e.value)
+        assert _files(out) == before
+
+
+def test_train_force_through_the_cli_leaves_a_user_folder_as_it_was(tmp_path, capsys):
+    out = tmp_path / "mine"
+    _user_folder(out)
+    before = _files(out)
+    argv = ["train", "--out", str(out), "--replicas", "1", "--steps", "2", "--dataset", "synthetic",
+            "--image-size", "8", "--train-images", "64", "--no-measure", "--quiet", "--force"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a tftoolkit run directory" in err[0] and "--force" not in err[0]
+    assert _files(out) == before
+
+
+def test_an_empty_out_is_refused_and_the_working_folder_left_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _user_folder(tmp_path)
+    before = _files(tmp_path)
+    with pytest.raises(RunDirError, match="--out is empty"):
+        tftoolkit.train(RunConfig(**TINY), "", quiet=True, force=True)
+    argv = ["train", "--out", "", "--replicas", "1", "--steps", "2", "--dataset", "synthetic", "--image-size", "8",
+            "--train-images", "64", "--no-measure", "--quiet", "--force"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out is empty" in err[0]
+    with pytest.raises(RunDirError, match="--out is empty"):
+        rundir.lock("  ")
+    assert _files(tmp_path) == before and not (tmp_path / rundir.LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_stopped_at_set_up_does_not_block_the_corrected_command(tmp_path, caplog):
+    from tftoolkit.errors import ModelError
+
+    out = tmp_path / "run"
+    with pytest.raises(ModelError, match="unknown model 'small_vg'"):
+        tftoolkit.train(RunConfig(**{**TINY, "model": "small_vg"}), out, quiet=True)
+    assert (out / "config.json").exists()  # it got as far as recording its config
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**TINY), out)  # no --force needed
+    assert s["status"] == "ok" and json.loads((out / "config.json").read_text())["config"]["model"] == "small_cnn"
+    assert "never trained a step" in caplog.text
+
+
+def test_only_a_run_that_trained_a_step_is_protected(tmp_path):
+    base, other = RunConfig(**TINY).to_dict(), RunConfig(**{**TINY, "seed": 7}).to_dict()
+
+    def folder(name, **files):
+        out = tmp_path / name
+        (out / "checkpoints").mkdir(parents=True)
+        (out / "config.json").write_text(json.dumps({"config": base}))
+        for rel, text in files.items():
+            (out / rel.replace("__", "/")).write_text(text)
+        return out
+
+    # Stopped before its first step: a failed summary at step 0, or files of set-up only.
+    for out in (folder("setup"), folder("first_step_failed", **{"summary.json": json.dumps({"status": "failed",
+                                                                                            "steps": 0}),
+                                                                 "env.json": "{}", "monitor.csv": "t\n"})):
+        assert rundir.prepare(out, other) == (out, False)
+        assert sorted(p.name for p in out.iterdir()) == []  # cleared for the new run
+    # A checkpoint, or a summary of steps trained (the checkpoints may be elsewhere): a run to protect.
+    for out in (folder("checkpointed", **{"checkpoints__ckpt-2.index": "", "checkpoints__ckpt-2.data-00000-of-00001": ""}),
+                folder("summarised", **{"summary.json": json.dumps({"status": "failed", "steps": 3})}),
+                folder("unreadable_summary", **{"summary.json": "{half"})):
+        with pytest.raises(RunDirError, match="holds a different run .*--force"):
+            rundir.prepare(out, other)
+        assert (out / "config.json").exists()
+
+
+def _hold(folder, record: str = ""):
+    """Another holder that has the flock but has not written (all of) its record yet, as in a race of two starts."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / rundir.LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, record.encode())
+    return fd
+
+
+def test_a_lock_being_taken_is_named_so_and_a_record_written_meanwhile_is_read(tmp_path):
+    import threading
+
+    for record in ("", '{"pid": 12'):  # nothing yet, or half a record
+        fd = _hold(tmp_path / "run", record)
+        with pytest.raises(RunDirError) as e:
+            rundir.lock(tmp_path / "run")
+        os.close(fd)
+        assert "None" not in str(e.value) and "1970" not in str(e.value)
+        assert "is being taken by another process" in str(e.value)
+    fd = _hold(tmp_path / "run")
+    whole = json.dumps({"pid": 4321, "host": "here", "command": "tftoolkit sweep s.yaml --out k", "started_at": time.time()})
+    later = threading.Timer(0.2, lambda: os.pwrite(fd, whole.encode(), 0))
+    later.start()
+    with pytest.raises(RunDirError, match=r"run directory is locked by pid 4321 on here since .*\(tftoolkit sweep s.yaml --out k\)"):
+        rundir.lock(tmp_path / "run")
+    later.join()
+    os.close(fd)
+
+
+def test_the_holder_s_command_is_recorded_whole_or_its_cut_marked(tmp_path, monkeypatch):
+    long = ["tftoolkit", "sweep", "sweeps/" + "x" * 200 + ".yaml", "--out", "k_step45"]
+    monkeypatch.setattr(sys, "argv", long)
+    with rundir.lock(tmp_path / "a"):
+        assert json.loads((tmp_path / "a" / rundir.LOCK_FILE).read_text())["command"] == " ".join(long)
+    monkeypatch.setattr(sys, "argv", ["tftoolkit", "x" * 5000])
+    with rundir.lock(tmp_path / "b"):
+        command = json.loads((tmp_path / "b" / rundir.LOCK_FILE).read_text())["command"]
+        assert command.endswith("…") and command.startswith("tftoolkit xxx") and len(command) < 5000

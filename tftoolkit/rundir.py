@@ -9,6 +9,8 @@ A process working in a run directory (or a sweep folder) holds its ``.lock``: an
 file, which records who holds it (pid, host, command, start time) and is refreshed every few seconds. A
 second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
 dies, however it dies; the next process then takes it over, with a warning naming the dead holder.
+A process that wrote nothing there (it refused the folder, or stopped before it began) removes the lock file
+it made, and the folder it made: a refused command leaves a folder as it found it.
 
 On one host this is exact. Across hosts on a shared filesystem it is exact where the filesystem carries flock
 between clients (NFSv4; Lustre and GPFS mounted with flock). Where flock is local to each host, a process on
@@ -41,6 +43,8 @@ log = logging.getLogger("tftoolkit")
 LOCK_FILE = ".lock"
 HEARTBEAT_S = 5.0      # how often a holder refreshes its record
 STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
+RECORD_WAIT_S = 1.0    # how long a refused process waits for a holder that has the lock to write its record
+COMMAND_CHARS = 2000   # the holder's command as recorded; a longer one is cut and the cut marked
 
 
 def identity(config_dict: dict, like: dict | None = None) -> dict:
@@ -63,36 +67,71 @@ def config_defaults() -> dict:
     return {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
+def path(out, what: str = "run directory") -> Path:
+    """``out`` as a Path; an empty one (an unset shell variable) is refused: Path("") is the working folder."""
+    if out is None or not str(out).strip():
+        raise RunDirError(f"--out is empty (an unset variable?); give the {what}'s path")
+    return Path(out)
+
+
+def _run_config(cfg_path: Path) -> dict | None:
+    """The config a run recorded in ``cfg_path`` (a run directory's marker), or None when the file is not a run's."""
+    try:
+        old = read_json(cfg_path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
+        return None
+    # A run directory written before a config field existed ran with that field's default.
+    return {**config_defaults(), **old["config"]}
+
+
+def trained(out: Path) -> bool:
+    """Whether the run in ``out`` trained a step that it recorded: a checkpoint (an index file, as
+    engine/checkpoint.py writes them), or a summary of steps trained. One that stopped at set-up (a mistake in its
+    options) has neither, and holds nothing a rerun could resume or a reader could use."""
+    if any((Path(out) / "checkpoints").glob("ckpt-*.index")):
+        return True
+    summary = Path(out) / "summary.json"
+    if not summary.exists():
+        return False
+    try:
+        steps = read_json(summary).get("steps")
+    except (OSError, ValueError, AttributeError):
+        return True  # not known: kept
+    return steps != 0
+
+
 def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     """Create or reopen ``out`` for this config; returns (path, resuming).
 
-    A directory holding a different run is refused (naming the keys that differ) unless ``force``, which
-    clears it. The same config means: resume from its last checkpoint.
+    A run directory is recognised by its config.json (a run's config, written when it starts). One holding a
+    different run is refused (naming the keys that differ) unless ``force``, which clears it; a different run that
+    never trained a step (``trained``) is cleared without it: it is what the corrected command replaces. The same config
+    means: resume from its last checkpoint. Anything else that is not empty (a folder of the user's own files,
+    a sweep folder, a config.json of another kind) is refused, ``force`` or not: it is never deleted.
     """
-    out = Path(out)
+    out = path(out)
     cfg_path = out / "config.json"
     if cfg_path.exists():
-        try:
-            old = read_json(cfg_path).get("config", {})
-            # A run directory written before a config field existed ran with that field's default.
-            old = {**config_defaults(), **old}
-        except (OSError, ValueError):
-            old = None
-        if old is not None and identity(old) == identity(config_dict, like=old):
+        old = _run_config(cfg_path)
+        if old is None:
+            raise RunDirError(f"{out} is not a tftoolkit run directory: its config.json is not a run's (a run writes "
+                              "{\"config\": {...}}), so it is left as it is; choose another --out")
+        if identity(old) == identity(config_dict, like=old):
             return out, True
-        if not force:
-            if old is None:
-                why = "its config.json is unreadable"
-            else:
-                a, b = identity(old), identity(config_dict, like=old)
-                diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                why = "it differs in " + ", ".join(f"{k} ({old.get(k)!r} there, {config_dict.get(k)!r} now)" for k in diff)
+        if not force and trained(out):
+            a, b = identity(old), identity(config_dict, like=old)
+            diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            why = "it differs in " + ", ".join(f"{k} ({old.get(k)!r} there, {config_dict.get(k)!r} now)" for k in diff)
             raise RunDirError(f"{out} holds a different run ({why}); choose another --out or pass --force to overwrite it")
+        if not force:
+            log.info("%s held a run of another config that never trained a step (it stopped at set-up); replacing it",
+                     out)
         clear(out)
-    elif out.exists() and _contents(out) and not force:
-        raise RunDirError(f"{out} exists and is not a tftoolkit run directory; choose another --out or pass --force")
-    elif out.exists() and force:
-        clear(out)
+    elif out.exists() and _contents(out):
+        raise RunDirError(f"{out} exists and is not a tftoolkit run directory (it holds no config.json), so it is "
+                          "left as it is; choose another --out: a new or empty folder")
     ensure_dir(out, "run directory")
     return out, False
 
@@ -129,19 +168,22 @@ def _alive(pid: int, started: float | None) -> bool:
 
 
 def _describe(record: dict) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("started_at", 0)))
-    return f"pid {record.get('pid')} on {record.get('host')} since {when} ({record.get('command', '?')})"
+    started = record.get("started_at")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return f"pid {record.get('pid', '?')} on {record.get('host', '?')} since {when} ({record.get('command', '?')})"
 
 
 class Lock:
     """The lock on ``folder`` (a run directory or a sweep folder) for this process; see the module docstring."""
 
     def __init__(self, folder, what: str = "run directory"):
-        self.folder, self.what = Path(folder), what
+        self.folder, self.what = path(folder, what), what
         self.path = self.folder / LOCK_FILE
         self._fd: int | None = None
         self._flocked = False
-        self._created = False
+        self._created = False     # this process made the folder
+        self._made_file = False   # this process made the lock file
+        self._found: set[str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -153,13 +195,17 @@ class Lock:
         except Exception:  # noqa: BLE001
             started = None
         command = " ".join(" ".join(sys.argv).split())  # one line, however the arguments were quoted
-        return {"pid": os.getpid(), "host": socket.gethostname(), "command": (command or "python")[:200],
+        command = command or "python"
+        if len(command) > COMMAND_CHARS:  # a cut is marked: a shorter --out would name another folder
+            command = command[:COMMAND_CHARS - 1] + "…"
+        return {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                 "started_at": time.time(), "pid_started": started}
 
     def _read(self) -> dict:
         try:
             text = os.pread(self._fd, 1 << 16, 0).decode(errors="replace").strip()
-            return json.loads(text) if text else {}
+            record = json.loads(text) if text else {}
+            return record if isinstance(record, dict) else {}
         except (OSError, ValueError):
             return {}
 
@@ -169,27 +215,65 @@ class Lock:
         os.pwrite(self._fd, data, 0)
         os.fsync(self._fd)
 
-    def acquire(self) -> "Lock":
+    def _open(self) -> bool:
+        """Open the lock file, creating it if there is none; False when it vanished as it was opened (retry)."""
         try:
-            self._created = not self.folder.exists()
             ensure_dir(self.folder, self.what)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                self._made_file = True
+            except FileExistsError:
+                self._fd = os.open(self.path, os.O_RDWR)
+                self._made_file = False
+        except FileNotFoundError:
+            return False
         except OSError as e:
             if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:
                 raise RunDirError(f"cannot write {self.path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); "
                                   f"a {self.what} must be writable: choose another folder") from None
             raise
+        return True
+
+    def _is_the_lock_file(self) -> bool:
+        """Whether the file we opened is still the one at ``path``: a holder that wrote nothing deletes it on release."""
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._flocked = True
-        except BlockingIOError:
-            holder = self._read()
+            here, ours = os.stat(self.path), os.fstat(self._fd)
+        except FileNotFoundError:
+            return False
+        return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)
+
+    def acquire(self) -> "Lock":
+        self._created = not self.folder.exists()
+        deadline = time.monotonic() + RECORD_WAIT_S
+        for _ in range(1000):
+            if not self._open():
+                continue
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._flocked = True
+            except BlockingIOError:
+                holder = self._read()
+                self._close()
+                if "pid" not in holder and time.monotonic() < deadline:
+                    # The holder has just taken it (or is releasing it) and its record is empty or half written:
+                    # look again in a moment rather than name a holder from nothing.
+                    time.sleep(0.05)
+                    continue
+                who = (f"is locked by {_describe(holder)}" if "pid" in holder else
+                       "is being taken by another process right now (its lock record is not written yet)")
+                raise RunDirError(f"{self.folder} is in use: this {self.what} {who}; wait for it to end or stop that "
+                                  "process (--force never breaks a live lock)") from None
+            except OSError as e:  # ENOLCK, EOPNOTSUPP: a filesystem without flock; the record still guards it
+                log.warning("%s: the filesystem does not support flock (%s); relying on the lock file's record alone",
+                            self.folder, e.strerror)
+            if self._is_the_lock_file():
+                break
+            # Its holder deleted it while we opened it, and another process may hold a new one: open that.
+            self._unlock()
             self._close()
-            raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(holder)}; wait for "
-                              "it to end or stop that process (--force never breaks a live lock)") from None
-        except OSError as e:  # ENOLCK, EOPNOTSUPP: a filesystem without flock; the record still guards it
-            log.warning("%s: the filesystem does not support flock (%s); relying on the lock file's record alone",
-                        self.folder, e.strerror)
+        else:
+            raise RunDirError(f"{self.folder}: the lock file {self.path} keeps changing under this process; "
+                              "another process keeps taking this folder: stop it, then run again")
         previous = self._read()
         if previous:
             self._check_previous(previous)
@@ -198,6 +282,9 @@ class Lock:
         # the lock ours no live process of this folder is writing one, so the leftovers go (the files they
         # were to replace are intact). Sub-folders are not ours to clean: a sweep's points lock their own.
         remove_stale_temps(self.folder)
+        # What the folder held when this process made the lock file: if that is all it holds at release, this
+        # process wrote nothing here (it refused the folder, or stopped before it began) and removes its lock file.
+        self._found = {p.name for p in _contents(self.folder)} if self._made_file else None
         self._thread = threading.Thread(target=self._heartbeat, name="tftoolkit-lock", daemon=True)
         self._thread.start()
         return self
@@ -229,6 +316,12 @@ class Lock:
             except OSError:
                 pass
 
+    def _unlock(self) -> None:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
+
     def _close(self) -> None:
         if self._fd is not None:
             try:
@@ -244,13 +337,14 @@ class Lock:
         if self._fd is not None:
             try:
                 os.ftruncate(self._fd, 0)  # an empty record: the next holder has nothing to warn about
-                if self._created and not _contents(self.folder):
-                    # Nothing was written (the run stopped before it began): leave no empty folder behind.
+                if self._found is not None and {p.name for p in _contents(self.folder)} == self._found:
+                    # Nothing was written: leave the folder as it was found (no lock file, no folder it made).
                     os.unlink(self.path)
-                    self.folder.rmdir()
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    if self._created:
+                        self.folder.rmdir()
             except OSError:
                 pass
+            self._unlock()
             self._close()
 
     def __enter__(self) -> "Lock":
@@ -258,6 +352,33 @@ class Lock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def held(folder) -> bool:
+    """Whether a live process holds ``folder``'s lock: a reader's question (is a sweep working there now?).
+
+    By flock, and across hosts where flock is local to each host by the record, as ``Lock`` decides it."""
+    lock_path = Path(folder) / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # no flock on this filesystem: the record alone
+            return os.fstat(fd).st_size > 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        try:
+            record = json.loads(os.pread(fd, 1 << 16, 0).decode(errors="replace") or "{}")
+        except ValueError:
+            return False
+        return (isinstance(record, dict) and record.get("host") not in (None, socket.gethostname())
+                and time.time() - os.fstat(fd).st_mtime < STALE_AFTER_S)
+    finally:
+        os.close(fd)
 
 
 def lock(folder, what: str = "run directory") -> Lock:

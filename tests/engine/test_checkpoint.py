@@ -110,3 +110,17 @@ def test_a_non_chief_saves_nothing_that_stays(tmp_path):
     objs = _objects()
     checkpoint.Checkpoints(tmp_path / "ck", objs, worker_id=1).save(2)
     assert not (tmp_path / "ck" / "workertemp_1").exists() and checkpoint.steps_on_disk(tmp_path / "ck") == []
+
+
+def test_a_state_file_s_temporary_left_by_a_kill_goes_on_resume_and_on_the_next_save(tmp_path):
+    objs = _objects()
+    c = checkpoint.Checkpoints(tmp_path / "ck", objs)
+    _save(c, objs, 2, 2.0)
+    # Killed while rewriting the ``checkpoint`` state file (fileio.atomic_write's temporary name).
+    (tmp_path / "ck" / ".checkpoint.k1ll3d.tmp").write_text('model_checkpoint_path: "ckpt')
+    checkpoint.Checkpoints(tmp_path / "ck", _objects()).restore_latest()  # the resume
+    assert not list((tmp_path / "ck").glob(".*.tmp"))
+    (tmp_path / "ck" / ".checkpoint.4g41n.tmp").write_text("")  # a second run in this process, killed the same way
+    _save(c, objs, 4, 4.0)
+    assert not list((tmp_path / "ck").glob(".*.tmp"))
+    assert checkpoint.steps_on_disk(tmp_path / "ck") == [4, 2]

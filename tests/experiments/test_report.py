@@ -3,6 +3,7 @@ figures. The folders here are written by hand in the layout sweeps and notebooks
 """
 
 import json
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -369,3 +370,16 @@ def test_a_list_parameter_with_one_value_per_point_is_named_by_its_value(tmp_pat
         for i, n in enumerate((1, 2))])
     labels = report.run_labels(report.load([tmp_path / "scaling"]))
     assert sorted(labels) == ["replicas=1", "replicas=2"]
+
+
+def test_a_point_left_running_by_a_killed_sweep_reads_interrupted_and_a_live_one_running(tmp_path):
+    from tftoolkit import rundir
+
+    root = _sweep(tmp_path / "s", "nb.ipynb", [("p0", {"x": 1}, None), ("p1", {"x": 2}, None)])
+    table = pd.read_csv(root / "results.csv")
+    table.loc[1, "status"] = "running"  # as the sweep wrote it while p1 ran, before it was killed
+    table.to_csv(root / "results.csv", index=False)
+    (root / rundir.LOCK_FILE).write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))  # a dead one's record
+    assert report.load(root).points["status"].tolist() == ["failed", "interrupted"]
+    with rundir.lock(root, "sweep folder"):  # a sweep works there now: its point does run
+        assert report.load(root).points["status"].tolist() == ["failed", "running"]

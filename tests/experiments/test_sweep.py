@@ -172,6 +172,10 @@ def test_a_folder_holding_another_sweep_is_refused_unless_force(tmp_path, nb):
     with pytest.raises(SweepError, match="not a sweep folder"):
         sweep.open_dir(a, other, force=True)
     assert (other / "thesis.tex").exists()
+    # The whole command: refused, and the folder left as it was (no lock file of the refused sweep).
+    with pytest.raises(SweepError, match="not a sweep folder"):
+        sweep.run(a, other, force=True, quiet=True)
+    assert sorted(p.name for p in other.iterdir()) == ["thesis.tex"]
 
 
 def test_dry_run_lists_points_and_writes_nothing(tmp_path, nb, capsys):
@@ -387,3 +391,32 @@ def test_a_spec_on_a_notebook_without_parameters_or_without_a_file_is_refused(tm
         assert cli.main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_results_csv_keeps_integers_integers_when_a_point_has_no_figures_yet(tmp_path, nb):
+    spec = load_spec(spec_dict(grid={"x": [1, 2]}), tmp_path)
+    out = tmp_path / "out"
+    done, running = spec.points
+    for point, record in ((done, {"status": "ok", "runs": 1, "wall_s": 2.5,
+                                  "figures": {"steps": 48, "images_per_sec": 10.5}}),
+                          (running, {"status": "running", "started": time.time()})):
+        sweep.point_dir(out, point).mkdir(parents=True)
+        (sweep.point_dir(out, point) / sweep.POINT_JSON).write_text(json.dumps({"id": point.id, **record}))
+    lines = sweep.write_results(spec, out).read_text().splitlines()
+    header, first = lines[0].split(","), lines[1].split(",")
+    row = dict(zip(header, first))
+    assert row["steps"] == "48" and row["runs"] == "1" and row["x"] == "1" and row["images_per_sec"] == "10.5"
+
+
+def test_a_key_given_twice_in_a_spec_is_refused_naming_it_and_its_lines(tmp_path, nb):
+    (tmp_path / "other.ipynb").write_text(nb.read_text())
+    twice = {"top.yaml": ("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\nnotebook: other.ipynb\n", "notebook", 4, 1),
+             "nested.yaml": ("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\n  x: [3]\n", "x", 4, 3),
+             "flow.yaml": ("notebook: fx.ipynb\ngrid: {x: [1], x: [2]}\n", "x", 2, 2)}
+    for name, (text, key, line, first) in twice.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SweepError, match=rf"{name} is not valid YAML \(line {line}\): duplicate key '{key}' "
+                                             rf"\(also on line {first}\)"):
+            load_spec(tmp_path / name)
+    (tmp_path / "once.yaml").write_text("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\n")
+    assert [p.params for p in load_spec(tmp_path / "once.yaml").points] == [{"x": 1}, {"x": 2}]

@@ -13,7 +13,8 @@ def add(sub) -> None:
                                    "interrupted, summary written; SIGTERM first checkpoints the steps trained. Exit "
                                    "code 0 ok, 1 failed or diverged, 2 a mistake to fix, 130 Ctrl-C, 143 SIGTERM.")
     p.add_argument("--out", required=True, help="run directory; rerunning the same config there resumes it")
-    p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run")
+    p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run (a run "
+                   "directory only: a folder of other files is never deleted)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
     add_config_options(p)
     p.set_defaults(func=run)

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import RunDirError
-from ..fileio import atomic_write
+from ..fileio import atomic_write, remove_stale_temps
 
 log = logging.getLogger("tftoolkit")
 
@@ -72,6 +72,10 @@ class Checkpoints:
         self.write_dir = write_dir(self.directory, worker_id)
         if worker_id != 0:
             shutil.rmtree(self.write_dir, ignore_errors=True)  # left by a worker killed while saving
+        else:
+            # The state file's temporary name, left by a kill between its write and its rename (the state file
+            # itself is intact); the run directory's lock says no other process of this run is writing one.
+            remove_stale_temps(self.directory)
 
     # --- saving ------------------------------------------------------------------------------------------
     def save(self, step: int) -> None:
@@ -127,6 +131,7 @@ class Checkpoints:
                 p.unlink(missing_ok=True)  # older checkpoints, and data files a kill left without an index
             elif p.name.startswith(f".tmp-{PREFIX}-") and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
+        remove_stale_temps(self.directory)  # the state file's, as in __init__
 
     # --- restoring ---------------------------------------------------------------------------------------
     def restore_latest(self) -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import fileio
+from .. import fileio, rundir
 from .. import summary as summary_schema
 from ..errors import DataError
 
@@ -137,6 +137,9 @@ def load(paths) -> Results:
         src = src.resolve()
         if (src / "results.csv").exists() and (src / "sweep.json").exists():
             p = _csv(src / "results.csv")
+            if "status" in p and not rundir.held(src):
+                # A point the sweep was running when it was killed: nothing runs it now (the rerun will).
+                p["status"] = p["status"].replace("running", "interrupted")
             if not p.empty:
                 cols = list(p.columns)
                 # results.csv puts the point's parameters between 'id' and 'status'.

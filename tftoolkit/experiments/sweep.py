@@ -12,7 +12,8 @@ SWEEP_DIR/
 Statuses: ``ok``, ``diverged`` (the run stopped itself: a result, not a crash), ``failed`` (the notebook raised
 or its kernel died, e.g. out of memory), ``timeout`` (ran past --timeout, or Slurm's time limit), ``cancelled``
 (scancel, Slurm backend), and, for points not finished, ``pending`` / ``queued`` (submitted to Slurm) /
-``running``. A failing point is recorded and the sweep goes on.
+``running``. A failing point is recorded and the sweep goes on. A report on a folder where no sweep works (its
+lock is free) reads a point that a killed sweep left ``running`` as ``interrupted``: the rerun runs it again.
 
 Backends: this module runs points on this machine; ``sweep_slurm`` submits them as a Slurm job array whose
 tasks (``sweep_task``) run each point through the same ``start_point`` / ``finish_point`` as here.
@@ -228,7 +229,9 @@ def results_frame(spec: Spec, out: Path):
             # A summary field named like a parameter (replicas, say) keeps the parameter's column.
             row[k if k not in row else f"run_{k}"] = _cell(v)
         rows.append(row)
-    return pd.DataFrame(rows)
+    # Object columns: a column with a blank (a point not finished, a figure one run lacks) would otherwise turn
+    # to floats, and 48 steps would read 48.0.
+    return pd.DataFrame(rows, dtype=object)
 
 
 def write_results(spec: Spec, out: Path) -> Path:
@@ -358,7 +361,7 @@ def run(spec, out, *, timeout: float | None = None, rerun_failed: bool = False, 
         spec = load_spec(spec)
     if timeout is not None and not timeout > 0:
         raise SweepError(f"--timeout must be > 0 seconds, got {timeout}")
-    out = Path(out)
+    out = rundir.path(out, "sweep folder")  # "" would be the working folder
     devices = visible_gpus() if gpus is None else [str(g) for g in gpus]
     slots = gpu_slots(devices, gpus_per_run)
     # One sweep process per folder: a second one on the same folder stops here, naming the first.

@@ -138,7 +138,7 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
         raise SweepError(f"--timeout must be > 0 seconds, got {timeout}")
     opts.time = slurm.time_limit(timeout, opts.time)
     slurm.require()
-    out = Path(out)
+    out = rundir.path(out, "sweep folder")  # "" would be the working folder
     with rundir.lock(out, "sweep folder"):
         resuming = sweep.open_dir(spec, out, force)
         if not resuming and _jobs_path(out).exists():

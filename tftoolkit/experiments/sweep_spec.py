@@ -80,6 +80,31 @@ def default_report() -> Path:
 
 
 # --- loading -------------------------------------------------------------------------------------------
+def _unique_keys_loader():
+    """yaml.SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (also on line {seen[key]}); keep one of them",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+            except TypeError:
+                continue  # an unhashable key: SafeLoader's own error says so
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return UniqueKeyLoader
+
+
 def load(spec, base_dir: str | Path | None = None) -> Spec:
     """Read and validate a spec (a YAML path, or a dict with paths relative to ``base_dir``)."""
     if isinstance(spec, (str, Path)):
@@ -89,7 +114,7 @@ def load(spec, base_dir: str | Path | None = None) -> Spec:
         import yaml
 
         try:
-            raw = yaml.safe_load(path.read_text())
+            raw = yaml.load(path.read_text(), Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""

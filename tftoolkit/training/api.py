@@ -49,6 +49,8 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     from ..engine import session
 
     ensure_logging(quiet)
+    if out is not None:
+        out = rundir.path(out)  # "" would be the working folder
     config, cluster = spec.resolve(config)  # a cluster in TF_CONFIG or Slurm sets `workers`
     config = session.resolve(config)
     if model is not None:
