@@ -2,6 +2,7 @@
 imports another module's private names; few plain modules at the top; cli is the only place that prints."""
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -134,3 +135,17 @@ def test_only_the_cli_prints():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
                 offences.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offences, "print() outside tftoolkit/cli: " + ", ".join(offences)
+
+
+def test_every_test_the_readme_s_reliability_table_names_exists():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("### Reliability:", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    named, missing = 0, []
+    for row in table.splitlines()[2:]:
+        current = None
+        for ref in re.findall(r"`([\w/]*\.py)?::(\w+)`", row):
+            current = ref[0] or current
+            named += 1
+            if not re.search(rf"^def {ref[1]}\(", (ROOT / "tests" / current).read_text(), re.M):
+                missing.append(f"{current}::{ref[1]}")
+    assert named >= 14 and not missing, missing
