@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -450,11 +451,13 @@ class Run:
         try:
             self._finish()
         finally:
-            log.error("failed: %s", line)
-            logging.shutdown()  # flushes the log handlers; os._exit runs nothing else
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
+            try:
+                log.error("failed: %s", line)
+                logging.shutdown()  # flushes the log handlers; os._exit runs nothing else
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(1)  # whatever failed above: the stuck call would otherwise hold the process for ever
 
     def _probe_input(self):
         """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
