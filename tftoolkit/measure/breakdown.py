@@ -281,6 +281,7 @@ def time_step_parts(engine, config, source, train_examples: int, iterator, round
     n = steps or config.steps_per_loop
     # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
     replay = Replay(engine.feed.replay(strategy, source, config))
+    t0 = time.perf_counter()
     saved = _snapshot(engine)
     try:
         bare = build_engine(config, strategy, source, train_examples, allreduce=False, model=engine.model_source
@@ -290,11 +291,12 @@ def time_step_parts(engine, config, source, train_examples: int, iterator, round
         # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
         for loop_fn, it in variants:
             _time_loop(loop_fn, it, 1)
+        warm_s = time.perf_counter() - t0
         times = interleaved(*[lambda f=f, it=it: _time_loop(f, it, n) for f, it in variants], rounds=rounds)
     finally:
         _restore(saved)
     return {"step_all_s": times[0].tolist(), "no_input_all_s": times[1].tolist(), "compute_all_s": times[2].tolist(),
-            "steps_per_call": n}
+            "steps_per_call": n, "warmup_s": warm_s}
 
 
 def interleaved(*timers, rounds: int) -> list[np.ndarray]:
@@ -349,7 +351,8 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
     out["communication_note"] = ""
     errors = []
     t0 = time.perf_counter()
-    costs = {"rounds": (parts or {}).get("seconds", 0.0)}
+    costs = {"rounds": (parts or {}).get("seconds", 0.0),
+             "of which the no-all-reduce engine, traces and warm-up": (parts or {}).get("warmup_s", 0.0)}
     if parts is None:
         errors.append("step breakdown: not timed (no training iterator)")
     elif "error" in parts:
@@ -378,7 +381,7 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
     except Exception as e:  # noqa: BLE001
         errors.append(f"flops: {type(e).__name__}: {e}")
     costs["FLOPs and peak"] = time.perf_counter() - t1
-    out["measure_time_s"] = time.perf_counter() - t0 + costs["rounds"]
+    out["measure_time_s"] = time.perf_counter() - t0 + costs["rounds"]  # the rounds ran before, in _loop
     out["measure_cost"] = ", ".join(f"{k} {v:.1f} s" for k, v in costs.items())
     if errors:
         out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
@@ -392,8 +395,9 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
 def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int) -> str:
     """What measuring cost the run, for the log: seconds, share of the run's wall time, and where they went."""
     share = measure_s / wall_s if wall_s > 0 else math.nan
-    why = (f"; over {MEASURE_SHARE * 2:.0%}: {MIN_ROUNDS} rounds of 3 calls is the least a median with an error "
-           "needs, and each new step variant is traced once" if share > 2 * MEASURE_SHARE else "")
+    why = (f"; over {MEASURE_SHARE * 2:.0%}: the step without input and the step without the all-reduce are traced "
+           f"once each, and {MIN_ROUNDS} rounds of 3 one-step calls are the least a median with an error needs; "
+           "--no-measure skips it" if share > 2 * MEASURE_SHARE else "")
     return (f"measurement: {measure_s:.1f} s, {share:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
             f"rounds of {steps} step(s) a call){why}")
 
