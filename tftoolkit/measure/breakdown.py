@@ -73,12 +73,6 @@ PARTS = (("compute", "compute_time_s"), ("all-reduce", "allreduce_time_s"), ("in
 
 
 # --- formulas (pinned by tests/measure/test_breakdown.py) --------------------------------------------------
-def standard_error(values) -> float:
-    v = np.asarray(list(values), dtype=float)
-    v = v[np.isfinite(v)]
-    return float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
-
-
 @dataclass(frozen=True)
 class Part:
     """One part of the step: the median over rounds (``raw``), its bootstrap standard error, and what is reported:
