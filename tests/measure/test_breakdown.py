@@ -316,3 +316,17 @@ def test_on_a_loaded_host_the_parts_add_up_to_the_step(tmp_path, monkeypatch):
     compute_vs_step = math.hypot(s["compute_time_uncertainty_s"], s.get("breakdown_step_time_uncertainty_s", 0.0))
     assert s["compute_time_s"] <= step + measure.NOISE_SIGMAS * compute_vs_step, (s["compute_time_s"], step)
     assert s["breakdown_adds_up"] is True and all(s[k] >= 0 for k in keys)
+
+
+def test_every_worker_of_a_multi_worker_run_times_the_same_rounds(monkeypatch):
+    # Each step's all-reduce joins every worker: a plan sized by each worker's own clock could differ between them.
+    seen = []
+    monkeypatch.setattr(measure, "time_step_parts", lambda *a, rounds, steps: seen.append((rounds, steps)) or {})
+
+    class Source:
+        train_examples = 64
+
+    for workers in (1, 2):
+        cfg = RunConfig(replicas=2, steps=8, workers=workers, **SMALL)
+        measure.measure_parts(None, cfg, Source, None, train_s=100.0, step_s=0.001)
+    assert seen == [(measure.MAX_ROUNDS, cfg.steps_per_loop), (measure.MIN_ROUNDS, 1)]

@@ -326,7 +326,9 @@ def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: 
 def measure_parts(engine, config, source, iterator, train_s: float, step_s: float) -> dict:
     """The interleaved rounds (``time_step_parts``) while the run's training ``iterator`` is alive, sized by ``plan``
     to the training loop's ``train_s`` seconds at ``step_s`` a step; what fails is returned as ``error``."""
-    rounds, n = plan(config.steps_per_loop, step_s, train_s)
+    # Every worker of a multi-worker run must run the same calls (each step's all-reduce joins them all), and each
+    # would size the plan by its own clock: they take the fixed floor instead.
+    rounds, n = plan(config.steps_per_loop, step_s, train_s) if config.workers <= 1 else (MIN_ROUNDS, 1)
     t0 = time.perf_counter()
     try:
         parts = time_step_parts(engine, config, source, source.train_examples, iterator, rounds=rounds, steps=n)
