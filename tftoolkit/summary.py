@@ -163,27 +163,40 @@ _ALL = (
                              "(the workers the dispatcher had, when it could tell)"),
     ])
     + _fields("breakdown (measure=True)", [
-        ("step_time_no_input_s", "s", "the full step on one batch already on the devices (no input pipeline)"),
-        ("compute_time_s", "s", "the same step without the gradient all-reduce"),
+        ("breakdown_step_time_s", "s", "the real training step (the run's own input), median of the breakdown's "
+                                       "rounds: each round times it, the step without input and the step without "
+                                       "the all-reduce, interleaved, so the parts below split this step"),
+        ("breakdown_step_time_uncertainty_s", "s", "bootstrap standard error of breakdown_step_time_s"),
+        ("step_time_no_input_s", "s", "the full step on one batch already on the devices (no input pipeline), median "
+                                      "of the rounds"),
+        ("compute_time_s", "s", "the same step without the gradient all-reduce, median of the rounds"),
         ("micro_step_time_s", "s", "compute_time_s / accumulate, derived, not timed apart: one micro-batch's forward "
                                    "and backward pass (with its share of the update); an optimizer step is accumulate "
                                    "of them and one all-reduce"),
-        ("allreduce_time_s", "s", "step_time_no_input_s - compute_time_s: the all-reduce the step pays"),
+        ("allreduce_time_s", "s", "median over rounds of (step without input - compute), >= 0: the all-reduce the "
+                                  "step pays"),
         ("allreduce_direct_time_s", "s", "the gradient all-reduce timed alone (nothing to overlap with)"),
-        ("input_wait_s", "s", "step_time_s - step_time_no_input_s: waiting for input"),
-        ("compute_time_uncertainty_s", "s", "standard error of compute_time_s over the measurement rounds"),
-        ("allreduce_time_uncertainty_s", "s", "standard error of the paired (full - compute) differences"),
+        ("input_wait_s", "s", "median over rounds of (step - step without input), >= 0: waiting for input"),
+        ("other_time_s", "s", "breakdown_step_time_s - the medians of compute, all-reduce and input wait (medians do "
+                              "not add), >= 0: near 0 within its uncertainty"),
+        ("compute_time_uncertainty_s", "s", "bootstrap standard error of compute_time_s (rounds resampled)"),
+        ("allreduce_time_uncertainty_s", "s", "bootstrap standard error of allreduce_time_s"),
         ("allreduce_direct_time_uncertainty_s", "s", "standard error of allreduce_direct_time_s (the paired "
                                                      "differences of the call with and without the all-reduce)"),
-        ("input_wait_uncertainty_s", "s", "standard error of input_wait_s (the step without input and the training "
-                                          "step combined)"),
-        ("breakdown_note", "", "which parts are within noise (under 2 standard errors of zero): the parts are timed "
-                               "apart and need not add up to step_time_s"),
-        ("input_wait_fraction", "1", "input_wait_s / step_time_s"),
+        ("input_wait_uncertainty_s", "s", "bootstrap standard error of input_wait_s"),
+        ("other_time_uncertainty_s", "s", "bootstrap standard error of other_time_s"),
+        ("breakdown_rounds", "1", "interleaved rounds the parts are medians of"),
+        ("breakdown_adds_up", "", "the invariant: compute + all-reduce + input wait + other = breakdown_step_time_s "
+                                  "within 2 times their combined uncertainty (false only when clipping a part that "
+                                  "came out negative beyond its noise moved the sum)"),
+        ("breakdown_note", "", "which parts are within noise (under 2 standard errors of zero) and whether the parts "
+                               "add up to the step"),
+        ("input_wait_fraction", "1", "input_wait_s / breakdown_step_time_s"),
         ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s)"),
         ("communication_note", "", "one sentence: compute-bound or communication-bound, with the times"),
         ("imbalance", "1", "max / mean of examples_per_replica (1.0 = every replica did the same work)"),
-        ("measure_time_s", "s", "time the measurement took, after training"),
+        ("measure_time_s", "s", "time the measurement took, after training (the breakdown's rounds included)"),
+        ("measure_cost", "", "where measure_time_s went: the rounds, the direct all-reduce, FLOPs and the peak"),
         ("measure_error", "", "what could not be measured, when something could not"),
     ])
     + _fields("FLOPs (measure=True)", [

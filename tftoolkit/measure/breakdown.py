@@ -1,32 +1,43 @@
 """Where a training step's time goes: compute, gradient all-reduce, input wait; load balance; FLOPs and MFU.
 
-Runs after training (``RunConfig.measure``), on the trained run's strategy and shapes, and adds these
-fields to summary.json:
+Runs after training (``RunConfig.measure``), on the trained run's strategy and shapes. The step is split in
+interleaved rounds, timed while the run's training iterator is still alive (``measure_parts``): each round times
+one call of the same length of three variants, in a rotated order,
 
-  step_time_no_input_s    the full step on one real batch already on the devices (no input pipeline at all)
-  compute_time_s          the same step with no gradient all-reduce: each replica applies its own gradient
-                          (engine.step.build_engine(allreduce=False)), so the only thing missing is communication
-  micro_step_time_s       compute_time_s / accumulate (derived): with --accumulate K an optimizer step is K micro-steps
-                          (forward and backward of one micro-batch each, their share of the update included) and
-                          one all-reduce; without, the compute itself
-  allreduce_time_s        step_time_no_input_s - compute_time_s (median of interleaved pairs, >= 0): the
-                          all-reduce time the step really pays, after any overlap with compute (once per
-                          optimizer step, whatever K)
-  *_uncertainty_s         the standard error of compute, all-reduce (of the paired differences) and input wait;
-                          a part smaller than twice its uncertainty is "within noise", and ``breakdown_note`` says
-                          which. The parts are timed apart, so they need not add up to the step exactly
+  A  the real training step (the run's own input pipeline)
+  B  the same step on one batch already on the devices (no input)
+  C  B without the gradient all-reduce (engine.step.build_engine(allreduce=False): each replica applies its own
+     gradient, so the only thing missing is communication)
+
+so that a round's three calls see the same machine state, and the parts split the step they were timed beside,
+not one from another moment (on a loaded host the two need not agree). summary.json gets:
+
+  breakdown_step_time_s   median of A, the step the parts split (training's step_time_s was timed earlier)
+  step_time_no_input_s    median of B
+  compute_time_s          median of C
+  micro_step_time_s       compute_time_s / accumulate (derived): with --accumulate K an optimizer step is K
+                          micro-steps and one all-reduce
+  allreduce_time_s        median of B - C: the all-reduce the step really pays, after any overlap with compute
+  input_wait_s            median of A - B
+  other_time_s            breakdown_step_time_s - the three medians (medians do not add; near zero)
+  *_uncertainty_s         each median's bootstrap standard error (rounds resampled whole)
+  breakdown_adds_up       the invariant: the four parts add up to the step within 2 times their combined error
+  breakdown_note          which parts are within noise (under 2 errors of zero; reported >= 0, never negative)
   allreduce_direct_time_s the gradient all-reduce timed alone (allreduce.time_allreduce on the model's
                           gradient shapes, as the step packs them): its cost with nothing to overlap
-  input_wait_s            training's median step time - step_time_no_input_s (>= 0)
-  input_wait_fraction     input_wait_s / training's step time
+  input_wait_fraction     input_wait_s / breakdown_step_time_s
   communication_fraction  allreduce_time_s / (compute_time_s + allreduce_time_s)
   communication_note      one sentence; says so when communication exceeds compute
   imbalance               max / mean of the examples each replica trained on (1.0 = balanced)
   flops_per_example ... mfu  see tftoolkit.measure.flops
+  measure_time_s, measure_cost  what measuring took, and where (the run logs it with its share of the run)
+
+Cost: the rounds get MEASURE_SHARE of the training loop's time (``plan``), but never fewer than MIN_ROUNDS rounds
+of one step: a median and its error need them, whatever they cost, and the run's log says what they cost.
 
 Measuring never changes the trained model: the extra steps on the trained engine run from a snapshot of
 every model and optimizer variable, restored afterwards; the no-all-reduce engine is a separate model.
-The timed training loop itself is untouched: all of this happens after it, at the cost of a few loops.
+The timed training loop itself is untouched: all of this happens after it.
 """
 
 from __future__ import annotations
@@ -34,70 +45,142 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 log = logging.getLogger("tftoolkit")
 
-# Interleaved (full step, compute-only step) loop pairs of steps_per_loop steps, after a one-step warm-up each.
-# Interleaving makes each pair see the same machine state (turbo, other processes), so their difference is
-# the all-reduce.
-MEASURE_ROUNDS = 5  # enough pairs for a standard error of each part
+# Rounds of three interleaved calls of steps_per_loop steps each, after a warm-up call each: the real training step
+# (the run's own iterator), the same step on one batch already on the devices (no input), and that step without the
+# all-reduce. Interleaving (in a rotated order) makes each round's three calls see the same machine state (turbo,
+# other processes), so per-round differences are the parts, and the step they split is timed beside them.
+MIN_ROUNDS, MAX_ROUNDS = 5, 9  # 5 rounds: a median and a bootstrap error that means something; more only if cheap
+MEASURE_SHARE = 0.05  # the rounds' share of the training loop's time, above MIN_ROUNDS (the cost stays ~10% of a run)
 DIRECT_ALLREDUCE_REPEATS = 5
+BOOTSTRAP = 1000  # resamples of the rounds for each median's standard error
 
-FIELDS = ("step_time_no_input_s", "compute_time_s", "micro_step_time_s", "allreduce_time_s", "allreduce_direct_time_s", "input_wait_s",
+FIELDS = ("breakdown_step_time_s", "step_time_no_input_s", "compute_time_s", "micro_step_time_s", "allreduce_time_s",
+          "allreduce_direct_time_s", "input_wait_s", "other_time_s", "breakdown_step_time_uncertainty_s",
           "compute_time_uncertainty_s", "allreduce_time_uncertainty_s", "allreduce_direct_time_uncertainty_s",
-          "input_wait_uncertainty_s", "breakdown_note",
+          "input_wait_uncertainty_s", "other_time_uncertainty_s", "breakdown_rounds", "breakdown_adds_up",
+          "breakdown_note",
           "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
           "forward_flops_per_example", "flops_source", "achieved_flops", "peak_flops", "peak_flops_source", "mfu")
 NOISE_SIGMAS = 2.0  # a part within this many standard errors of zero is reported as within noise
+PARTS = (("compute", "compute_time_s"), ("all-reduce", "allreduce_time_s"), ("input wait", "input_wait_s"),
+         ("other", "other_time_s"))
 
 
-# --- formulas (pinned by tests/test_measure.py) ----------------------------------------------------------
-def standard_error(values) -> float:
-    v = np.asarray(list(values), dtype=float)
-    v = v[np.isfinite(v)]
-    return float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+# --- formulas (pinned by tests/measure/test_breakdown.py) --------------------------------------------------
+@dataclass(frozen=True)
+class Part:
+    """One part of the step: the median over rounds (``raw``), its bootstrap standard error, and what is reported:
+    ``raw`` clipped at 0 (a difference is never negative) and marked when within NOISE_SIGMAS errors of zero."""
+
+    raw: float
+    uncertainty: float
+
+    @property
+    def within_noise(self) -> bool:
+        return self.uncertainty == self.uncertainty and abs(self.raw) < NOISE_SIGMAS * self.uncertainty
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.raw) if self.raw == self.raw else math.nan
 
 
-def breakdown(step_time_s: float, step_no_input_s: float, compute_s: float, replicas: int,
-              allreduce_s: float | None = None, *, full_all=None, compute_all=None,
-              step_time_uncertainty_s: float = math.nan, accumulate: int = 1) -> dict:
-    """Split a step into compute, all-reduce and input wait; ``allreduce_s`` defaults to the difference
-    ``step_no_input_s - compute_s``. Negative differences (timing noise) are clipped to 0 in the fields, and the
-    uncertainties (from the per-round timings ``full_all`` / ``compute_all``, and the training step's own) say
-    which parts are within noise (``breakdown_note``)."""
-    if allreduce_s is None:
-        allreduce_s = step_no_input_s - compute_s
-    raw_allreduce = allreduce_s
-    allreduce_s = max(0.0, allreduce_s) if allreduce_s == allreduce_s else math.nan
-    raw_wait = step_time_s - step_no_input_s
-    input_wait = max(0.0, raw_wait) if raw_wait == raw_wait else math.nan
-    full_all = list(full_all) if full_all is not None else []
-    compute_all = list(compute_all) if compute_all is not None else []
-    compute_se = standard_error(compute_all)
-    allreduce_se = (standard_error(np.subtract(full_all, compute_all)) if len(full_all) == len(compute_all)
-                    else math.nan)
-    full_se = standard_error(full_all)
-    wait_se = math.hypot(full_se, step_time_uncertainty_s) if step_time_uncertainty_s == step_time_uncertainty_s \
-        else full_se
-    noisy = [name for name, value, se in (("all-reduce", raw_allreduce, allreduce_se), ("input wait", raw_wait, wait_se))
-             if se == se and value == value and abs(value) < NOISE_SIGMAS * se]
+@dataclass(frozen=True)
+class Breakdown:
+    """The step and its parts, from interleaved rounds. Invariant (checked at construction and in ``adds_up``):
+    compute + all-reduce + input wait + other = step within NOISE_SIGMAS times their combined uncertainty. Each part
+    is a median over rounds of a per-round difference; "other" is what the three medians leave of the step's median
+    (medians do not add), so the raw parts add up to the step exactly and only clipping at 0 can move the sum."""
+
+    step: Part
+    no_input: Part
+    compute: Part
+    allreduce: Part
+    input_wait: Part
+    other: Part
+    rounds: int
+
+    @property
+    def parts(self) -> dict:
+        return {"compute": self.compute, "all-reduce": self.allreduce, "input wait": self.input_wait,
+                "other": self.other}
+
+    @property
+    def tolerance_s(self) -> float:
+        return NOISE_SIGMAS * math.sqrt(sum(p.uncertainty ** 2 for p in (self.step, *self.parts.values())))
+
+    @property
+    def residual_s(self) -> float:
+        return self.step.seconds - sum(p.seconds for p in self.parts.values())
+
+    @property
+    def adds_up(self) -> bool:
+        return abs(self.residual_s) <= self.tolerance_s
+
+    def note(self) -> str:
+        noisy = [name for name, p in self.parts.items() if p.within_noise]
+        text = (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors of zero)" if noisy
+                else "every part above noise")
+        total = sum(p.seconds for p in self.parts.values())
+        if self.adds_up:
+            return text + (f"; the parts add up to the step ({total * 1e3:.2f} against {self.step.seconds * 1e3:.2f} "
+                           f"± {self.tolerance_s / NOISE_SIGMAS * 1e3:.2f} ms, {self.rounds} interleaved rounds)")
+        return text + (f"; the parts do NOT add up to the step ({total * 1e3:.2f} against {self.step.seconds * 1e3:.2f}"
+                       f" ms, beyond {NOISE_SIGMAS:g} errors): a part came out negative beyond its noise")
+
+
+def split(step_all, no_input_all, compute_all) -> Breakdown:
+    """The parts of a step from per-round timings of the real step, the step without input and the step without
+    all-reduce (same rounds, same lengths): compute = median(compute), all-reduce = median(no input - compute),
+    input wait = median(step - no input), other = median(step) - the three. Errors: the standard deviation of each
+    median over BOOTSTRAP resamples of whole rounds (so the parts keep their correlation)."""
+    a, b, c = (np.asarray(list(x), dtype=float) for x in (step_all, no_input_all, compute_all))
+    if not len(a) == len(b) == len(c) or len(a) == 0:
+        raise ValueError(f"split needs the same rounds of each variant, got {len(a)}, {len(b)} and {len(c)}")
+
+    def medians(rounds):  # step, no input, compute, all-reduce, input wait, other: along the last axis
+        m = np.median(rounds, axis=-2)
+        return np.concatenate([m, (m[..., 0] - m[..., 2] - m[..., 3] - m[..., 4])[..., None]], axis=-1)
+
+    rounds = np.stack([a, b, c, b - c, a - b], axis=1)
+    med = medians(rounds)
+    rng = np.random.default_rng(0)  # a fixed seed: the same timings give the same errors
+    se = (medians(rounds[rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))]).std(axis=0, ddof=1) if len(a) > 1
+          else np.full(6, math.nan))
+    step, no_input, compute, allreduce, input_wait, other = (Part(float(m), float(s)) for m, s in zip(med, se))
+    return Breakdown(step, no_input, compute, allreduce, input_wait, other, rounds=len(a))
+
+
+def breakdown(step_all, no_input_all, compute_all, replicas: int, accumulate: int = 1) -> dict:
+    """summary.json's breakdown fields from per-round timings (``split``): each part with its error, which are within
+    noise, and whether they add up to the step (``breakdown_adds_up``, the invariant)."""
+    b = split(step_all, no_input_all, compute_all)
+    compute_s, allreduce_s = b.compute.seconds, b.allreduce.seconds
     denom = compute_s + allreduce_s
-    comm_frac = allreduce_s / denom if denom > 0 else math.nan
+    step = b.step.seconds
     return {
-        "step_time_no_input_s": step_no_input_s,
+        "breakdown_step_time_s": step,
+        "breakdown_step_time_uncertainty_s": b.step.uncertainty,
+        "step_time_no_input_s": b.no_input.seconds,
         "compute_time_s": compute_s,
         "micro_step_time_s": compute_s / accumulate,
-        "allreduce_time_s": allreduce_s,
-        "input_wait_s": input_wait,
-        "compute_time_uncertainty_s": compute_se,
-        "allreduce_time_uncertainty_s": allreduce_se,
-        "input_wait_uncertainty_s": wait_se,
-        "breakdown_note": (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors of zero)"
-                           if noisy else "every part above noise"),
-        "input_wait_fraction": input_wait / step_time_s if step_time_s > 0 else math.nan,
-        "communication_fraction": comm_frac,
+        "allreduce_time_s": allreduce_s if replicas > 1 else 0.0,
+        "input_wait_s": b.input_wait.seconds,
+        "other_time_s": b.other.seconds,
+        "compute_time_uncertainty_s": b.compute.uncertainty,
+        "allreduce_time_uncertainty_s": b.allreduce.uncertainty,
+        "input_wait_uncertainty_s": b.input_wait.uncertainty,
+        "other_time_uncertainty_s": b.other.uncertainty,
+        "breakdown_rounds": b.rounds,
+        "breakdown_adds_up": b.adds_up,
+        "breakdown_note": b.note(),
+        "input_wait_fraction": b.input_wait.seconds / step if step > 0 else math.nan,
+        "communication_fraction": allreduce_s / denom if denom > 0 else math.nan,
         "communication_note": communication_note(compute_s, allreduce_s, replicas),
     }
 
@@ -169,40 +252,56 @@ def _restore(snapshot) -> None:
         v.assign(value)
 
 
-def time_step_parts(engine, config, source, train_examples: int, rounds: int = MEASURE_ROUNDS) -> dict:
-    """Median per-step time of the full step and of the compute-only step, both on one batch already on the
-    devices; the all-reduce is the median of the paired differences."""
+def plan(steps_per_loop: int, step_s: float, train_s: float) -> tuple[int, int]:
+    """(rounds, steps per call) for the interleaved rounds: MEASURE_SHARE of the training loop's ``train_s`` seconds
+    spent on 3 calls a round, at least MIN_ROUNDS rounds of at least one step (the floor a median and its error need,
+    whatever it costs), at most MAX_ROUNDS rounds of steps_per_loop steps (training's own call length)."""
+    budget = MEASURE_SHARE * train_s if train_s == train_s and train_s > 0 else 0.0
+    per_step = step_s if step_s == step_s and step_s > 0 else math.inf
+    n = int(min(steps_per_loop, max(1, budget // (3 * MIN_ROUNDS * per_step))))
+    rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, budget // (3 * n * per_step))))
+    return rounds, n
+
+
+def time_step_parts(engine, config, source, train_examples: int, iterator, rounds: int = MIN_ROUNDS,
+                    steps: int | None = None) -> dict:
+    """Per-round seconds per step of three calls of ``steps`` steps (default steps_per_loop), interleaved in a
+    rotated order: the real step on ``iterator`` (the run's own training iterator: the input pipeline included),
+    the same step on one batch already on the devices, and that step without the all-reduce. Every variable is
+    restored afterwards, so the trained model is unchanged."""
     from ..engine.step import build_engine
 
     strategy = engine.strategy
-    n = config.steps_per_loop
+    n = steps or config.steps_per_loop
     # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
-    iterator = Replay(engine.feed.replay(strategy, source, config))
+    replay = Replay(engine.feed.replay(strategy, source, config))
+    t0 = time.perf_counter()
     saved = _snapshot(engine)
     try:
         bare = build_engine(config, strategy, source, train_examples, allreduce=False, model=engine.model_source
                             if callable(engine.model_source) else None, feed=engine.feed, loss=engine.task_spec[0],
                             metrics=engine.task_spec[1])
+        variants = [(engine.train_loop, iterator), (engine.train_loop, replay), (bare.train_loop, replay)]
         # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
-        _time_loop(engine.train_loop, iterator, 1)
-        _time_loop(bare.train_loop, iterator, 1)
-        full, compute = interleaved(lambda: _time_loop(engine.train_loop, iterator, n),
-                                    lambda: _time_loop(bare.train_loop, iterator, n), rounds)
+        for loop_fn, it in variants:
+            _time_loop(loop_fn, it, 1)
+        warm_s = time.perf_counter() - t0
+        times = interleaved(*[lambda f=f, it=it: _time_loop(f, it, n) for f, it in variants], rounds=rounds)
     finally:
         _restore(saved)
-    return {"full_s": float(np.median(full)), "compute_s": float(np.median(compute)),
-            "allreduce_s": float(np.median(full - compute)), "full_all_s": full.tolist(),
-            "compute_all_s": compute.tolist()}
+    return {"step_all_s": times[0].tolist(), "no_input_all_s": times[1].tolist(), "compute_all_s": times[2].tolist(),
+            "steps_per_call": n, "warmup_s": warm_s}
 
 
-def interleaved(time_a, time_b, rounds: int) -> tuple[np.ndarray, np.ndarray]:
-    """``rounds`` alternating (a, b) timings. Each is one engine.timer region (devices synchronised before the
-    clock starts and before it stops), so what one call left running on a GPU cannot be charged to the next."""
-    a, b = [], []
-    for _ in range(rounds):
-        a.append(time_a())
-        b.append(time_b())
-    return np.array(a), np.array(b)
+def interleaved(*timers, rounds: int) -> list[np.ndarray]:
+    """``rounds`` rounds of one timing of each of ``timers`` (functions returning seconds), the order rotated every round (no variant always
+    runs after the same one). Each is one engine.timer region (devices synchronised before the clock starts and
+    before it stops), so what one call left running on a GPU cannot be charged to the next."""
+    out = [[] for _ in timers]
+    for r in range(rounds):
+        for i in (np.arange(len(timers)) + r) % len(timers):
+            out[i].append(timers[i]())
+    return [np.array(x) for x in out]
 
 
 def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> tuple[float, float]:
@@ -224,26 +323,43 @@ def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: 
     return t["time_s"], t["time_err_s"]
 
 
-def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1) -> dict:
+def measure_parts(engine, config, source, iterator, train_s: float, step_s: float) -> dict:
+    """The interleaved rounds (``time_step_parts``) while the run's training ``iterator`` is alive, sized by ``plan``
+    to the training loop's ``train_s`` seconds at ``step_s`` a step; what fails is returned as ``error``."""
+    # Every worker of a multi-worker run must run the same calls (each step's all-reduce joins them all), and each
+    # would size the plan by its own clock: they take the fixed floor instead.
+    rounds, n = plan(config.steps_per_loop, step_s, train_s) if config.workers <= 1 else (MIN_ROUNDS, 1)
+    t0 = time.perf_counter()
+    try:
+        parts = time_step_parts(engine, config, source, source.train_examples, iterator, rounds=rounds, steps=n)
+    except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
+        return {"error": f"step breakdown: {type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
+    return {**parts, "seconds": time.perf_counter() - t0}
+
+
+def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1, parts: dict | None = None) -> dict:
     """Every measurement field for summary.json; a measurement that fails is NaN with ``measure_error``.
-    ``hosts``: distinct hosts of a multi-worker run (for the peak of CPU workers)."""
+    ``hosts``: distinct hosts of a multi-worker run (for the peak of CPU workers). ``parts``: ``measure_parts``'
+    rounds, timed before the training iterator was released (without them, no step breakdown)."""
     from . import flops
 
     out = {k: math.nan for k in FIELDS}
     out["communication_note"] = ""
     errors = []
     t0 = time.perf_counter()
-    try:
-        parts = time_step_parts(engine, config, source, summary["train_examples"])
-        step = summary.get("step_time_s", math.nan)
-        ips, ips_se = summary.get("images_per_sec", math.nan), summary.get("images_per_sec_uncertainty", math.nan)
-        step_se = step * ips_se / ips if ips and ips == ips and ips_se == ips_se else math.nan
-        out.update(breakdown(step, parts["full_s"], parts["compute_s"], setup.replicas,
-                             allreduce_s=parts["allreduce_s"], full_all=parts["full_all_s"],
-                             compute_all=parts["compute_all_s"], step_time_uncertainty_s=step_se,
-                             accumulate=config.accumulate))
-    except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
-        errors.append(f"step breakdown: {type(e).__name__}: {e}")
+    costs = {"rounds": (parts or {}).get("seconds", 0.0),
+             "of which the no-all-reduce engine, traces and warm-up": (parts or {}).get("warmup_s", 0.0)}
+    if parts is None:
+        errors.append("step breakdown: not timed (no training iterator)")
+    elif "error" in parts:
+        errors.append(parts["error"])
+    else:
+        try:
+            out.update(breakdown(parts["step_all_s"], parts["no_input_all_s"], parts["compute_all_s"],
+                                 setup.replicas, accumulate=config.accumulate))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"step breakdown: {type(e).__name__}: {e}")
+    t1 = time.perf_counter()
     try:
         from ..engine.step import jit_effective
 
@@ -252,37 +368,50 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1)
             direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else (0.0, 0.0))
     except Exception as e:  # noqa: BLE001
         errors.append(f"direct all-reduce: {type(e).__name__}: {e}")
+    costs["direct all-reduce"] = time.perf_counter() - t1
     out.update(load_balance(summary.get("examples_per_replica", [])))
+    t1 = time.perf_counter()
     try:
         out.update(flops.utilisation(engine.model, source.input_shape, config.precision, setup,
                                      summary.get("images_per_sec", math.nan), workers=config.workers, hosts=hosts))
     except Exception as e:  # noqa: BLE001
         errors.append(f"flops: {type(e).__name__}: {e}")
-    out["measure_time_s"] = time.perf_counter() - t0
+    costs["FLOPs and peak"] = time.perf_counter() - t1
+    out["measure_time_s"] = time.perf_counter() - t0 + costs["rounds"]  # the rounds ran before, in _loop
+    out["measure_cost"] = ", ".join(f"{k} {v:.1f} s" for k, v in costs.items())
     if errors:
         out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
         log.warning("measurement incomplete: %s", out["measure_error"])
-    else:
-        log.info("%s; %s; MFU %.1f%% (%s)", format_line(summary.get("step_time_s", math.nan),
-                                                         {**out, "accumulate": config.accumulate}),
+    if "error" not in (parts or {"error": 1}):
+        log.info("%s; %s; MFU %.1f%% (%s)", format_line({**out, "accumulate": config.accumulate}),
                  out["communication_note"], out["mfu"] * 100, out["peak_flops_source"])
     return out
 
 
-def format_line(step_time_s: float, f: dict) -> str:
-    """The breakdown as one line that claims only what was measured: each part with its standard error, the
-    ones within noise marked, and no "=" (the parts are timed apart, so they need not add up to the step)."""
-    noisy = f.get("breakdown_note", "").split(" within noise")[0] if "within noise" in f.get("breakdown_note", "") \
-        else ""
+def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int) -> str:
+    """What measuring cost the run, for the log: seconds, share of the run's wall time, and where they went."""
+    share = measure_s / wall_s if wall_s > 0 else math.nan
+    why = (f"; over {MEASURE_SHARE * 2:.0%}: the step without input and the step without the all-reduce are traced "
+           f"once each, and {MIN_ROUNDS} rounds of 3 one-step calls are the least a median with an error needs; "
+           "--no-measure skips it" if share > 2 * MEASURE_SHARE else "")
+    return (f"measurement: {measure_s:.1f} s, {share:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
+            f"rounds of {steps} step(s) a call){why}")
 
+
+def format_line(f: dict) -> str:
+    """The breakdown as one line that claims only what was measured: the step timed beside its parts, each part
+    with its standard error, the ones within noise marked, and whether they add up to the step."""
     def part(name, key):  # key "compute_time_s" -> its uncertainty "compute_time_uncertainty_s"
         value, se = f.get(key, math.nan), f.get(key[:-2] + "_uncertainty_s", math.nan)
         text = f"{name} {value * 1e3:.2f}" + (f" ± {se * 1e3:.2f}" if se == se else "") + " ms"
-        return text + (" (within noise)" if name in noisy else "")
+        return text + (" (within noise)" if se == se and value < NOISE_SIGMAS * se else "")
 
     compute = part("compute", "compute_time_s")
     micro, k = f.get("micro_step_time_s", math.nan), f.get("accumulate", 1)
     if k > 1 and micro == micro:
         compute += f" ({k} micro-steps of {micro * 1e3:.2f} ms, one all-reduce)"
-    return (f"step {step_time_s * 1e3:.2f} ms; timed apart: " + ", ".join(
-        [compute, part("all-reduce", "allreduce_time_s"), part("input wait", "input_wait_s")]))
+    step = part("step", "breakdown_step_time_s").replace(" (within noise)", "")
+    sign = "=" if f.get("breakdown_adds_up") else "≠"
+    return (f"{step} (interleaved with its parts) {sign} " + " + ".join(
+        [compute, part("all-reduce", "allreduce_time_s"), part("input wait", "input_wait_s"),
+         part("other", "other_time_s")]))

@@ -43,8 +43,9 @@ step is K × that of one micro-batch. A forecast at ``--accumulate K`` models a 
 all-reduce: communication's share of the step falls as K grows, and the global batch is per-replica × N × K.
 
 Compute is calibrated from the run: ``step_time_s`` of a one-replica run (the median of its timed steps;
-it has no all-reduce), else ``compute_time_s`` (the step with no all-reduce, from ``--measure``), each divided by
-the run's ``accumulate`` into the compute of one micro-step. With ``devices="dedicated"`` (GPUs: every
+it has no all-reduce), else ``compute_time_s`` (the step with no all-reduce, from ``--measure``; as its share of
+the step it was timed interleaved with, times ``step_time_s``: on_training_clock), each divided by the run's
+``accumulate`` into the compute of one micro-step. With ``devices="dedicated"`` (GPUs: every
 replica has its own device) compute depends only on the per-replica batch: constant in weak scaling, and
 proportional to the per-replica batch in strong scaling (it overstates the gain at small per-replica
 batches, where a GPU is not kept busy). With ``devices="shared"`` (CPU-simulated replicas: every replica
@@ -95,7 +96,19 @@ DEVICES = ("dedicated", "shared")
 # The summary.json fields the model is calibrated and checked with.
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
                       "images_per_sec", "images_per_sec_uncertainty", "device_kind", "communication_fraction",
-                      "step_time_no_input_s", "accumulate", "allreduce_dtype", "allreduce_packs")
+                      "step_time_no_input_s", "accumulate", "allreduce_dtype", "allreduce_packs",
+                      "breakdown_step_time_s")
+
+
+def on_training_clock(s: dict, key: str) -> float:
+    """A breakdown time (``compute_time_s``, ``step_time_no_input_s``) scaled onto the run's own ``step_time_s``: its
+    share of the step it was timed interleaved with (``breakdown_step_time_s``) x step_time_s. The breakdown is
+    timed after training, when the host's load may differ; its shares hold, its absolute times need not. Summaries
+    from before the interleaved breakdown have no such step: their time as recorded."""
+    value, step, beside = s.get(key), s.get("step_time_s"), s.get("breakdown_step_time_s")
+    if _finite(value) and _finite(step) and _finite(beside) and beside > 0 and step > 0:
+        return float(value) * float(step) / float(beside)
+    return float(value) if _finite(value) else math.nan
 
 
 @dataclass(frozen=True)
@@ -312,7 +325,9 @@ def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None 
         # a few extra loops (and one replica has no all-reduce to take out).
         compute, source = float(s["step_time_s"]), "step_time_s (one replica: no all-reduce in it)"
     elif _finite(s.get("compute_time_s")) and s["compute_time_s"] > 0:
-        compute, source = float(s["compute_time_s"]), "compute_time_s"
+        compute = on_training_clock(s, "compute_time_s")
+        source = ("compute_time_s (its share of the step it was timed beside x step_time_s)"
+                  if compute != s["compute_time_s"] else "compute_time_s")
     else:
         compute, source = math.nan, ""
         if _finite(replicas) and replicas > 1:
@@ -853,7 +868,9 @@ def measured_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None
     communication fraction, and their error), when the forecast covers it with the run's own accumulation and
     all-reduce (``ex``: the forecast's); None when it does not."""
     s = summary.read(Path(run_dir) / "summary.json")
-    n, measured = s.get("replicas"), s.get("step_time_no_input_s", s.get("step_time_s"))
+    n = s.get("replicas")
+    measured = (on_training_clock(s, "step_time_no_input_s") if _finite(s.get("step_time_no_input_s"))
+                else s.get("step_time_s"))
     if not (_finite(n) and _finite(measured)) or frame.empty or n not in set(frame["replicas"]):
         return None
     if ex is not None and (ex.accumulate, ex.dtype, ex.packs) != exchange_of(s):

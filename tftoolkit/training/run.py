@@ -420,8 +420,16 @@ class Run:
                 self._checkpoint()
                 raise Terminated()
             if self.status == "ok" and start < total:
+                # Both read on from the training input, so from the service too: the deadline still holds.
                 with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
-                    self._probe_input()  # it reads on from the service
+                    self._probe_input()
+                    if config.measure:  # the breakdown's rounds need the training iterator, released below
+                        from ..measure import breakdown
+
+                        self.step_parts = breakdown.measure_parts(
+                            eng, config, self.source, self.iterator, self.wall["train_steps_s"],
+                            float(np.median([s / n for s, n in self.loop_times] or [math.nan])))
+                        self.wall["measurement_s"] += self.step_parts["seconds"]
             elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
                 self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         finally:
@@ -692,11 +700,15 @@ class Run:
         if config.measure and self.status == "ok":
             from ..measure import breakdown  # after the timed loop, on a snapshot: the trained weights stay
 
-            summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary, hosts=self.hosts))
+            summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary, hosts=self.hosts,
+                                                        parts=getattr(self, "step_parts", None)))
         summary["monitor"] = self._monitor_summary(thr)
         self.wall["measurement_s"] += time.perf_counter() - t_measure
         summary["wall_time_s"] = time.time() - self.started
         summary["wall_breakdown"] = self._wall_breakdown(summary["wall_time_s"], thr)
+        if "measure_cost" in summary:  # what measuring cost, said where the user sees it
+            log.info("%s", breakdown.cost_line(self.wall["measurement_s"], summary["wall_time_s"], summary["measure_cost"],
+                                               summary["breakdown_rounds"], getattr(self, "step_parts", {}).get("steps_per_call", 0)))
         summary["segments"] = self._segments(summary)
         summary["run_wall_time_s"] = float(sum(seg.get("wall_time_s") or 0.0 for seg in summary["segments"]))
         if self.profile is not None:
