@@ -64,3 +64,10 @@ def test_json_files_are_strict_with_null_for_numbers_that_are_not_finite(tmp_pat
                                             "np": np.float32("nan"), "nested": {"a": np.array([1.0, np.nan])}})
     assert strict_json((tmp_path / "s.json").read_text()) == {"rate": None, "interval": [None, None], "ok": 2.5,
                                                              "np": None, "nested": {"a": [1.0, None]}}
+
+
+def test_sizes_are_written_with_the_digits_that_say_something():
+    from tftoolkit.fileio import size_text
+
+    assert [size_text(b) for b in (1e6, 5.2e6, 1.25e9, 23.4e9, 640e9, 900e3, 12)] == \
+        ["1.00 MB", "5.20 MB", "1.25 GB", "23.4 GB", "640 GB", "900 kB", "12 B"]  # --data-memory-gb 0.001: 1.00 MB

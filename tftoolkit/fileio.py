@@ -150,3 +150,13 @@ def read_json(path) -> Any:
 def write_csv(path, frame) -> Path:
     """Write a pandas DataFrame as CSV, atomically."""
     return atomic_write(path, lambda f: frame.to_csv(f, index=False))
+
+
+def size_text(nbytes: float) -> str:
+    """A byte count as people read it, with the digits that say something: 1.25 GB, 5.2 MB, 900 kB (never a budget
+    of 1 MB printed as "0.00 GB")."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= scale:
+            value = nbytes / scale
+            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{nbytes:.0f} B"

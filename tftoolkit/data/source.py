@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from ..fileio import size_text
 from . import store as store_mod
 from .functions import plain
 
@@ -343,9 +344,9 @@ def from_streams(name: str, train, val=None, class_names=None, info: dict | None
                         list(class_names or [str(i) for i in range(train.num_classes)]), info, streams=streams,
                         streamed=streamed)
     if streamed:
-        log.info("%s: %d images = %.2f GB decoded at %dx%d, over the memory budget of %.2f GB: streaming them from "
-                 "their files (%d decode threads)", name, train.n + (val.n if val is not None else 0), need / 1e9,
-                 train.size, train.size, budget / 1e9, train.threads["decode_threads"])
+        log.info("%s: %d images = %s decoded at %dx%d, over the memory budget of %s: streaming them from "
+                 "their files (%d decode threads)", name, train.n + (val.n if val is not None else 0), size_text(need),
+                 train.size, train.size, size_text(budget), train.threads["decode_threads"])
         source.train = stream_mod.as_examples(train)
         source.val = stream_mod.as_examples(val, evaluate=True) if val is not None else None
         return source
