@@ -503,3 +503,14 @@ def test_a_folder_mixing_two_layouts_is_refused_naming_both(tmp_path, make):
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))} mixes dataset layouts: {both}; keep one dataset "
                                         r"per folder$"):
         load(path)
+
+
+def test_a_tfds_data_root_is_recognised_and_its_datasets_named(tmp_path):
+    for sub in ("mnist/3.0.1", "cifar10/3.0.2", "imagenette/320px-v2/1.0.0"):
+        (tmp_path / "tensorflow_datasets" / sub).mkdir(parents=True)
+        (tmp_path / "tensorflow_datasets" / sub / "dataset_info.json").write_text("{}")
+    root = tmp_path / "tensorflow_datasets"
+    with pytest.raises(DataError) as e:
+        load(root)
+    assert str(e.value) == (f"{root} is a TFDS data root holding cifar10/3.0.2, imagenette/320px-v2/1.0.0, "
+                            f"mnist/3.0.1; give one of them: --dataset {root}/cifar10/3.0.2")

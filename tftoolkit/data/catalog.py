@@ -192,6 +192,11 @@ def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> D
         return tfds_dir.load(path, config)
     if kind == "cifar":
         return cifar.load(path, config)
+    tfds_sets = tfds_dir.datasets_in_root(path) if kind is None else []
+    if tfds_sets:
+        shown = ", ".join(tfds_sets[:5]) + (f" and {len(tfds_sets) - 5} more" if len(tfds_sets) > 5 else "")
+        raise DataError(f"{path} is a TFDS data root holding {shown}; give one of them: --dataset "
+                        f"{path / tfds_sets[0]}")
     if any(path.glob("*.tfrecord")):
         raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
                         "data/README.md) so the shards can be checked, or name them as ImageNet's "

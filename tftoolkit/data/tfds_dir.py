@@ -32,6 +32,14 @@ def version_dir(path: Path) -> Path | None:
     return max(versions, key=key) if versions else None
 
 
+def datasets_in_root(path: Path) -> list[str]:
+    """The prepared datasets under a TFDS data root (``~/tensorflow_datasets``: ``<name>/[<config>/]<version>``),
+    as the paths to give --dataset, relative to ``path``; empty when ``path`` is not one."""
+    found = sorted({str(info.parent.relative_to(path)) for pattern in (f"*/*/{INFO}", f"*/*/*/{INFO}")
+                    for info in path.glob(pattern)})
+    return found
+
+
 def _tfds(path: Path):
     try:
         import tensorflow_datasets as tfds
