@@ -81,6 +81,20 @@ def test_tfrecords_are_resized_to_image_size_with_a_warning(prepared, caplog):
     assert x.shape == (10, 16, 16, 3)
 
 
+def test_a_manifest_set_over_the_memory_budget_streams_the_same_images(prepared):
+    in_memory = load(prepared, image_size=16)
+    streamed = load(prepared, image_size=16, data_memory_gb=1e-6)
+    assert (in_memory.info["input_source"], streamed.info["input_source"]) == ("memory", "stream")
+    assert streamed.streamed and not streamed.store("train").in_memory and streamed.store("val") is not None
+    assert (streamed.train_examples, streamed.val_examples, streamed.input_shape) == (400, 100, (16, 16, 3))
+    assert streamed.info["format"] == "tfrecord" and streamed.class_names == shapes.CLASS_NAMES
+    for split in ("train", "val"):
+        a, b = examples(getattr(in_memory, split)), examples(getattr(streamed, split))
+        order_a, order_b = np.argsort(a[2]), np.argsort(b[2])
+        for x, y in zip(a, b):  # the same pixels, labels and ids (in memory the shards interleave otherwise)
+            np.testing.assert_array_equal(x[order_a], y[order_b])
+
+
 def test_sha256_mismatch_names_the_shard(copy):
     f = copy / "train-00002-of-00004.tfrecord"
     data = bytearray(f.read_bytes())

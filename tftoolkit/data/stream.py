@@ -2,9 +2,10 @@
 image. A split streams when its decoded pixels exceed ``--data-memory-gb``; one that fits is decoded once through
 the same reader (``decoded``) and held in memory (data/store.py).
 
-    StreamSplit   one split's files: TFRecord shards (ImageNet layout, a TFDS directory), each record an encoded
-                  image and its label; or image files (a folder), each with its label. (The manifest layout and
-                  the small sets keep the in-memory path of data/tfrecords.py and data/source.py.)
+    StreamSplit   one split's files: TFRecord shards (ImageNet layout, a TFDS directory, the toolkit's manifest
+                  layout: tfrecords.stream_split), each record an encoded image (or raw pixels) and its label; or
+                  image files (a folder), each with its label. (A manifest set that fits keeps the in-memory path
+                  of data/tfrecords.py; CIFAR and keras.datasets are arrays already.)
 
 Reading, per input pipeline (one per worker):
 

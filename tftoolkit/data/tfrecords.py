@@ -8,8 +8,9 @@ record count and sha256 (data/README.md documents the format, so other tools can
 Before a dataset is used its shards are checked against the manifest: present, not truncated, the right
 number of records, the right sha256 (``verify``: every run, once per shard until it changes, or not at all);
 then one pass over the records checks labels, ids and image sizes. Anything wrong is a DataError naming the
-file. Only then is the tf.data reader built; the training split is read through it once, into memory
-(data/store.py), so the epochs never touch the files.
+file. Only then is the tf.data reader built; a set whose pixels fit ``--data-memory-gb`` is read through it once,
+into memory (data/store.py), so the epochs never touch the files; a larger one streams from its shards while it
+trains like every other file dataset (``stream_split``, data/stream.py).
 """
 
 from __future__ import annotations
@@ -369,3 +370,28 @@ def split_dataset(path, manifest: dict, split: str, cache: bool = True, shards: 
         ds = ds.cache()  # decoded once; later epochs are served from memory
     n = sum(int(s["records"]) for s in spec["shards"])
     return ds, n, len(files)
+
+
+def stream_split(path, manifest: dict, split: str, size: int, shards: list[dict] | None = None,
+                 skip_bad: bool = False):
+    """A split as a stream.StreamSplit (read from its shards while training), its images resized to ``size`` x
+    ``size`` ("fixed": decoded whole, as in memory). Examples are numbered by their place in the files, which is
+    what ``DatasetWriter`` stores as their ids; call after ``split_dataset`` has scanned the records."""
+    import tensorflow as tf
+
+    from .stream import StreamSplit
+
+    path = Path(path)
+    spec = manifest["splits"][split]
+    shards = spec["shards"] if shards is None else shards
+    h, w, c = (int(x) for x in manifest["image_shape"])
+    raw = manifest.get("image_encoding", "raw") == "raw"
+    feats = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        p = tf.io.parse_single_example(serialized, feats)
+        return p["image"], p["label"]
+
+    return StreamSplit(manifest.get("name") or path.name, [str(path / s["file"]) for s in shards], size,
+                       int(manifest["num_classes"]), counts=[int(s["records"]) for s in shards], parse=parse,
+                       mode="fixed", raw_shape=(h, w, c) if raw else None, color_channels=c, skip_bad=skip_bad)
