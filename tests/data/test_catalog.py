@@ -197,6 +197,13 @@ def test_label_out_of_range_is_named(tmp_path):
         load(tmp_path, image_size=8)
 
 
+def test_a_manifest_whose_training_labels_are_all_one_class_is_refused(tmp_path):
+    _write(tmp_path, np.zeros((6, 8, 8, 3), np.uint8), [1] * 6)
+    with pytest.raises(DataError, match=r"training records .* all have label 1 \('b'\); a classifier needs at "
+                                        r"least two classes"):
+        load(tmp_path, image_size=8)
+
+
 def test_image_size_mismatch_with_the_manifest(tmp_path):
     _write(tmp_path, np.zeros((4, 8, 8, 3), np.uint8), [0, 1, 2, 0])
     m = json.loads((tmp_path / "manifest.json").read_text())

@@ -7,8 +7,8 @@ record count and sha256 (data/README.md documents the format, so other tools can
 
 Before a dataset is used its shards are checked against the manifest: present, not truncated, the right
 number of records, the right sha256 (``verify``: every run, once per shard until it changes, or not at all);
-then one pass over the records checks labels, ids and image sizes. Anything wrong is a DataError naming the
-file. Only then is the tf.data reader built; a set whose pixels fit ``--data-memory-gb`` is read through it once,
+then one pass over the records checks labels (in range, and more than one class), ids and image sizes. Anything
+wrong is a DataError naming the file. Only then is the tf.data reader built; a set whose pixels fit ``--data-memory-gb`` is read through it once,
 into memory (data/store.py), so the epochs never touch the files; a larger one streams from its shards while it
 trains like every other file dataset (``stream_split``, data/stream.py).
 """
@@ -277,9 +277,11 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str, subs
     # One dataset over all files, read in order: a dataset per file would trace ``meta`` once per file.
     ds = tf.data.TFRecordDataset([str(f) for f in files]).batch(4096)
     ds = ds.map(plain(meta), num_parallel_calls=tf.data.AUTOTUNE)
-    all_ids, offset = [], 0
+    all_ids, offset, seen = [], 0, set()
     try:
         for labels, ids, hwc, nbytes in ds.as_numpy_iterator():
+            if len(seen) < 2:  # one class only is refused below, as a folder of one class is
+                seen.update(np.unique(labels).tolist())
             bad = np.flatnonzero((labels < 0) | (labels >= k))
             if len(bad):
                 i = bad[0]
@@ -300,6 +302,12 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str, subs
         bad = _unreadable(files)
         where_ = f"{bad}" if bad is not None else f"the {split} shards of {files[0].parent}"
         raise DataError(f"cannot read {where_}: {e.message.splitlines()[0]}; re-create or re-copy the dataset") from None
+    if split == "train" and not subset and len(seen) == 1:
+        names = manifest.get("class_names") or []
+        label = int(next(iter(seen)))
+        name = f" ({names[label]!r})" if 0 <= label < len(names) else ""
+        raise DataError(f"the training records in {files[0].parent} all have label {label}{name}; a classifier needs "
+                        "at least two classes: fix the labels, or re-create the dataset with images of each class")
     ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
     if len(ids) and (ids < 0).all():
         return False  # no ids stored: examples are numbered by their position in the (deterministic) read order
