@@ -169,3 +169,42 @@ def test_bad_files_in_a_row_are_each_named_once_however_often_they_are_read(fold
     rows = (tmp_path / "skipped-val.tsv").read_text().splitlines()
     assert [r.rsplit("/", 1)[-1] for r in rows] == ["0.png\t1", "1.png\t1", "2.png\t1"]
     assert split.skipped() == (n, names)  # read again: the same
+
+
+_PULL = """
+import sys, psutil
+from tftoolkit.data import stream
+split = stream.StreamSplit("s", sys.argv[2:], 8, 2, counts=[int(sys.argv[1])] * (len(sys.argv) - 2))
+it = iter(split._unit_records(split._files(), True))
+next(it)
+before = psutil.Process().memory_info().rss
+for _ in range(24):  # every shard open, its read-ahead buffer filled
+    next(it)
+print(psutil.Process().memory_info().rss - before)
+"""
+
+
+@pytest.mark.slow
+def test_the_read_ahead_per_open_shard_is_bounded_not_the_shard(tmp_path):
+    # Four open shards of 12 MB against four of 0.5 MB, the same records pulled: the reader's memory must not
+    # follow the shards' size (an 8 MB read-ahead per shard held 30 MB more for the large ones).
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from helpers import env_with_tests_on_path
+
+    growth = {}
+    for name, per, nbytes in (("small", 8, 64_000), ("large", 192, 64_000)):
+        files = [str(tmp_path / f"{name}-{i}") for i in range(4)]
+        rng = np.random.default_rng(0)
+        for f in files:
+            with tf.io.TFRecordWriter(f) as w:
+                for _ in range(per):
+                    w.write(rng.bytes(nbytes))
+        out = subprocess.run([sys.executable, "-c", _PULL, str(per), *files], capture_output=True, text=True,
+                             env=env_with_tests_on_path(TF_CPP_MIN_LOG_LEVEL="3"), timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        growth[name] = int(out.stdout.split()[-1])
+    assert growth["large"] - growth["small"] < 12e6, growth

@@ -17,6 +17,12 @@ Reading, per input pipeline (one per worker):
     evaluation   the files in reading order (shards interleaved), every example once; a short last batch leaves
                  replicas empty (weight 0)
 
+Memory, whatever the dataset's size (benchmarks/stream_memory.py: 8,000 and 32,000 records peak within 41 MB):
+per open shard READ_BUFFER bytes read ahead (at most MAX_CYCLE shards: 16 MB); per shuffle block SHUFFLE_RECORDS
+encoded records, about four blocks in flight (the one filling, the prefetched one, the one consumed and its permuted
+copy); then ``decode_threads`` images decoding and two batches per replica prefetched. Nothing is kept per record or
+per shard beyond the file list and the record counts (one path and one int64 per shard).
+
 Transforms (``mode``):
 
     inception    images of any size (ImageNet, folders of photos): training crops a random box of 8-100% of the
@@ -67,7 +73,7 @@ ASPECT = (3 / 4, 4 / 3)
 CROP_ATTEMPTS = 10    # boxes tried before the whole image is taken (tf.image.sample_distorted_bounding_box)
 EVAL_CROP = 0.875     # the centre square's side over the shorter side (224 of 256)
 SHUFFLE_RECORDS = 4096   # training records shuffled together (a TFRecord split; encoded ~0.45 GB on ImageNet)
-READ_BUFFER = 8 << 20     # bytes each open shard reads ahead (TFRecordDataset buffer_size)
+READ_BUFFER = 1 << 20     # bytes each open shard reads ahead (TFRecordDataset buffer_size): at most MAX_CYCLE x this
 DEFAULT_IMAGE_SIZE = 224  # --image-size for images of mixed sizes larger than it (ImageNet's)
 MAX_CYCLE = 16            # shards open at once while training
 TAG_CHUNK = 64            # elements tagged per step of the bad-example check's bookkeeping
