@@ -81,6 +81,20 @@ def test_tfrecords_are_resized_to_image_size_with_a_warning(prepared, caplog):
     assert x.shape == (10, 16, 16, 3)
 
 
+def test_a_manifest_set_over_the_memory_budget_streams_the_same_images(prepared):
+    in_memory = load(prepared, image_size=16)
+    streamed = load(prepared, image_size=16, data_memory_gb=1e-6)
+    assert (in_memory.info["input_source"], streamed.info["input_source"]) == ("memory", "stream")
+    assert streamed.streamed and not streamed.store("train").in_memory and streamed.store("val") is not None
+    assert (streamed.train_examples, streamed.val_examples, streamed.input_shape) == (400, 100, (16, 16, 3))
+    assert streamed.info["format"] == "tfrecord" and streamed.class_names == shapes.CLASS_NAMES
+    for split in ("train", "val"):
+        a, b = examples(getattr(in_memory, split)), examples(getattr(streamed, split))
+        order_a, order_b = np.argsort(a[2]), np.argsort(b[2])
+        for x, y in zip(a, b):  # the same pixels, labels and ids (in memory the shards interleave otherwise)
+            np.testing.assert_array_equal(x[order_a], y[order_b])
+
+
 def test_sha256_mismatch_names_the_shard(copy):
     f = copy / "train-00002-of-00004.tfrecord"
     data = bytearray(f.read_bytes())
@@ -180,6 +194,13 @@ def test_label_out_of_range_is_named(tmp_path):
     _write(tmp_path, np.zeros((6, 8, 8, 3), np.uint8), [0, 1, 2, 0, 7, 1])
     with pytest.raises(DataError, match=r"label out of range in .*train-00000-of-00001\.tfrecord: record 4 has label 7 "
                                         r"but the manifest has 3 classes"):
+        load(tmp_path, image_size=8)
+
+
+def test_a_manifest_whose_training_labels_are_all_one_class_is_refused(tmp_path):
+    _write(tmp_path, np.zeros((6, 8, 8, 3), np.uint8), [1] * 6)
+    with pytest.raises(DataError, match=r"training records .* all have label 1 \('b'\); a classifier needs at "
+                                        r"least two classes"):
         load(tmp_path, image_size=8)
 
 

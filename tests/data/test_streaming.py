@@ -131,3 +131,80 @@ def test_a_streamed_file_that_does_not_decode_fails_the_run_naming_it_or_is_skip
     assert len(s["skipped_image_examples"]) == 1 and s["skipped_image_examples"][0].endswith("train/b/3.png")
     log = (tmp_path / "skip" / "skipped-train.tsv").read_text()
     assert "train/b/3.png" in log
+
+
+@pytest.mark.slow
+def test_skip_bad_images_lists_each_bad_file_once_streamed_or_in_memory(folder, tmp_path):
+    # Three steps of the whole set: three passes over the two bad files, streamed; one read into memory.
+    root = tmp_path / "imgs"
+    shutil.copytree(folder, root)
+    for bad in (root / "train" / "a" / "5.png", root / "train" / "c" / "9.png"):
+        bad.write_bytes(bad.read_bytes()[:60])
+    cfg = RunConfig(dataset=str(root), image_size=16, replicas=1, per_replica_batch=70, steps=3, measure=False,
+                    eval_every_epoch=False, skip_bad_images=True, **FAST)
+    for name, budget in (("stream", TINY_BUDGET), ("memory", None)):
+        s = tftoolkit.train(cfg.replace(data_memory_gb=budget), tmp_path / name, quiet=True)
+        assert s["status"] == "ok" and s["input_source"] == name and s["skipped_images"] == 2
+        rows = (tmp_path / name / "skipped-train.tsv").read_text().splitlines()
+        assert sorted(r.split("\t")[0].rsplit("/", 2)[-2] + "/" + r.split("\t")[0].rsplit("/", 1)[-1] for r in rows) \
+            == ["a/5.png", "c/9.png"], rows
+        assert [r.split("\t")[1] for r in rows] == ["1", "1"]
+
+
+def test_bad_files_in_a_row_are_each_named_once_however_often_they_are_read(folder, tmp_path):
+    root = tmp_path / "imgs"
+    shutil.copytree(folder, root)
+    for i in (0, 1, 2):  # three in a row in reading order: one gap of 3 before b/3.png
+        bad = root / "val" / "b" / f"{i}.png"
+        bad.write_bytes(bad.read_bytes()[:60])
+    cfg = RunConfig(dataset=str(root), image_size=16, replicas=1, per_replica_batch=8, skip_bad_images=True,
+                    data_memory_gb=TINY_BUDGET)
+    split = catalog.load(cfg).streams["val"]
+    split.skip_log = str(tmp_path / "skipped-val.tsv")
+    for _ in range(2):  # two passes log each of them twice; the list names each once
+        kept = sum(len(y) for _, y in split.eval_dataset(cfg, (1, 1, 0)).as_numpy_iterator())
+        assert kept == 15
+    n, names = split.skipped()
+    assert n == 3 and [p.rsplit("/", 2)[-2:] for p in names] == [["b", "0.png"], ["b", "1.png"], ["b", "2.png"]]
+    rows = (tmp_path / "skipped-val.tsv").read_text().splitlines()
+    assert [r.rsplit("/", 1)[-1] for r in rows] == ["0.png\t1", "1.png\t1", "2.png\t1"]
+    assert split.skipped() == (n, names)  # read again: the same
+
+
+_PULL = """
+import sys, psutil
+from tftoolkit.data import stream
+split = stream.StreamSplit("s", sys.argv[2:], 8, 2, counts=[int(sys.argv[1])] * (len(sys.argv) - 2))
+it = iter(split._unit_records(split._files(), True))
+next(it)
+before = psutil.Process().memory_info().rss
+for _ in range(24):  # every shard open, its read-ahead buffer filled
+    next(it)
+print(psutil.Process().memory_info().rss - before)
+"""
+
+
+@pytest.mark.slow
+def test_the_read_ahead_per_open_shard_is_bounded_not_the_shard(tmp_path):
+    # Four open shards of 12 MB against four of 0.5 MB, the same records pulled: the reader's memory must not
+    # follow the shards' size (an 8 MB read-ahead per shard held 30 MB more for the large ones).
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from helpers import env_with_tests_on_path
+
+    growth = {}
+    for name, per, nbytes in (("small", 8, 64_000), ("large", 192, 64_000)):
+        files = [str(tmp_path / f"{name}-{i}") for i in range(4)]
+        rng = np.random.default_rng(0)
+        for f in files:
+            with tf.io.TFRecordWriter(f) as w:
+                for _ in range(per):
+                    w.write(rng.bytes(nbytes))
+        out = subprocess.run([sys.executable, "-c", _PULL, str(per), *files], capture_output=True, text=True,
+                             env=env_with_tests_on_path(TF_CPP_MIN_LOG_LEVEL="3"), timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        growth[name] = int(out.stdout.split()[-1])
+    assert growth["large"] - growth["small"] < 12e6, growth

@@ -185,7 +185,9 @@ def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> D
         raise DataError(f"{path} holds part of CIFAR's python folder ({partial[0]}) but lacks "
                         f"{', '.join(partial[1])}; unpack the archive from the CIFAR site again")
     if kind == "manifest":
-        return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify, worker=worker)
+        return load_tfrecords(path, config.image_size, cache=cache, verify=config.verify, worker=worker,
+                              memory_gb=config.data_memory_gb, skip_bad=config.skip_bad_images,
+                              limit=config.train_images)
     if kind == "imagenet":
         return imagenet.load(path, config, worker=worker)
     if kind == "tfds":
@@ -205,10 +207,15 @@ def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> D
 
 
 def load_tfrecords(path, image_size: int | None = None, cache: bool = True, verify: str = "cached",
-                   worker: tuple[int, int] | None = None) -> DataSource:
+                   worker: tuple[int, int] | None = None, memory_gb: float | None = None, skip_bad: bool = False,
+                   limit: int | None = None) -> DataSource:
     """A verified TFRecord dataset (``verify``: full, cached or off, see tfrecords.verify); images are resized to
-    ``image_size`` if that differs from the manifest's."""
+    ``image_size`` if that differs from the manifest's. Held in memory when its pixels fit ``memory_gb``
+    (source.memory_budget), else streamed from its shards (source.from_streams; ``skip_bad``: --skip-bad-images,
+    ``limit``: --train-images, taken before anything is read)."""
     import tensorflow as tf
+
+    from .source import from_streams, memory_budget
 
     path = Path(path)
     manifest = tfrecords.read_manifest(path)
@@ -249,7 +256,27 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True, veri
     }
     k = int(manifest["num_classes"])
     names = list(manifest.get("class_names") or [str(i) for i in range(k)])
-    source = DataSource(manifest.get("name") or path.name, train, val, n_train, n_val, (h, w, c), k, names, info)
+    name = manifest.get("name") or path.name
+    used = min(n_train, limit) if limit is not None and worker is None else n_train
+    over = (used + n_val) * h * w * c > memory_budget(memory_gb)
+    if over and h != w:
+        log.warning("%s holds %dx%d images, over the memory budget, but a split streams square images only: reading "
+                    "it into memory (give --image-size to stream it)", path, h, w)
+    elif over:
+        def stream(split, only=None):
+            return tfrecords.stream_split(path, manifest, split, h, shards=only, skip_bad=skip_bad)
+
+        source = from_streams(name, stream("train", per_worker[me] if worker is not None else None),
+                              stream("val") if "val" in manifest["splits"] else None, names, info, memory_gb,
+                              limit=None if worker is not None else limit)
+        if sharding is not None:
+            source.info["input_sharding"] = sharding  # from_streams keeps a copy of info
+            source.worker_shard = (sharding["worker"], sharding["workers"])
+            source.local_examples = source.train_examples
+            source.train_examples = sharding["workers"] * sharding["examples_per_worker"]
+        return source
+    info.update({"input_source": "memory", "streamed": False})
+    source = DataSource(name, train, val, n_train, n_val, (h, w, c), k, names, info)
     if sharding is not None:
         info["input_sharding"] = sharding
         source.worker_shard = (sharding["worker"], sharding["workers"])

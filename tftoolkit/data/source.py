@@ -356,6 +356,7 @@ def from_streams(name: str, train, val=None, class_names=None, info: dict | None
         store, lost = read_stream(s, evaluate=split == "val")
         info[f"{split}_read_s"] = round(time.perf_counter() - t0, 3)
         source.stores[split] = store
+        s.in_memory_skips = lost  # what a run lists in skipped-<split>.tsv (StreamSplit.skipped)
         skipped += lost
     if skipped:
         info["skipped_images"] = len(skipped)

@@ -2,9 +2,10 @@
 image. A split streams when its decoded pixels exceed ``--data-memory-gb``; one that fits is decoded once through
 the same reader (``decoded``) and held in memory (data/store.py).
 
-    StreamSplit   one split's files: TFRecord shards (ImageNet layout, a TFDS directory), each record an encoded
-                  image and its label; or image files (a folder), each with its label. (The manifest layout and
-                  the small sets keep the in-memory path of data/tfrecords.py and data/source.py.)
+    StreamSplit   one split's files: TFRecord shards (ImageNet layout, a TFDS directory, the toolkit's manifest
+                  layout: tfrecords.stream_split), each record an encoded image (or raw pixels) and its label; or
+                  image files (a folder), each with its label. (A manifest set that fits keeps the in-memory path
+                  of data/tfrecords.py; CIFAR and keras.datasets are arrays already.)
 
 Reading, per input pipeline (one per worker):
 
@@ -15,6 +16,12 @@ Reading, per input pipeline (one per worker):
                  examples in the same order on any replica count
     evaluation   the files in reading order (shards interleaved), every example once; a short last batch leaves
                  replicas empty (weight 0)
+
+Memory, whatever the dataset's size (benchmarks/stream_memory.py: 8,000 and 32,000 records peak within 41 MB):
+per open shard READ_BUFFER bytes read ahead (at most MAX_CYCLE shards: 16 MB); per shuffle block SHUFFLE_RECORDS
+encoded records, about four blocks in flight (the one filling, the prefetched one, the one consumed and its permuted
+copy); then ``decode_threads`` images decoding and two batches per replica prefetched. Nothing is kept per record or
+per shard beyond the file list and the record counts (one path and one int64 per shard).
 
 Transforms (``mode``):
 
@@ -41,9 +48,10 @@ What stays exact:
 
 A record or file that does not parse or decode (or whose label is out of range) fails the run, naming the shard
 and record or the file (``explain`` re-reads that one to say why), unless ``skip_bad`` is set: then it is skipped,
-counted and named in summary.json (``skipped_images``). Both work the same way: decoding keeps the stream's order,
-each element carries its position and its predecessor's (shard, record), and after ``ignore_errors`` a gap in the
-positions names what was dropped.
+counted and named in summary.json (``skipped_images``) and in the run's skipped-<split>.tsv, one row per example
+however many passes met it. Both work the same way: decoding keeps the stream's order, each element carries its
+position and its TAG_HISTORY predecessors' (shard, record), and after ``ignore_errors`` a gap in the positions names
+what was dropped.
 """
 
 from __future__ import annotations
@@ -65,10 +73,11 @@ ASPECT = (3 / 4, 4 / 3)
 CROP_ATTEMPTS = 10    # boxes tried before the whole image is taken (tf.image.sample_distorted_bounding_box)
 EVAL_CROP = 0.875     # the centre square's side over the shorter side (224 of 256)
 SHUFFLE_RECORDS = 4096   # training records shuffled together (a TFRecord split; encoded ~0.45 GB on ImageNet)
-READ_BUFFER = 8 << 20     # bytes each open shard reads ahead (TFRecordDataset buffer_size)
+READ_BUFFER = 1 << 20     # bytes each open shard reads ahead (TFRecordDataset buffer_size): at most MAX_CYCLE x this
 DEFAULT_IMAGE_SIZE = 224  # --image-size for images of mixed sizes larger than it (ImageNet's)
 MAX_CYCLE = 16            # shards open at once while training
 TAG_CHUNK = 64            # elements tagged per step of the bad-example check's bookkeeping
+TAG_HISTORY = 8           # predecessors each element names: that many failing in a row are each named
 MARK = "tftoolkit-bad-example"  # in the error a bad record raises: data.stream.explain_error finds it
 
 
@@ -119,7 +128,9 @@ class StreamSplit:
     skip_bad: bool = False
     what: str = "record"                  # how a unit's element is named in messages
     threads: dict = field(default_factory=dict)
-    skip_log: str | None = None
+    skip_log: str | None = None           # skipped-<split>.tsv: one row per example --skip-bad-images skipped
+    raw_log: str | None = None            # what the pipeline appends to as it skips (``_raw_log``)
+    in_memory_skips: list = field(default_factory=list)  # read into memory: the names of those left out
     in_memory = False
 
     def __post_init__(self):
@@ -448,26 +459,31 @@ class StreamSplit:
         """Decode in order, drop what fails, name it (strict: fail the run; ``skip_bad``: log it and go on), and
         batch ``per`` examples (a finite dataset keeps its short last batch; an endless one has none).
 
-        Before decoding, each element is tagged with its position and its predecessor's (unit, record), a chunk
-        at a time; after ``ignore_errors`` a gap between consecutive positions in a batch means the elements before
-        the survivor failed, and the last of them is the predecessor it carries. A finite dataset ends with a
-        sentinel that always decodes (and is dropped from its batch), so a failure at its very end is caught too.
-        The tagging and the check run once per chunk and once per batch, not per image."""
+        Before decoding, each element is tagged with its position and its TAG_HISTORY predecessors' (unit, record),
+        a chunk at a time; after ``ignore_errors`` a gap of g between consecutive positions in a batch means the g
+        elements before the survivor failed, and the survivor's history names them (the last TAG_HISTORY of them,
+        when more failed in a row). A finite dataset ends with a sentinel that always decodes (and is dropped from
+        its batch), so a failure at its very end is caught too. The tagging and the check run once per chunk and
+        once per batch, not per image."""
         import tensorflow as tf
 
         files = self._files()
         if sentinel:
             ds = ds.concatenate(tf.data.Dataset.from_tensors(
                 (tf.constant(-1, tf.int64), tf.constant(-1, tf.int64), tf.constant(""), tf.constant(0, tf.int64))))
+        k = TAG_HISTORY
 
         def tag(state, chunk):
-            pos, pu, pr = state
+            pos, hist_u, hist_r = state
             u, r = chunk[0], chunk[1]
             n = tf.shape(u, out_type=tf.int64)[0]
-            prev_u, prev_r = tf.concat([[pu], u[:-1]], 0), tf.concat([[pr], r[:-1]], 0)
-            return (pos + n, u[-1], r[-1]), (pos + tf.range(n), prev_u, prev_r) + tuple(chunk)
+            all_u, all_r = tf.concat([hist_u, u], 0), tf.concat([hist_r, r], 0)
+            window = tf.range(n)[:, None] + tf.range(k, dtype=tf.int64)[None, :]  # element i: the k before it
+            prev_u, prev_r = tf.gather(all_u, window), tf.gather(all_r, window)
+            return (pos + n, all_u[-k:], all_r[-k:]), (pos + tf.range(n), prev_u, prev_r) + tuple(chunk)
 
-        start = (tf.constant(0, tf.int64), tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))
+        none = tf.fill([k], tf.constant(-1, tf.int64))
+        start = (tf.constant(0, tf.int64), none, none)
         ds = ds.batch(TAG_CHUNK).scan(start, plain(tag)).unbatch()
 
         def dec(pos, pu, pr, u, r, d, epoch):
@@ -480,7 +496,7 @@ class StreamSplit:
 
         ds = ds.map(plain(dec), num_parallel_calls=self.threads["decode_threads"], deterministic=True)
         ds = ds.ignore_errors().batch(per, drop_remainder=not sentinel)
-        skip_log = self._skip_log() if self.skip_bad else None
+        skip_log = self._raw_log() if self.skip_bad else None
 
         def names(pu, pr):
             where = tf.gather(files, tf.maximum(pu, 0))
@@ -494,11 +510,19 @@ class StreamSplit:
             pos, pu, pr, images, labels = batch
             gaps = pos - tf.concat([[last], pos[:-1]], 0) - 1
             bad = tf.where(gaps > 0)[:, 0]
-            who, how_many = names(tf.gather(pu, bad), tf.gather(pr, bad)), tf.gather(gaps, bad)  # the gaps only
+            bad_u, bad_r, bad_gaps = tf.gather(pu, bad), tf.gather(pr, bad), tf.gather(gaps, bad)
+            who, how_many = names(bad_u[:, -1], bad_r[:, -1]), bad_gaps  # each gap's last: its survivor's predecessor
             if skip_log is not None:
-                logged = tf.cond(tf.size(bad) > 0, lambda: tf.print(tf.strings.reduce_join(
-                    tf.strings.join([who, tf.strings.as_string(how_many)], "\t"), separator="\n"),
-                    output_stream="file://" + skip_log), lambda: tf.no_op())
+                # One row per failed element the history names: (name, 1); the oldest of a longer run of failures
+                # also counts the unnamed ones before it.
+                column = tf.range(k, dtype=tf.int64)[None, :]
+                dropped = column >= k - bad_gaps[:, None]
+                counts = tf.where(column == 0, tf.maximum(bad_gaps[:, None] - k + 1, 1), 1)
+                rows = tf.strings.join([tf.boolean_mask(names(bad_u, bad_r), dropped),
+                                        tf.strings.as_string(tf.boolean_mask(counts, dropped))], "\t")
+                logged = tf.cond(tf.size(bad) > 0, lambda: tf.print(tf.strings.reduce_join(rows, separator="\n"),
+                                                                    output_stream="file://" + skip_log),
+                                 lambda: tf.no_op())
                 with tf.control_dependencies([logged]):
                     images = tf.identity(images)
             if sentinel:
@@ -519,22 +543,38 @@ class StreamSplit:
             return ds.map(plain(lambda images, labels, who, how_many: (images, labels)))
         return ds.map(plain(fail))
 
-    def _skip_log(self) -> str:
-        if self.skip_log is None:
-            fd, self.skip_log = tempfile.mkstemp(prefix="tftoolkit-skipped-", suffix=".tsv")
-            os.close(fd)
-        return self.skip_log
+    def _raw_log(self) -> str:
+        """Where the pipeline appends what it skips, a row each time it meets one (every pass, every pull): beside
+        ``skip_log``, hidden; a temporary file when there is none. ``skipped`` makes ``skip_log`` from it."""
+        if self.raw_log is None:
+            if self.skip_log is not None:
+                log_path = Path(self.skip_log)
+                self.raw_log = str(log_path.with_name(f".{log_path.stem}.log"))
+            else:
+                fd, self.raw_log = tempfile.mkstemp(prefix="tftoolkit-skipped-", suffix=".log")
+                os.close(fd)
+        return self.raw_log
 
     def skipped(self) -> tuple[int, list[str]]:
-        """(how many, their names in the order met) of the examples --skip-bad-images skipped while streaming, each
-        counted once however many epochs met it (a gap of g counts the named one and the g - 1 just before it)."""
-        if not self.skip_log or not Path(self.skip_log).exists():
-            return 0, []
-        gaps: dict[str, int] = {}
-        for line in Path(self.skip_log).read_text().splitlines():
+        """(how many, their names in the order met) of the examples --skip-bad-images skipped, each counted once
+        however many epochs (and pulls) met it, and written to ``skip_log`` (when set), one row per example:
+        its name, a tab, and how many were skipped ending with it (1; more where over TAG_HISTORY failed in a row
+        and the first of them are not named). In memory: those ``read_stream`` left out; streamed: what the
+        pipeline logged, with what ``skip_log`` already held (a resumed run's earlier processes)."""
+        rows: list[str] = []
+        for where in ([self.raw_log] if not self.in_memory_skips else []) + [self.skip_log]:
+            if where and Path(where).exists():
+                rows += Path(where).read_text().splitlines()
+        gaps: dict[str, int] = {name: 1 for name in self.in_memory_skips}
+        for line in rows:
             where, _, gap = line.rpartition("\t")
             where = where.strip().strip('"')
-            gaps[where] = max(gaps.get(where, 0), int(gap) if gap.isdigit() else 1)
+            if where:
+                gaps[where] = max(gaps.get(where, 0), int(gap) if gap.isdigit() else 1)
+        if self.skip_log is not None and (gaps or Path(self.skip_log).exists()):
+            from ..fileio import atomic_write
+
+            atomic_write(Path(self.skip_log), "".join(f"{name}\t{n}\n" for name, n in gaps.items()))
         return sum(gaps.values()), list(gaps)
 
 

@@ -7,9 +7,10 @@ record count and sha256 (data/README.md documents the format, so other tools can
 
 Before a dataset is used its shards are checked against the manifest: present, not truncated, the right
 number of records, the right sha256 (``verify``: every run, once per shard until it changes, or not at all);
-then one pass over the records checks labels, ids and image sizes. Anything wrong is a DataError naming the
-file. Only then is the tf.data reader built; the training split is read through it once, into memory
-(data/store.py), so the epochs never touch the files.
+then one pass over the records checks labels (in range, and more than one class), ids and image sizes. Anything
+wrong is a DataError naming the file. Only then is the tf.data reader built; a set whose pixels fit ``--data-memory-gb`` is read through it once,
+into memory (data/store.py), so the epochs never touch the files; a larger one streams from its shards while it
+trains like every other file dataset (``stream_split``, data/stream.py).
 """
 
 from __future__ import annotations
@@ -276,9 +277,11 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str, subs
     # One dataset over all files, read in order: a dataset per file would trace ``meta`` once per file.
     ds = tf.data.TFRecordDataset([str(f) for f in files]).batch(4096)
     ds = ds.map(plain(meta), num_parallel_calls=tf.data.AUTOTUNE)
-    all_ids, offset = [], 0
+    all_ids, offset, seen = [], 0, set()
     try:
         for labels, ids, hwc, nbytes in ds.as_numpy_iterator():
+            if len(seen) < 2:  # one class only is refused below, as a folder of one class is
+                seen.update(np.unique(labels).tolist())
             bad = np.flatnonzero((labels < 0) | (labels >= k))
             if len(bad):
                 i = bad[0]
@@ -299,6 +302,12 @@ def _scan(files: list[Path], counts: list[int], manifest: dict, split: str, subs
         bad = _unreadable(files)
         where_ = f"{bad}" if bad is not None else f"the {split} shards of {files[0].parent}"
         raise DataError(f"cannot read {where_}: {e.message.splitlines()[0]}; re-create or re-copy the dataset") from None
+    if split == "train" and not subset and len(seen) == 1:
+        names = manifest.get("class_names") or []
+        label = int(next(iter(seen)))
+        name = f" ({names[label]!r})" if 0 <= label < len(names) else ""
+        raise DataError(f"the training records in {files[0].parent} all have label {label}{name}; a classifier needs "
+                        "at least two classes: fix the labels, or re-create the dataset with images of each class")
     ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
     if len(ids) and (ids < 0).all():
         return False  # no ids stored: examples are numbered by their position in the (deterministic) read order
@@ -369,3 +378,28 @@ def split_dataset(path, manifest: dict, split: str, cache: bool = True, shards: 
         ds = ds.cache()  # decoded once; later epochs are served from memory
     n = sum(int(s["records"]) for s in spec["shards"])
     return ds, n, len(files)
+
+
+def stream_split(path, manifest: dict, split: str, size: int, shards: list[dict] | None = None,
+                 skip_bad: bool = False):
+    """A split as a stream.StreamSplit (read from its shards while training), its images resized to ``size`` x
+    ``size`` ("fixed": decoded whole, as in memory). Examples are numbered by their place in the files, which is
+    what ``DatasetWriter`` stores as their ids; call after ``split_dataset`` has scanned the records."""
+    import tensorflow as tf
+
+    from .stream import StreamSplit
+
+    path = Path(path)
+    spec = manifest["splits"][split]
+    shards = spec["shards"] if shards is None else shards
+    h, w, c = (int(x) for x in manifest["image_shape"])
+    raw = manifest.get("image_encoding", "raw") == "raw"
+    feats = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        p = tf.io.parse_single_example(serialized, feats)
+        return p["image"], p["label"]
+
+    return StreamSplit(manifest.get("name") or path.name, [str(path / s["file"]) for s in shards], size,
+                       int(manifest["num_classes"]), counts=[int(s["records"]) for s in shards], parse=parse,
+                       mode="fixed", raw_shape=(h, w, c) if raw else None, color_channels=c, skip_bad=skip_bad)

@@ -168,7 +168,7 @@ class Run:
                  derived["total_steps"], derived["warmup_steps"])
         from ..engine import feed
 
-        if self.source.streamed:  # what --skip-bad-images skips is logged here, read back by _input_fields
+        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (_input_fields)
             for name, split in self.source.streams.items():
                 if split.skip_bad:
                     split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
@@ -252,7 +252,8 @@ class Run:
 
         info = self.source.info
         count, names = int(info.get("skipped_images", 0)), list(info.get("skipped_image_examples", []))
-        if self.source.streamed:
+        if self.source.streams:  # streamed or read into memory: each split counts and lists its own
+            count, names = 0, []
             for split in self.source.streams.values():
                 n, found = split.skipped()
                 count, names = count + n, names + found
