@@ -269,18 +269,7 @@ def load_tfrecords(path, image_size: int | None = None, cache: bool = True, veri
         source = from_streams(name, stream("train", per_worker[me] if worker is not None else None),
                               stream("val") if "val" in manifest["splits"] else None, names, info, memory_gb,
                               limit=None if worker is not None else limit)
-        if sharding is not None:
-            source.info["input_sharding"] = sharding  # from_streams keeps a copy of info
-            source.worker_shard = (sharding["worker"], sharding["workers"])
-            source.local_examples = source.train_examples
-            source.train_examples = sharding["workers"] * sharding["examples_per_worker"]
-        return source
+        return source.shard_for_worker(sharding) if sharding is not None else source
     info.update({"input_source": "memory", "streamed": False})
     source = DataSource(name, train, val, n_train, n_val, (h, w, c), k, names, info)
-    if sharding is not None:
-        info["input_sharding"] = sharding
-        source.worker_shard = (sharding["worker"], sharding["workers"])
-        source.local_examples = n_train
-        # What one epoch trains on, all workers together (the steps per epoch follow from it).
-        source.train_examples = sharding["workers"] * sharding["examples_per_worker"]
-    return source
+    return source.shard_for_worker(sharding) if sharding is not None else source

@@ -257,9 +257,4 @@ def load(path, config, worker: tuple[int, int] | None = None):
     limit = None if worker is not None else config.train_images
     source = from_streams(path.name, train, split(found["validation"]) if "validation" in found else None, names,
                           info, config.data_memory_gb, limit=limit)
-    if sharding is not None:
-        source.info["input_sharding"] = sharding  # from_streams keeps a copy of info
-        source.worker_shard = (sharding["worker"], sharding["workers"])
-        source.local_examples = source.train_examples
-        source.train_examples = sharding["workers"] * sharding["examples_per_worker"]
-    return source
+    return source.shard_for_worker(sharding) if sharding is not None else source

@@ -41,6 +41,15 @@ class DataSource:
     streams: dict = field(default_factory=dict)  # split -> stream.StreamSplit: the files a split is read from
     streamed: bool = False  # the splits stream from their files while training (over --data-memory-gb)
 
+    def shard_for_worker(self, sharding: dict) -> "DataSource":
+        """Mark this source as one worker's shards (``--input-sharding file``): it holds ``train_examples`` of
+        them, and one epoch trains on every worker's ``examples_per_worker`` (the steps per epoch follow)."""
+        self.info["input_sharding"] = sharding
+        self.worker_shard = (sharding["worker"], sharding["workers"])
+        self.local_examples = self.train_examples
+        self.train_examples = sharding["workers"] * sharding["examples_per_worker"]
+        return self
+
     @property
     def structured(self) -> bool:
         """Another task's data (engine/losses.py): inputs and targets of any structure, not images and class labels."""
