@@ -25,15 +25,20 @@ def test_doctor_at_3_replicas_passes_or_skips_every_check_with_a_reason(capsys):
     assert all(c["detail"] for c in checks.values() if c["status"] == "skip")  # every skip says why
     for name in ("build", "visibility", "nvml", "nccl_transport"):  # no GPU here
         assert checks[name]["status"] == "skip", checks[name]
-    for name in ("allreduce_sum", "equivalence", "placement", "timing", "peak"):  # CPU replicas can show these
+    for name in ("allreduce_sum", "equivalence", "placement", "peak"):  # CPU replicas can show these
         assert checks[name]["status"] == "pass", checks[name]
+    # The clock is judged, or the host was too busy to judge it (the suite's other workers share the cores): never a
+    # failure here, where the timer synchronises (timing_verdict's own test covers each verdict).
+    timing = checks["timing"]
+    assert (timing["status"], "follows the work" in timing["detail"] if timing["status"] == "pass" else
+            "too busy to judge" in timing["detail"]) in (("pass", True), ("skip", True)), timing
     # At 3 replicas hierarchical copy is refused, and the check shows why: the sum it would give.
     assert "hierarchical_copy@3: refused by the toolkit (wrong sum: replica 0 got 3 for 1 + ... + 3 = 6" in \
         checks["allreduce_sum"]["detail"]
     assert "reduce_to_one@3: exact" in checks["allreduce_sum"]["detail"]
     assert checks["equivalence"]["figure"].startswith("max |w_3 - w_1| = ")
     assert "GFLOP/s float32 (measured)" in checks["peak"]["figure"]
-    assert "twice the work" in checks["timing"]["figure"] and "unsynchronised clock agrees" in checks["timing"]["detail"]
+    assert "twice the work" in checks["timing"]["figure"]
 
 
 @pytest.mark.slow
@@ -137,19 +142,26 @@ def test_the_odd_count_checked_beside_the_replicas():
 def test_the_timing_check_fails_when_its_figures_say_the_clock_is_wrong():
     ms = lambda *v: [x / 1e3 for x in v]  # noqa: E731
     # Twice the work reads twice the time; CPU replicas' unsynchronised clock agrees: pass.
-    status, figure, detail, _ = doctor.timing_verdict("CPU", ms(40, 42, 41), ms(80, 83, 79), ms(41, 40, 43))
-    assert status == "pass" and "synchronised 41.00 ms, twice the work 80.00 ms (1.95x)" in figure
-    assert "agrees (100%)" in detail
+    status, figure, detail, _ = doctor.timing_verdict("CPU", ms(40, 42, 41), ms(80, 83, 79), ms(41, 42, 43))
+    assert status == "pass" and "synchronised 41.00 ms, twice the work 80.00 ms (1.98x)" in figure
+    assert "agrees (102%)" in detail
     # A clock that stops before the devices finish: twice the work reads the same time.
     status, _, detail, fix = doctor.timing_verdict("GPU", ms(5, 5, 5), ms(5.2, 5.1, 5), ms(0.1, 0.1, 0.1))
     assert status == "fail" and "only 1.02x" in detail and "overstated" in fix
     # On GPUs the unsynchronised clock stopping early is expected, and said.
     status, _, detail, _ = doctor.timing_verdict("GPU", ms(5, 5, 5), ms(10, 10, 10), ms(0.1, 0.1, 0.1))
     assert status == "pass" and "stops after 2% of it" in detail
-    # CPU replicas whose two clocks disagree (the old check printed 43.63 against 72.78 ms and passed).
+    # The figures the old check passed with: an unsynchronised call slower than the synchronised one is the host's
+    # noise, so the clock is not judged (a skip saying why), never a pass.
     status, _, detail, fix = doctor.timing_verdict("CPU", ms(43.63, 44, 43), ms(88, 87, 86), ms(72.78, 73, 72))
-    assert status == "fail" and "read 167% of the synchronised one" in detail and fix
-    # A host so loaded that one round took four times another.
-    assert doctor.timing_verdict("CPU", ms(40, 40, 40), ms(160, 150, 170), ms(40, 40, 40))[0] == "fail"
-    # Medians: one slow round does not decide.
-    assert doctor.timing_verdict("CPU", ms(40, 400, 41), ms(80, 81, 82), ms(40, 41, 40))[0] == "pass"
+    assert status == "skip" and "read 167% of the synchronised one" in detail and "idle host" in fix
+    # Twice the work at four times the time: too busy to judge either (seen in the suite: 2.96x).
+    assert doctor.timing_verdict("CPU", ms(40, 40, 40), ms(160, 150, 170), ms(40, 40, 40))[0] == "skip"
+    # Ratios within each round: a round slowed as a whole (all three calls) does not decide, nor does load that
+    # changes from round to round.
+    assert doctor.timing_verdict("CPU", ms(40, 400, 41), ms(80, 810, 82), ms(40, 410, 40))[0] == "pass"
+    assert doctor.timing_verdict("CPU", ms(40, 60, 80), ms(80, 120, 160), ms(40, 60, 80))[1].endswith(
+        "(2.00x), unsynchronised 60.00 ms")
+    # CPU calls that return before their work ends: said, and the synchronised clock still follows the work.
+    status, _, detail, _ = doctor.timing_verdict("CPU", ms(40, 40, 40), ms(80, 80, 80), ms(10, 10, 10))
+    assert status == "pass" and "returned after 25% of their work" in detail

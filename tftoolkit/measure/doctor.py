@@ -11,8 +11,8 @@ what to do when it fails. On a machine without GPUs the checks that apply to CPU
     equivalence     N replicas equal 1 device: a tiny model, 10 steps, the same global batch
     placement       device-placed data lives on each replica's device; without GPUs, TensorFlow's kernel registry
                     says the device path would stay in GPU memory (engine.kernels)
-    timing          one and two units of work timed synchronised (engine.timer), interleaved: twice the work must
-                    read about twice the time; and one unit unsynchronised, which CPU replicas must agree with
+    timing          one and two units of work timed synchronised (engine.timer), interleaved with one unit
+                    unsynchronised: twice the work must read about twice the time (a busy host: skip, and why)
     peak            a measured matmul rate against the peak table for this device and precision (MFU's denominator)
     nvml            power, energy, memory, temperature and clocks readable through NVML
     nccl_transport  per GPU pair: NVLink / PCIe from the topology, and NCCL's own transport from its log
@@ -47,8 +47,8 @@ PEAK_TOO_HIGH = 1.05      # measured above 105% of the table: the table's figure
 PEAK_TOO_LOW = 0.25       # below 25%: clocks, power capping or a wrong device name
 TIMING_REPEATS = 5        # interleaved rounds of one unit, two units and one unsynchronised unit; medians
 TIMING_DOUBLE = (1.4, 2.7)  # twice the work reads 1.4x-2.7x the time: a clock that does not wait for the devices
-#                             reads about 1x; above 2.7x the host is too busy for any timing to be trusted
-TIMING_AGREE = 1.5        # on CPU replicas the unsynchronised clock lies within 1.5x of the synchronised one
+#                             reads about 1x (fail); above 2.7x the host is too busy to judge (skip)
+TIMING_AGREE = 1.5        # CPU replicas: unsynchronised within 1.5x of synchronised agrees; slower is the host's noise
 
 
 @dataclass
@@ -406,17 +406,22 @@ def check_placement(ctx: Context) -> Check:
 
 
 def timing_verdict(kind: str, once: list[float], twice: list[float], unsynced: list[float]) -> tuple[str, str, str, str]:
-    """(status, figure, detail, fix) of the timing check from its samples in seconds: ``once`` and ``twice`` one and
-    two units of device work, each timed synchronised; ``unsynced`` one unit, the clock stopped when the call returns.
+    """(status, figure, detail, fix) of the timing check from its rounds, in seconds: ``once[i]`` and ``twice[i]``
+    one and two units of device work timed synchronised, ``unsynced[i]`` one unit with the clock stopped when the
+    call returns, all three in round i.
 
     The synchronised clock is right when it follows the work: two units must take about twice one. It is what
     every timed region of the toolkit reads, so a clock that stops before the devices finish fails the check
-    (images/sec would be overstated). Without synchronisation, GPUs return before the work is done; CPU replicas
-    run synchronously, so there both clocks must agree."""
+    (images/sec would be overstated). Ratios are taken within each round, whose three calls ran back to back, and
+    their median is judged, so a host whose load changes between rounds still gives a fair figure; a ratio far
+    above 2, or an unsynchronised call slower than the synchronised one, says the host was too busy to judge
+    (skip, with the figures). Without synchronisation GPUs return before the work is done; CPU replicas return
+    when it is done, and where they do not the synchronised clock still waits for the rest."""
     import statistics
 
+    ratio = statistics.median(t / o for o, t in zip(once, twice))
+    share = statistics.median(f / o for o, f in zip(once, unsynced))
     one, two, free = (statistics.median(s) for s in (once, twice, unsynced))
-    ratio, share = two / one, free / one
     figure = f"synchronised {one * 1e3:.2f} ms, twice the work {two * 1e3:.2f} ms ({ratio:.2f}x), " \
              f"unsynchronised {free * 1e3:.2f} ms"
     lo, hi = TIMING_DOUBLE
@@ -424,19 +429,20 @@ def timing_verdict(kind: str, once: list[float], twice: list[float], unsynced: l
         return "fail", figure, (f"twice the work read only {ratio:.2f}x the time (at least {lo}x expected): the "
                                 "synchronised clock stops before the devices finish"), \
             "report it: images/sec and the step breakdown would be overstated on this machine"
+    busy = "rerun on an idle host (check `top` for other jobs)"
     if ratio > hi:
-        return "fail", figure, (f"twice the work read {ratio:.2f}x the time (at most {hi}x expected): timings on this "
-                                "host are too noisy to trust"), "rerun on an idle host (check `top` for other jobs)"
+        return "skip", figure, (f"twice the work read {ratio:.2f}x the time (at most {hi}x expected): the host was "
+                                "too busy to judge the clock"), busy
     if kind == "GPU":
         return "pass", figure, (f"the synchronised clock follows the work ({ratio:.2f}x for twice as much); without "
                                 f"synchronisation it stops after {share:.0%} of it: every timed region synchronises"), ""
-    if not 1 / TIMING_AGREE <= share <= TIMING_AGREE:
-        return "fail", figure, (f"CPU replicas run synchronously, but the unsynchronised clock read {share:.0%} of "
-                                f"the synchronised one (within {1 / TIMING_AGREE:.0%}-{TIMING_AGREE:.0%} expected)"), \
-            "rerun on an idle host; if it persists, report it: the timer's synchronisation is not what it assumes"
-    return "pass", figure, (f"the synchronised clock follows the work ({ratio:.2f}x for twice as much); CPU replicas "
-                            f"run synchronously, and the unsynchronised clock agrees ({share:.0%}); on GPUs it would "
-                            "not"), ""
+    if share > TIMING_AGREE:
+        return "skip", figure, (f"the unsynchronised call read {share:.0%} of the synchronised one, though it cannot "
+                                "take longer: the host was too busy to judge the clock"), busy
+    seen = (f"and the unsynchronised clock agrees ({share:.0%}); on GPUs it would not" if share >= 1 / TIMING_AGREE
+            else f"yet calls returned after {share:.0%} of their work: the synchronised clock waits for the rest")
+    return "pass", figure, f"the synchronised clock follows the work ({ratio:.2f}x for twice as much); CPU replicas " \
+        f"run synchronously, {seen}", ""
 
 
 def check_timing(ctx: Context) -> Check:
