@@ -144,22 +144,30 @@ def test_the_run_s_memory_is_tensorflow_s_peak_per_gpu(monkeypatch):
     assert devices.memory_peaks(devices.DeviceSetup("CPU-simulated", ("/cpu:0",), None, 2)) is None
 
 
-@pytest.mark.slow  # a fresh process: TensorFlow fixes its devices once (~4 s)
-def test_init_devices_2_gives_a_plain_mirrored_strategy_2_replicas():
+def _fresh_python(code: str):
+    """Run ``code`` in a new interpreter: TensorFlow fixes its devices and its logger once per process."""
     import subprocess
     import sys
 
-    code = ("import tftoolkit; tftoolkit.init_devices(2)\n"
-            "import tensorflow as tf\n"
-            "print('replicas', tf.distribute.MirroredStrategy().num_replicas_in_sync)\n"
-            "from tftoolkit.engine import devices\n"
-            "print('more', devices.init(3).replicas)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "replicas 2" in done.stdout, done.stderr[-2000:]
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow  # two fresh processes (~4 s each)
+def test_init_devices_2_gives_a_plain_mirrored_strategy_2_replicas_and_a_notebook_no_info_lines():
+    done = _fresh_python(
+        "import sys; sys.ps1 = '>>> '  # what an IPython kernel has: TensorFlow then logs INFO to stdout\n"
+        "import tftoolkit; tftoolkit.init_devices(2)\n"
+        "import tensorflow as tf\n"
+        "s = tf.distribute.MirroredStrategy()\n"
+        "print('replicas', s.num_replicas_in_sync)\n"
+        "print('sum', s.reduce('SUM', s.run(lambda: tf.constant(1.0)), axis=None).numpy())\n"
+        "from tftoolkit.engine import devices\n"
+        "devices.init(3)\n")
+    assert "replicas 2" in done.stdout and "sum 2.0" in done.stdout, done.stderr[-2000:]
+    assert "INFO:tensorflow" not in done.stdout + done.stderr  # TensorFlow's interactive default is quieted
     assert "init_devices(3)" in done.stderr  # a count beyond the set-up says what to do, in the same process
-    spare = subprocess.run([sys.executable, "-c", "import tftoolkit; print('n', len(tftoolkit.init_devices(2, "
-                            "cpu_devices=4).devices)); import tensorflow as tf; print('logical', "
-                            "len(tf.config.list_logical_devices('CPU')))"], capture_output=True, text=True, timeout=120)
+    spare = _fresh_python("import tftoolkit; print('n', len(tftoolkit.init_devices(2, cpu_devices=4).devices)); "
+                          "import tensorflow as tf; print('logical', len(tf.config.list_logical_devices('CPU')))")
     assert "n 2" in spare.stdout and "logical 4" in spare.stdout, spare.stderr[-2000:]
 
 
@@ -171,18 +179,3 @@ def test_tensorflow_s_interactive_info_default_is_quieted_and_other_levels_are_k
         logger = logging.Logger("stand-in", level)
         devices.quiet_tensorflow_info(logger, interactive)
         assert logger.level == want, (interactive, level)
-
-
-@pytest.mark.slow  # a fresh process (~4 s): TensorFlow configures its logger once
-def test_a_notebook_s_cell_gets_no_tensorflow_info_lines():
-    import subprocess
-    import sys
-
-    code = ("import sys; sys.ps1 = '>>> '  # what an IPython kernel has: TensorFlow then logs INFO to stdout\n"
-            "import tftoolkit; tftoolkit.init_devices(2)\n"
-            "import tensorflow as tf\n"
-            "s = tf.distribute.MirroredStrategy()\n"
-            "print('sum', s.reduce('SUM', s.run(lambda: tf.constant(1.0)), axis=None).numpy())\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "sum 2.0" in done.stdout, done.stderr[-2000:]
-    assert "INFO:tensorflow" not in done.stdout + done.stderr
