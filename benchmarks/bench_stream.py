@@ -42,16 +42,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 SIZE, REPLICAS, GLOBAL_BATCH = 224, 2, 128
 
 
-def dataset(images: int) -> Path:
+def dataset(images: int, sizes=(256, 512), name: str = "bench-imagenet") -> Path:
+    """``images`` ImageNet-layout JPEG training records of ``sizes`` px in 16 shards, written once into the data
+    home (``name-images``) and reused."""
     from tftoolkit.data.home import data_root
 
-    out = data_root() / f"bench-imagenet-{images}"
+    out = data_root() / f"{name}-{images}"
     if not (out / "train-00015-of-00016").exists():
         import formats
 
         t0 = time.time()
         formats.imagenet_tfrecords(out, classes=10, train=images, validation=64, train_shards=16, validation_shards=1,
-                                   sizes=(256, 512), texture=15, seed=images)
+                                   sizes=sizes, texture=15, seed=images)
         print(f"wrote {images} JPEGs to {out} in {time.time() - t0:.0f} s", file=sys.stderr)
     return out
 

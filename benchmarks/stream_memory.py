@@ -18,26 +18,18 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def dataset(images: int) -> Path:
-    from tftoolkit.data.home import data_root
+    from bench_stream import dataset as imagenet_records  # the same generator, smaller images
 
-    out = data_root() / f"bench-stream-memory-{images}"
-    if not (out / "train-00015-of-00016").exists():
-        import formats
-
-        t0 = time.time()
-        formats.imagenet_tfrecords(out, classes=10, train=images, validation=64, train_shards=16, validation_shards=1,
-                                   sizes=(96, 160), texture=15, seed=images)
-        print(f"wrote {images} JPEGs to {out} in {time.time() - t0:.0f} s", file=sys.stderr)
-    return out
+    return imagenet_records(images, sizes=(96, 160), name="bench-stream-memory")
 
 
 def peak_rss(data: Path, steps: int, size: int) -> tuple[int, dict]:
