@@ -150,41 +150,19 @@ def data_service(workers: int = 2, timeout: float = 90):
     process: ~10 s on 2 cores.
     """
     import contextlib
-
-    @contextlib.contextmanager
-    def one():
-        with data_services(workers, timeout=timeout) as (service,):
-            yield service
-
-    return one()
-
-
-def data_services(*workers: int, timeout: float = 90):
-    """Several independent localhost tf.data services (as ``data_service``), one per count in ``workers``, started
-    side by side: the TensorFlow imports of all their processes overlap instead of following one another.
-
-        with data_services(1, 1) as (a, b):
-            ...
-    """
-    import contextlib
     import types
 
     @contextlib.contextmanager
     def running():
         started: list[ServiceProcess] = []
         try:
-            dispatchers = [ServiceProcess("--port", "0", "--workers", "0", "--host", "localhost") for _ in workers]
-            started += dispatchers
-            addresses = [d.wait_serving(timeout).address() for d in dispatchers]
-            joining = [[ServiceProcess("--dispatcher", a, "--host", "localhost") for _ in range(n)]
-                       for a, n in zip(addresses, workers)]
-            for group in joining:
-                started += group
-            for group in joining:
-                for w in group:
-                    w.wait_serving(timeout)
-            yield [types.SimpleNamespace(address=a, dispatcher=d, workers=g)
-                   for a, d, g in zip(addresses, dispatchers, joining)]
+            started.append(ServiceProcess("--port", "0", "--workers", "0", "--host", "localhost"))
+            address = started[0].wait_serving(timeout).address()
+            joining = [ServiceProcess("--dispatcher", address, "--host", "localhost") for _ in range(workers)]
+            started += joining
+            for w in joining:
+                w.wait_serving(timeout)
+            yield types.SimpleNamespace(address=address, dispatcher=started[0], workers=joining)
         finally:
             for p in reversed(started):  # workers first: each then stops without retrying a gone dispatcher
                 try:

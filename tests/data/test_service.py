@@ -131,7 +131,8 @@ def test_a_run_through_two_service_workers_learns(two_workers, tmp_path):
 @pytest.mark.slow
 def test_a_service_worker_killed_mid_run_leaves_the_run_to_the_other(two_workers, tmp_path):
     """The client skips a worker that no longer answers and reads on from the rest: the run finishes (the epoch
-    the dead worker was making is lost with it; data/service.py says so). Last in this module: it uses up a worker."""
+    the dead worker was making is lost with it; data/service.py says so). It uses up a worker: only the run whose
+    dispatcher is stopped (below) uses this service after it."""
     import threading
     import time
 
@@ -161,20 +162,22 @@ LOSSES = ("worker-sigkill", "dispatcher-sigterm")
 
 
 @pytest.fixture(scope="module")
-def runs_whose_service_went(tmp_path_factory):
-    """One run per way of losing the service, each through a one-worker service of its own, side by side: the
-    losses are independent, and most of each run's time is a wait (servers and the trainer starting, then the
-    deadline), which the two then share. {loss: (service address, trainer's exit code, stderr, run directory)}."""
+def runs_whose_service_went(two_workers, tmp_path_factory):
+    """One run per way of losing the service, side by side: the losses are independent, and most of each run's time
+    is a wait (the trainer starting, then the deadline), which the two then share. The killed worker's run has a
+    one-worker service of its own; the stopped dispatcher's is the module's (a dispatcher stopped is the whole
+    service lost, however many workers it had, and nothing uses that service after it).
+    {loss: (service address, trainer's exit code, stderr, run directory)}."""
     import subprocess
     import sys
     import time
 
-    from helpers import FAST_ARGS, ROOT, data_services, env_with_tests_on_path
+    from helpers import FAST_ARGS, ROOT, data_service, env_with_tests_on_path
 
     runs, trainers = {}, {}
-    with data_services(*(1 for _ in LOSSES)) as services:
+    with data_service(1) as own:
         try:
-            for loss, service in zip(LOSSES, services):
+            for loss, service in zip(LOSSES, (own, two_workers)):
                 out = tmp_path_factory.mktemp(loss) / "run"
                 args = ["--replicas", "2", "--dataset", "synthetic", "--image-size", "16", "--train-images", "512",
                         "--global-batch", "64", "--epochs", "100", "--steps-per-loop", "4", "--checkpoint-every",
