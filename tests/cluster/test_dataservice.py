@@ -195,9 +195,11 @@ def test_a_worker_whose_dispatcher_died_still_stops_on_sigterm():
     worker = reader = None
     try:
         address = dispatcher.wait_serving().address()
-        worker = ServiceProcess("--dispatcher", address, "--host", "localhost").wait_serving()
+        # The reader starts beside the worker (their TensorFlow imports overlap): its job waits for a worker.
+        worker = ServiceProcess("--dispatcher", address, "--host", "localhost")
         reader = subprocess.Popen([sys.executable, "-c", _READER, address], stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True, env=env_with_tests_on_path())
+        worker.wait_serving()
         assert reader.stdout.readline().strip() == "reading"
         dispatcher.kill()
         time.sleep(2)  # the worker's heartbeats now fail

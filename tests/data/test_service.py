@@ -131,7 +131,8 @@ def test_a_run_through_two_service_workers_learns(two_workers, tmp_path):
 @pytest.mark.slow
 def test_a_service_worker_killed_mid_run_leaves_the_run_to_the_other(two_workers, tmp_path):
     """The client skips a worker that no longer answers and reads on from the rest: the run finishes (the epoch
-    the dead worker was making is lost with it; data/service.py says so). Last in this module: it uses up a worker."""
+    the dead worker was making is lost with it; data/service.py says so). It uses up a worker: only the run whose
+    dispatcher is stopped (below) uses this service after it."""
     import threading
     import time
 
@@ -157,46 +158,73 @@ def test_a_service_worker_killed_mid_run_leaves_the_run_to_the_other(two_workers
     assert s["status"] == "ok" and s["steps"] == 48  # 6 epochs of 8 steps, all trained after the loss
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("loss", ["worker-sigkill", "dispatcher-sigterm"])
-def test_a_run_whose_service_is_gone_ends_failed_with_its_checkpoints(tmp_path, loss):
-    """TensorFlow's client waits forever once its only worker is gone, and once its dispatcher is (the worker then
-    gets no more of the epoch to make); the run's deadline (--data-service-timeout) ends it: one line naming the
-    dispatcher, status failed, the checkpoints kept for a rerun."""
-    import json
+LOSSES = ("worker-sigkill", "dispatcher-sigterm")
+
+
+@pytest.fixture(scope="module")
+def runs_whose_service_went(two_workers, tmp_path_factory):
+    """One run per way of losing the service, side by side: the losses are independent, and most of each run's time
+    is a wait (the trainer starting, then the deadline), which the two then share. The killed worker's run has a
+    one-worker service of its own; the stopped dispatcher's is the module's (a dispatcher stopped is the whole
+    service lost, however many workers it had, and nothing uses that service after it).
+    {loss: (service address, trainer's exit code, stderr, run directory)}."""
     import subprocess
     import sys
     import time
 
     from helpers import FAST_ARGS, ROOT, data_service, env_with_tests_on_path
 
-    out = tmp_path / "run"
-    with data_service(1) as service:
-        args = ["--replicas", "2", "--dataset", "synthetic", "--image-size", "16", "--train-images", "512",
-                "--global-batch", "64", "--epochs", "100", "--steps-per-loop", "4", "--checkpoint-every", "8",
-                "--no-measure", *FAST_ARGS, "--data-service", service.address, "--data-service-timeout", "15"]
-        trainer = subprocess.Popen([sys.executable, "-m", "tftoolkit", "train", *args, "--out", str(out), "--quiet"],
-                                   cwd=ROOT, env=env_with_tests_on_path(), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+    runs, trainers = {}, {}
+    with data_service(1) as own:
         try:
+            for loss, service in zip(LOSSES, (own, two_workers)):
+                out = tmp_path_factory.mktemp(loss) / "run"
+                args = ["--replicas", "2", "--dataset", "synthetic", "--image-size", "16", "--train-images", "512",
+                        "--global-batch", "64", "--epochs", "100", "--steps-per-loop", "4", "--checkpoint-every",
+                        "8", "--no-measure", *FAST_ARGS, "--data-service", service.address,
+                        "--data-service-timeout", "15"]
+                trainers[loss] = (subprocess.Popen(
+                    [sys.executable, "-m", "tftoolkit", "train", *args, "--out", str(out), "--quiet"], cwd=ROOT,
+                    env=env_with_tests_on_path(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+                    service, out)
             deadline = time.monotonic() + 180
-            while not list((out / "checkpoints").glob("*.index")) and trainer.poll() is None:
-                assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            waiting = dict(trainers)
+            while waiting:  # each service is lost once its run has a checkpoint
+                for loss, (trainer, service, out) in list(waiting.items()):
+                    if list((out / "checkpoints").glob("*.index")) or trainer.poll() is not None:
+                        if trainer.poll() is None:
+                            if loss == "worker-sigkill":
+                                service.workers[0].kill()
+                            else:
+                                service.dispatcher.stop()
+                        del waiting[loss]
+                assert time.monotonic() < deadline, f"no checkpoint within 180 s: {sorted(waiting)}"
                 time.sleep(0.1)
-            if loss == "worker-sigkill":
-                service.workers[0].kill()
-            else:
-                service.dispatcher.stop()
-            # A hang-guard, not a timing: without the deadline the trainer never ends.
-            stdout, stderr = trainer.communicate(timeout=120)
+            for loss, (trainer, service, out) in trainers.items():
+                # A hang-guard, not a timing: without the deadline the trainer never ends.
+                _, stderr = trainer.communicate(timeout=120)
+                runs[loss] = (service.address, trainer.returncode, stderr, out)
         finally:
-            if trainer.poll() is None:
-                trainer.kill()
-                trainer.wait(timeout=10)
-    line = (f"the tf.data service at {service.address} delivered nothing for 15 s (--data-service-timeout): check "
+            for trainer, _, _ in trainers.values():
+                if trainer.poll() is None:
+                    trainer.kill()
+                    trainer.wait(timeout=10)
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_run_whose_service_is_gone_ends_failed_with_its_checkpoints(runs_whose_service_went, loss):
+    """TensorFlow's client waits forever once its only worker is gone, and once its dispatcher is (the worker then
+    gets no more of the epoch to make); the run's deadline (--data-service-timeout) ends it: one line naming the
+    dispatcher, status failed, the checkpoints kept for a rerun."""
+    import json
+
+    address, returncode, stderr, out = runs_whose_service_went[loss]
+    line = (f"the tf.data service at {address} delivered nothing for 15 s (--data-service-timeout): check "
             "that its dispatcher runs and that at least one of its workers does (tftoolkit data-service start "
-            f"--dispatcher {service.address}); the checkpoints are kept: run the same command again to resume")
-    assert trainer.returncode == 1, stderr[-2000:]
+            f"--dispatcher {address}); the checkpoints are kept: run the same command again to resume")
+    assert returncode == 1, stderr[-2000:]
     assert stderr.strip().splitlines()[-1].endswith(f"failed: {line}"), stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == line

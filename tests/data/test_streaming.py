@@ -195,7 +195,7 @@ def test_the_read_ahead_per_open_shard_is_bounded_not_the_shard(tmp_path):
 
     from helpers import env_with_tests_on_path
 
-    growth = {}
+    pulls = {}
     for name, per, nbytes in (("small", 8, 64_000), ("large", 192, 64_000)):
         files = [str(tmp_path / f"{name}-{i}") for i in range(4)]
         rng = np.random.default_rng(0)
@@ -203,8 +203,19 @@ def test_the_read_ahead_per_open_shard_is_bounded_not_the_shard(tmp_path):
             with tf.io.TFRecordWriter(f) as w:
                 for _ in range(per):
                     w.write(rng.bytes(nbytes))
-        out = subprocess.run([sys.executable, "-c", _PULL, str(per), *files], capture_output=True, text=True,
-                             env=env_with_tests_on_path(TF_CPP_MIN_LOG_LEVEL="3"), timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        growth[name] = int(out.stdout.split()[-1])
+        # Each reader its own fresh process (its RSS is its own), the two running side by side.
+        pulls[name] = subprocess.Popen([sys.executable, "-c", _PULL, str(per), *files], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True,
+                                       env=env_with_tests_on_path(TF_CPP_MIN_LOG_LEVEL="3"))
+    growth = {}
+    try:
+        for name, proc in pulls.items():
+            stdout, stderr = proc.communicate(timeout=120)
+            assert proc.returncode == 0, stderr[-2000:]
+            growth[name] = int(stdout.split()[-1])
+    finally:
+        for proc in pulls.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
     assert growth["large"] - growth["small"] < 12e6, growth

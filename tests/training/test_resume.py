@@ -90,9 +90,8 @@ def test_killed_at_four_random_moments_a_rerun_always_resumes_and_ends_as_if_nev
 @pytest.mark.slow
 def test_a_damaged_newest_checkpoint_falls_back_and_the_run_still_ends_as_if_never_interrupted(tmp_path, caplog):
     args = {**KILL_ARGS, "steps": 12, "checkpoint_every": 4}
-    ref = tftoolkit.train(RunConfig(**args), tmp_path / "ref", quiet=True)
     out = tmp_path / "run"
-    tftoolkit.train(RunConfig(**args), out, quiet=True)
+    ref = tftoolkit.train(RunConfig(**args), out, quiet=True)  # uninterrupted: the reference the rerun must end at
     # As a crash right after the last checkpoint leaves it, with that checkpoint's data file then truncated.
     (out / "summary.json").unlink()
     data = out / "checkpoints" / "ckpt-12.data-00000-of-00001"
