@@ -22,7 +22,7 @@ import os
 import re
 import subprocess
 
-from . import nvml
+from . import nvml as nvml_api
 
 ENV = "CUDA_VISIBLE_DEVICES"
 ORDER_ENV = "CUDA_DEVICE_ORDER"
@@ -74,8 +74,8 @@ def visible(environ=None) -> list[str] | None:
 def machine_count() -> int:
     """GPUs on this machine, without initialising CUDA: NVML, else ``nvidia-smi -L``, else 0."""
     try:
-        with nvml.session() as lib:
-            return int(lib.nvmlDeviceGetCount())
+        with nvml_api.session() as nvml:
+            return int(nvml.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001 - no NVML, no driver: ask nvidia-smi
         pass
     try:
@@ -116,7 +116,7 @@ def physical(local: list[int], environ=None) -> list[str]:
     return [seen[i] for i in local]
 
 
-def mig_parent(tok: str, lib, uuids: list[str]) -> int | None:
+def mig_parent(tok: str, nvml, uuids: list[str]) -> int | None:
     """The NVML index of the GPU a MIG instance lives on, or None when NVML cannot say.
 
     ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` (CUDA 11.0's form) names its parent; ``MIG-<uuid>`` (later drivers) is asked
@@ -126,13 +126,13 @@ def mig_parent(tok: str, lib, uuids: list[str]) -> int | None:
         match = [i for i, u in enumerate(uuids) if u == parent]
         return match[0] if len(match) == 1 else None
     try:
-        handle = lib.nvmlDeviceGetHandleByUUID(tok)
-        return int(lib.nvmlDeviceGetIndex(lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)))
+        handle = nvml.nvmlDeviceGetHandleByUUID(tok)
+        return int(nvml.nvmlDeviceGetIndex(nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)))
     except Exception:  # noqa: BLE001 - an old driver or binding: the caller falls back to every GPU
         return None
 
 
-def nvml_indices(devices: list[str], lib) -> list[int] | None:
+def nvml_indices(devices: list[str], nvml) -> list[int] | None:
     """NVML indices of ``devices`` (integer, GPU-UUID or MIG entries); None when one cannot be mapped.
 
     UUID prefixes match as CUDA matches them; an ambiguous or unknown one ends the list, as in CUDA. A MIG
@@ -140,14 +140,14 @@ def nvml_indices(devices: list[str], lib) -> list[int] | None:
     """
     out: list[int] = []
     uuids = None
-    count = lib.nvmlDeviceGetCount()
+    count = nvml.nvmlDeviceGetCount()
 
     def gpu_uuids() -> list[str]:
         found = []
         for i in range(count):
             try:
-                u = lib.nvmlDeviceGetUUID(lib.nvmlDeviceGetHandleByIndex(i))
-                found.append(nvml.text(u))
+                u = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
+                found.append(nvml_api.text(u))
             except Exception:  # noqa: BLE001 - a GPU whose UUID cannot be read matches nothing
                 found.append("")
         return found
@@ -157,7 +157,7 @@ def nvml_indices(devices: list[str], lib) -> list[int] | None:
         if kind == "mig":
             if uuids is None:
                 uuids = gpu_uuids()
-            parent = mig_parent(tok, lib, uuids)
+            parent = mig_parent(tok, nvml, uuids)
             if parent is None:
                 return None
             out.append(parent)

@@ -21,7 +21,8 @@ _module = None      # the pynvml module the open sessions share
 
 def load():
     """The pynvml module (ImportError when nvidia-ml-py is not installed)."""
-    # Deferred on purpose: nvidia-ml-py is an optional extra, and a machine without it still imports the toolkit.
+    # Deferred on purpose: importing the toolkit never needs the binding (a results-only install may lack it), and
+    # tests replace this function with one that returns tests/fake_nvml.py's stand-in.
     import pynvml
 
     return pynvml

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from tftoolkit import cli
-from tftoolkit.measure import doctor, nvml
+import fake_nvml
+from tftoolkit.measure import doctor
 
-from test_hardware import fake_nvml  # noqa: F401 - the stand-in for pynvml, loaded by path there
 
 
 def _run(capsys, *argv):
@@ -89,8 +89,7 @@ def test_more_replicas_than_gpus_is_exit_2(capsys, monkeypatch):
 
 
 def test_nvml_check_reads_every_metric_through_nvml(monkeypatch):
-    mod = fake_nvml.build(fake_nvml.synthetic_fixture())
-    monkeypatch.setattr(nvml, "load", lambda: mod)
+    mod = fake_nvml.install(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     c = doctor.check_nvml(doctor.Context(4))
     # The T4s (2, 3) have no energy counter in the fixture: energy falls back to power, which is not a failure.
@@ -99,8 +98,7 @@ def test_nvml_check_reads_every_metric_through_nvml(monkeypatch):
     mod.fail["nvmlDeviceGetTemperature"] = "NVMLError_NoPermission"
     c = doctor.check_nvml(doctor.Context(4))
     assert c.status == "fail" and "temperature" in c.detail and c.fix
-    monkeypatch.setattr(nvml, "load", lambda: fake_nvml.build(fake_nvml.synthetic_fixture(),
-                                                               init_error="NVMLError_LibraryNotFound"))
+    fake_nvml.install(monkeypatch, init_error="NVMLError_LibraryNotFound")
     assert doctor.check_nvml(doctor.Context(4)).status == "skip"
 
 

@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .. import nvml
+from .. import nvml as nvml_api
 from ..errors import ConfigError
 
 log = logging.getLogger("tftoolkit")
@@ -51,8 +51,8 @@ def gpu_memory_bytes(setup) -> int | None:
     if setup.kind != "GPU" or not setup.gpu_indices:
         return None
     try:
-        with nvml.session() as lib:
-            return min(int(lib.nvmlDeviceGetMemoryInfo(lib.nvmlDeviceGetHandleByIndex(i)).total)
+        with nvml_api.session() as nvml:
+            return min(int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).total)
                        for i in setup.gpu_indices)
     except Exception:  # noqa: BLE001 - no NVML, no driver: auto then keeps the data on the host
         return None

@@ -110,7 +110,7 @@ def transport_verdict(link: str, transport: str) -> tuple[str, str]:
 
 
 def check_nvml(ctx: Context) -> Check:
-    from . import nvml as nvml_api
+    from .. import nvml as nvml_api
     from .. import gpus as visibility
 
     try:
@@ -256,7 +256,7 @@ def check_visibility(ctx: Context) -> Check:
         expected = [g["name"] for g in nvml_gpus]
         where = "all GPUs (CUDA_VISIBLE_DEVICES unset)"
     else:
-        from . import nvml as nvml_api
+        from .. import nvml as nvml_api
 
         nvml = nvml_api.load()
         nvml.nvmlInit()
@@ -498,11 +498,11 @@ def check_peak(ctx: Context) -> Check:
         f"{measured / 1e12:.1f} TFLOP/s measured; no table figure"
     if not table == table:
         return Check("peak", "fail", figure, source, "add this GPU's datasheet figures to "
-                     "tftoolkit/measure/hardware.py PEAK_TFLOPS, or MFU stays empty")
+                     "tftoolkit/catalogue/gpus.toml (with its source), or MFU stays empty")
     ratio = measured / table
     if ratio > PEAK_TOO_HIGH:
         return Check("peak", "fail", figure, f"measured {ratio:.0%} of the table: the table's figure is too low for "
-                     f"this device ({source})", "correct the figure in PEAK_TFLOPS (MFU would read above 100%)")
+                     f"this device ({source})", "correct the figure in tftoolkit/catalogue/gpus.toml (MFU would read above 100%)")
     if ratio < PEAK_TOO_LOW:
         return Check("peak", "fail", figure, f"measured {ratio:.0%} of the table ({source})",
                      "check clocks and power capping (`nvidia-smi -q -d CLOCK,POWER`), and that the name matches")

@@ -12,8 +12,8 @@ MatMul/Conv2D as 2 x MACs and adds bias adds and element-wise ops that have a re
 the profiler cannot run, ``analytic_forward_flops`` counts Conv2D / DepthwiseConv2D / Dense layers by hand
 (2 x MACs + bias adds), which is what the profiler gives for a plain conv + dense model.
 
-Peak FLOP/s: on GPUs the rated dense peak from ``tftoolkit.measure.hardware.peak_flops`` (by device name and
-precision); on CPU a measured float32 (or bfloat16) matmul rate of the host, cached per process. Simulated
+Peak FLOP/s: on GPUs the rated dense peak from ``tftoolkit.measure.peaks.peak_flops`` (the catalogue's figures, by
+device name and precision); on CPU a measured float32 (or bfloat16) matmul rate of the host, cached per process. Simulated
 replicas share the host's cores, so on CPU the peak of the whole run is the host's, not N times it.
 """
 
@@ -24,6 +24,8 @@ import math
 import time
 
 import numpy as np
+
+from . import peaks
 
 log = logging.getLogger("tftoolkit")
 
@@ -202,22 +204,18 @@ def peak_flops(setup, precision: str) -> tuple[float, str]:
         dtype = "bfloat16" if precision == "mixed_bfloat16" else "float32"
         flops, source = cpu_matmul_peak(dtype)
         return flops, source + "; simulated replicas share these cores, so this is the peak of the whole run"
-    try:
-        from .hardware import peak_flops as table_peak
-    except ImportError:  # the table lives in hardware.py; without it there is no GPU denominator
-        return math.nan, "unavailable: tftoolkit.measure.hardware.peak_flops not found"
     col = _gpu_precision(precision)
     names = gpu_names(setup)
     total, used = 0.0, []
     for name in names:
-        peak = table_peak(name, col)
+        peak = peaks.peak_flops(name, col)
         if peak is None and col == "tf32":  # a GPU without TF32 tensor cores runs float32 at the FP32 rate
-            col_used, peak = "fp32", table_peak(name, "fp32")
+            col_used, peak = "fp32", peaks.peak_flops(name, "fp32")
         else:
             col_used = col
         if peak is None:
-            return math.nan, (f"unavailable: no rated {col} peak for {name!r} in tftoolkit.measure.hardware.PEAK_TFLOPS "
-                              "(add the datasheet figure there)")
+            return math.nan, (f"unavailable: no rated {col} peak for {name!r} in the catalogue "
+                              "(add the datasheet figure, with its source, to tftoolkit/catalogue/gpus.toml)")
         total += peak
         used.append(f"{name} {col_used} {peak / 1e12:g} TFLOP/s")
     uniq = sorted(set(used))
