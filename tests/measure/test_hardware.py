@@ -221,7 +221,7 @@ def test_peak_flops_lookup():
     assert peaks.peak_flops("nvidia  a100-sxm4-80gb", "tf32") == pytest.approx(156e12)  # spacing/case tolerant
     assert peaks.peak_flops("Tesla V100-SXM2-32GB", "bf16") is None  # no BF16 on Volta
     assert peaks.peak_flops("Tesla T4", "fp16") == pytest.approx(65e12)
-    assert peaks.peak_flops("NVIDIA H100 NVL", "fp32") is None  # unconfirmed in the reference
+    assert peaks.peak_flops("NVIDIA H100 NVL", "fp32") is None  # unconfirmed in the catalogue
     assert peaks.peak_flops("Some Future GPU", "bf16") is None
     with pytest.raises(ConfigError, match="unknown precision"):
         peaks.peak_flops("Tesla T4", "int8")

@@ -58,10 +58,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from .. import fileio
 from ..config import ALLREDUCE_DTYPES, DTYPE_BYTES
+from ..engine import devices, models, timer
 from ..engine.collectives import all_reduce_gradients
+from ..engine.strategy import describe, make_bench_strategy, nccl_available
 from ..errors import ConfigError
+from ..logs import ensure_logging
 
 log = logging.getLogger("tftoolkit")
 
@@ -178,7 +183,6 @@ def availability(impl: str, setup) -> tuple[bool, str]:
     if impl == "nccl":
         if setup.kind != "GPU":
             return False, "NCCL needs GPUs; these replicas are logical CPU devices"
-        from ..engine.strategy import nccl_available
 
         return nccl_available()
     return True, ""
@@ -186,8 +190,6 @@ def availability(impl: str, setup) -> tuple[bool, str]:
 
 def make_strategy(impl: str, setup):
     """(strategy, CommunicationOptions or None, what it really all-reduces with) for ``impl``."""
-    from ..engine.strategy import describe, make_bench_strategy
-
     strategy, options = make_bench_strategy(impl, setup)
     return strategy, options, describe(strategy, options)
 
@@ -221,7 +223,7 @@ def check_sum(strategy, options=None, size: int = 64, dtype: str = "float32") ->
 
     Run before an implementation is timed: a fast all-reduce that loses a replica's values (TensorFlow's
     hierarchical copy at odd replica counts) must not become a bandwidth figure."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     n = strategy.num_replicas_in_sync
 
@@ -267,9 +269,7 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     "time_raw_s": median uncorrected per all-reduce, "overhead_s": median of the no-all-reduce call, "iters",
     "repeats": repeats run}.
     """
-    import tensorflow as tf
-
-    from ..engine import timer
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     shapes = [tuple(int(d) for d in s) for s in shapes]
     dtypes = list(dtypes) if dtypes is not None else [tf.float32] * len(shapes)
@@ -346,8 +346,6 @@ def gradient_shapes(model) -> tuple[list, list]:
 
 
 def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10) -> tuple[list, list]:
-    from ..engine import models
-
     return gradient_shapes(models.build(name, tuple(input_shape), num_classes))
 
 
@@ -370,12 +368,6 @@ def bench(replicas: int, sizes="4KiB..256MiB", impls="all", *, repeats: int = 10
 
     ``max_chain`` caps the all-reduces chained in one timed call (CHAIN_BYTES). The chain is unrolled in the
     graph, so its tracing cost grows with it: smoke runs use a short one."""
-    import pandas as pd
-
-    from .. import fileio
-    from ..engine import devices
-    from ..logs import ensure_logging
-
     ensure_logging(quiet)
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
         raise ConfigError(f"--replicas must be an integer >= 1, got {replicas!r}")

@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from ..engine.devices import host_cores
 from . import peaks
 
 log = logging.getLogger("tftoolkit")
@@ -38,7 +39,7 @@ _cpu_peak_cache: dict[str, tuple[float, str]] = {}
 # --- FLOPs per example -----------------------------------------------------------------------------------
 def profiler_forward_flops(model, input_shape) -> int:
     """Forward FLOPs for one example from TensorFlow's graph profiler (frozen concrete function, batch 1)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     fn = tf.function(lambda x: model(x, training=False), autograph=False)
@@ -79,7 +80,7 @@ def analytic_forward_flops(model) -> int:
     Only these layers are counted (pooling, activations and normalisation are a few percent in CNNs);
     raises ValueError for a model with none of them or whose layer shapes are not known (subclassed models).
     """
-    from keras import layers as L
+    from keras import layers as L  # deferred: Keras starts TensorFlow (see import tensorflow above)
 
     total, counted = 0, 0
     for layer in _layers(model):
@@ -146,9 +147,7 @@ def cpu_matmul_peak(dtype: str = "float32", n: int = CPU_MATMUL_N, repeats: int 
     key = f"{dtype}:{n}"
     if key in _cpu_peak_cache:
         return _cpu_peak_cache[key]
-    import tensorflow as tf
-
-    from ..engine.devices import host_cores
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     cores = host_cores()
     flop = 2.0 * n**3
@@ -180,7 +179,7 @@ def _gpu_precision(precision: str) -> str:
         return "fp16"
     if precision == "mixed_bfloat16":
         return "bf16"
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "fp32"
 
@@ -188,7 +187,7 @@ def _gpu_precision(precision: str) -> str:
 def gpu_names(setup) -> list[str]:
     """The device name of each replica's GPU, from TensorFlow's own list (indexed by ``setup.tf_gpus``, positions
     in that list: never by NVML numbers, which differ from them under a CUDA_VISIBLE_DEVICES mask)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     phys = tf.config.list_physical_devices("GPU")
     names = []
