@@ -71,9 +71,9 @@ def input_rates(rounds: int, seconds: float, repo: Path | None) -> None:
 def allreduce_latency(replicas: int, repeats: int) -> None:
     sys.path.insert(0, str(ROOT))
     os.environ.update(TF_CPP_MIN_LOG_LEVEL="2")
-    from tftoolkit.measure import allreduce
+    from tftoolkit.measure import allreduce_bench
 
-    frame = allreduce.bench(replicas, "4KiB,16KiB,64KiB,256KiB,1MiB", "reduce_to_one,collective", repeats=repeats,
+    frame = allreduce_bench.bench(replicas, "4KiB,16KiB,64KiB,256KiB,1MiB", "reduce_to_one,collective", repeats=repeats,
                             warmup=2, models=(), quiet=True)
     timed = frame[frame["status"].isin(["ok", "unresolved"])]
     print(f"{replicas} replicas, {repeats} repeats asked, medians; before = time_raw_s (call / chain), "

@@ -29,7 +29,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from tftoolkit.measure.monitor import Monitor  # noqa: E402
+from tftoolkit.measure.monitor.sampler import Monitor  # noqa: E402
 
 
 def matmul_work(seconds: float) -> int:

@@ -330,6 +330,16 @@ def build(fixture: dict, *, init_error: str | None = None) -> types.ModuleType:
 NOT_SUPPORTED = {"error": "NVMLError_NotSupported"}
 
 
+def install(monkeypatch, fixture: dict | None = None, **build_kw) -> types.ModuleType:
+    """Build a fake from ``fixture`` (the synthetic one by default) and make ``tftoolkit.nvml.load`` return it, so
+    every NVML user in the toolkit (they all open NVML through ``tftoolkit.nvml.session``) sees the fake."""
+    from tftoolkit import nvml
+
+    mod = build(synthetic_fixture() if fixture is None else fixture, **build_kw)
+    monkeypatch.setattr(nvml, "load", lambda: mod)
+    return mod
+
+
 def _bus(i: int) -> str:
     return f"00000000:{0x07 + 0x10 * i:02X}:00.0"
 

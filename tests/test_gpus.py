@@ -2,7 +2,8 @@
 
 import pytest
 
-from tftoolkit import gpus
+import fake_nvml
+from tftoolkit import gpus, nvml
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -46,31 +47,19 @@ def test_physical_maps_tensorflow_s_numbers_back():
     assert gpus.physical([1], {}) == ["1"]
 
 
-class FakeNVML:
-    UUIDS = ["GPU-aaaa-0000", "GPU-aaab-1111", "GPU-cccc-2222", "GPU-dddd-3333"]
+UUIDS = ["GPU-aaaa-0000", "GPU-aaab-1111", "GPU-cccc-2222", "GPU-dddd-3333"]
 
-    def nvmlDeviceGetCount(self):
-        return len(self.UUIDS)
 
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetUUID(self, h):
-        return self.UUIDS[h].encode()
-
-    # Later drivers name MIG instances MIG-<uuid>; NVML gives the instance's handle and its parent.
-    MIGS = {"MIG-1f2e-0001": 3}
-
-    def nvmlDeviceGetHandleByUUID(self, uuid):
-        if uuid not in self.MIGS:
-            raise RuntimeError("NVMLError_NotFound")
-        return ("mig", self.MIGS[uuid])
-
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h):
-        return h[1]
-
-    def nvmlDeviceGetIndex(self, h):
-        return h
+@pytest.fixture
+def four_gpus(monkeypatch):
+    """tests/fake_nvml.py with four GPUs of these UUIDs, initialised; later drivers name MIG instances MIG-<uuid>,
+    and NVML gives the instance's handle and its parent (here MIG-1f2e-0001 on GPU 3)."""
+    fx = fake_nvml.synthetic_fixture(samples=0)
+    fx["devices"] = [dict(d, nvmlDeviceGetUUID=u) for d, u in zip(fx["devices"], UUIDS)]
+    fx["mig"] = {"MIG-1f2e-0001": 3}
+    fake_nvml.install(monkeypatch, fx)
+    with nvml.session() as mod:
+        yield mod
 
 
 @pytest.mark.parametrize("devices, expected", [
@@ -83,8 +72,14 @@ class FakeNVML:
     (["MIG-GPU-eeee-9999/1/0"], None),            # a parent NVML does not know: no mapping (the monitor takes all)
     (["MIG-ffff-0002"], None),
 ])
-def test_nvml_indices(devices, expected):
-    assert gpus.nvml_indices(devices, FakeNVML()) == expected
+def test_nvml_indices(devices, expected, four_gpus):
+    assert gpus.nvml_indices(devices, four_gpus) == expected
+
+
+def test_machine_count_asks_nvml_through_its_session(monkeypatch):
+    mod = fake_nvml.install(monkeypatch)
+    assert gpus.machine_count() == 4
+    assert mod.calls["nvmlInit"] == mod.calls["nvmlShutdown"] == 1 and mod._initialised == 0
 
 
 def test_launched_workers_get_the_gpus_this_process_was_given(monkeypatch):

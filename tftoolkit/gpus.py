@@ -22,6 +22,8 @@ import os
 import re
 import subprocess
 
+from . import nvml as nvml_api
+
 ENV = "CUDA_VISIBLE_DEVICES"
 ORDER_ENV = "CUDA_DEVICE_ORDER"
 
@@ -72,13 +74,8 @@ def visible(environ=None) -> list[str] | None:
 def machine_count() -> int:
     """GPUs on this machine, without initialising CUDA: NVML, else ``nvidia-smi -L``, else 0."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
+        with nvml_api.session() as nvml:
+            return int(nvml.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001 - no NVML, no driver: ask nvidia-smi
         pass
     try:
@@ -150,7 +147,7 @@ def nvml_indices(devices: list[str], nvml) -> list[int] | None:
         for i in range(count):
             try:
                 u = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
-                found.append(u.decode(errors="replace") if isinstance(u, bytes) else str(u))
+                found.append(nvml_api.text(u))
             except Exception:  # noqa: BLE001 - a GPU whose UUID cannot be read matches nothing
                 found.append("")
         return found

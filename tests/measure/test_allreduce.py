@@ -10,7 +10,7 @@ import pytest
 
 from tftoolkit import cli
 from tftoolkit.engine import devices
-from tftoolkit.measure import allreduce
+from tftoolkit.measure import allreduce, allreduce_bench
 from tftoolkit.errors import ConfigError
 
 devices.init(4)  # before anything touches TensorFlow (conftest does the same)
@@ -105,7 +105,7 @@ def test_the_sum_is_right_in_bfloat16_and_float16_on_two_replicas(cpu_devices):
 
 
 def test_bench_times_each_dtype_and_counts_the_bytes_it_moves(tmp_path):
-    frame = allreduce.bench(2, "64KiB", "reduce_to_one,nccl", dtypes="float32,bfloat16", repeats=2, warmup=1,
+    frame = allreduce_bench.bench(2, "64KiB", "reduce_to_one,nccl", dtypes="float32,bfloat16", repeats=2, warmup=1,
                             models="small_cnn", max_chain=2, out=tmp_path, quiet=True)
     csv = pd.read_csv(tmp_path / "allreduce.csv")
     assert list(csv.columns) == allreduce.COLUMNS and len(csv) == len(frame) == 6
@@ -136,9 +136,9 @@ def test_a_dtype_an_implementation_cannot_do_is_a_failed_row_not_a_crash(monkeyp
             raise TypeError("no kernel for half here")
         return real(strategy, options, size, dtype)
 
-    monkeypatch.setattr(allreduce, "check_sum", no_float16)
+    monkeypatch.setattr(allreduce_bench, "check_sum", no_float16)
     monkeypatch.setattr(timer, "timed", FakeCalls([2.0e-3, 2.1e-3, 1.9e-3], [1.0e-3, 1.1e-3, 0.9e-3]))
-    csv = allreduce.bench(2, "64KiB", "reduce_to_one", dtypes="float16,float32", repeats=3, warmup=1, models=(),
+    csv = allreduce_bench.bench(2, "64KiB", "reduce_to_one", dtypes="float16,float32", repeats=3, warmup=1, models=(),
                           max_chain=1, out=tmp_path, quiet=True)
     half = csv[csv["dtype"] == "float16"].iloc[0]
     assert half["status"] == "failed" and half["reason"] == "TypeError: no kernel for half here"
@@ -148,7 +148,7 @@ def test_a_dtype_an_implementation_cannot_do_is_a_failed_row_not_a_crash(monkeyp
 
 
 def test_bench_on_two_replicas_writes_a_row_per_impl_and_size(tmp_path):
-    frame = allreduce.bench(2, "8KiB", "all", repeats=2, warmup=1, models="none", out=tmp_path, quiet=True)
+    frame = allreduce_bench.bench(2, "8KiB", "all", repeats=2, warmup=1, models="none", out=tmp_path, quiet=True)
     csv = pd.read_csv(tmp_path / "allreduce.csv")
     assert list(csv.columns) == allreduce.COLUMNS
     assert len(csv) == len(frame) == 5  # nccl skipped; 4 impls x 1 size
@@ -224,7 +224,7 @@ def test_bench_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, mess
 def test_the_bench_checks_each_sum_before_timing_it(tmp_path, cpu_devices):
     # At 3 replicas TensorFlow's hierarchical copy sums 1 + 2 and drops the third replica: a failed row with the
     # wrong sum, never a bandwidth. The others are checked and timed.
-    csv = allreduce.bench(3, "64KiB", "hierarchical_copy,reduce_to_one", repeats=2, warmup=1, models=(),
+    csv = allreduce_bench.bench(3, "64KiB", "hierarchical_copy,reduce_to_one", repeats=2, warmup=1, models=(),
                           out=tmp_path, quiet=True)
     bad = csv[csv["impl"] == "hierarchical_copy"].iloc[0]
     assert bad["status"] == "failed" and "wrong sum: replica 0 got 3 for 1 + ... + 3 = 6" in bad["reason"]
@@ -242,7 +242,7 @@ def test_the_bench_checks_each_sum_before_timing_it(tmp_path, cpu_devices):
 def test_small_sizes_are_timed_without_the_call_s_overhead(tmp_path, cpu_devices):
     # Each timed call is paired with the same call minus its all-reduces; the difference per all-reduce is
     # time_s, the uncorrected figure time_raw_s, the subtracted call overhead_s; bench.json says how.
-    csv = allreduce.bench(2, "4KiB", "reduce_to_one", repeats=5, warmup=1, models=(), max_chain=4, out=tmp_path,
+    csv = allreduce_bench.bench(2, "4KiB", "reduce_to_one", repeats=5, warmup=1, models=(), max_chain=4, out=tmp_path,
                           quiet=True)
     row = csv.iloc[0]
     assert row["iters"] == 4 and row["overhead_s"] > 0
@@ -287,7 +287,7 @@ def _bench_with(monkeypatch, tmp_path, fake, repeats=5):
     from tftoolkit.engine import timer
 
     monkeypatch.setattr(timer, "timed", fake)
-    return allreduce.bench(4, "64KiB", "reduce_to_one", repeats=repeats, warmup=1, models=(), max_chain=4,
+    return allreduce_bench.bench(4, "64KiB", "reduce_to_one", repeats=repeats, warmup=1, models=(), max_chain=4,
                            out=tmp_path, quiet=True).iloc[0]
 
 

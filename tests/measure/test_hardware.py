@@ -1,4 +1,4 @@
-"""tftoolkit.hardware: the environment report, topology, peak FLOP/s.
+"""measure.hardware (the environment report), measure.topology (GPUs and their wiring), measure.peaks (peak FLOP/s).
 
 NVML is replaced by tests/fake_nvml.py, built from the documented API (no GPU was available when these tests
 were written); any real recording in tests/fixtures/nvml_*.json is replayed through the same fake.
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tftoolkit.measure import hardware, nvml
+import fake_nvml
+from tftoolkit import catalogue, nvml
+from tftoolkit.measure import hardware, peaks, topology
 from tftoolkit.errors import ConfigError
 
 from helpers import ROOT
@@ -28,7 +30,6 @@ def _load(name, path):
     return mod
 
 
-fake_nvml = _load("fake_nvml", HERE / "fake_nvml.py")
 recorder = _load("record_nvml_fixture", ROOT / "benchmarks" / "record_nvml_fixture.py")
 REAL_FIXTURES = sorted((HERE / "fixtures").glob("nvml_*.json"))
 NO_REAL_FIXTURE = pytest.param(None, marks=pytest.mark.skip(
@@ -52,9 +53,8 @@ EXPECTED = [["X", "NV12", "SYS", "SYS"], ["NV12", "X", "SYS", "SYS"],
 
 @pytest.fixture
 def fake(monkeypatch):
-    mod = fake_nvml.build(fake_nvml.synthetic_fixture())
-    monkeypatch.setattr(nvml, "load", lambda: mod)
-    monkeypatch.setattr(hardware, "_run_topo_command", lambda: None)
+    mod = fake_nvml.install(monkeypatch)
+    monkeypatch.setattr(topology, "_run_topo_command", lambda: None)
     return mod
 
 
@@ -80,9 +80,8 @@ def test_report_on_this_machine_is_json_and_reads_tf_build_without_importing_it(
 @pytest.mark.parametrize("error, says", [("NVMLError_LibraryNotFound", "libnvidia-ml is not installed"),
                                           ("NVMLError_DriverNotLoaded", "driver is not loaded")])
 def test_no_gpu_machine_says_so_plainly(monkeypatch, error, says):
-    mod = fake_nvml.build(fake_nvml.synthetic_fixture(), init_error=error)
-    monkeypatch.setattr(nvml, "load", lambda: mod)
-    monkeypatch.setattr(hardware, "_run_topo_command", lambda: None)
+    fake_nvml.install(monkeypatch, init_error=error)
+    monkeypatch.setattr(topology, "_run_topo_command", lambda: None)
     report = hardware.collect()
     assert report["gpus"] == [] and report["topology"]["matrix"] == []
     assert says in report["summary"] and "simulated" in report["summary"]
@@ -132,8 +131,7 @@ def test_topology_matrix_nvlink_and_pcie(fake):
 
 
 def test_nvswitch_board_shows_every_pair_as_nvlink(monkeypatch):
-    mod = fake_nvml.build(fake_nvml.nvswitch_fixture(n=4, links=18))
-    monkeypatch.setattr(nvml, "load", lambda: mod)
+    fake_nvml.install(monkeypatch, fake_nvml.nvswitch_fixture(n=4, links=18))
     topo = hardware.collect()["topology"]
     assert all(topo["matrix"][i][j] == ("X" if i == j else "NV18") for i in range(4) for j in range(4))
     assert {p["nvlink_version"] for p in topo["pairs"]} == {"4.0"}
@@ -141,7 +139,7 @@ def test_nvswitch_board_shows_every_pair_as_nvlink(monkeypatch):
 
 def test_topology_falls_back_to_nvidia_smi_when_nvml_topology_fails(fake, monkeypatch):
     fake.fail["nvmlDeviceGetTopologyCommonAncestor"] = "NVMLError_Unknown"
-    monkeypatch.setattr(hardware, "_run_topo_command", lambda: TOPO_TEXT)
+    monkeypatch.setattr(topology, "_run_topo_command", lambda: TOPO_TEXT)
     report = hardware.collect()
     assert report["topology"]["source"] == "nvidia-smi"
     assert report["topology"]["matrix"] == EXPECTED
@@ -157,12 +155,12 @@ def test_topology_without_any_fallback_keeps_what_nvml_gave(fake):
 
 
 def test_parse_topo_matrix_ignores_nic_columns_and_ansi():
-    topo = hardware.parse_topo_matrix(TOPO_TEXT)
+    topo = topology.parse_topo_matrix(TOPO_TEXT)
     assert topo["matrix"] == EXPECTED
     assert {tuple(p["gpus"]): p["nvlink_links"] for p in topo["pairs"]}[(0, 1)] == 12
-    one = hardware.parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n")
+    one = topology.parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n")
     assert one["matrix"] == [["X"]] and one["pairs"] == []
-    assert hardware.parse_topo_matrix("NVIDIA-SMI has failed")["matrix"] == []
+    assert topology.parse_topo_matrix("NVIDIA-SMI has failed")["matrix"] == []
 
 
 def test_no_permission_on_one_query_is_recorded_not_raised(fake):
@@ -217,21 +215,25 @@ def test_env_command_prints_json_or_table(fake, capsys):
 
 # -- peak FLOP/s -------------------------------------------------------------------------------------------------------
 def test_peak_flops_lookup():
-    assert hardware.peak_flops("NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(989.4e12)
-    assert hardware.peak_flops("NVIDIA H100 80GB HBM3", "mixed_float16") == pytest.approx(989.4e12)
-    assert hardware.peak_flops("NVIDIA A100-SXM4-80GB", "float32") == pytest.approx(19.5e12)
-    assert hardware.peak_flops("nvidia  a100-sxm4-80gb", "tf32") == pytest.approx(156e12)  # spacing/case tolerant
-    assert hardware.peak_flops("Tesla V100-SXM2-32GB", "bf16") is None  # no BF16 on Volta
-    assert hardware.peak_flops("Tesla T4", "fp16") == pytest.approx(65e12)
-    assert hardware.peak_flops("NVIDIA H100 NVL", "fp32") is None  # unconfirmed in the reference
-    assert hardware.peak_flops("Some Future GPU", "bf16") is None
+    assert peaks.peak_flops("NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(989.4e12)
+    assert peaks.peak_flops("NVIDIA H100 80GB HBM3", "mixed_float16") == pytest.approx(989.4e12)
+    assert peaks.peak_flops("NVIDIA A100-SXM4-80GB", "float32") == pytest.approx(19.5e12)
+    assert peaks.peak_flops("nvidia  a100-sxm4-80gb", "tf32") == pytest.approx(156e12)  # spacing/case tolerant
+    assert peaks.peak_flops("Tesla V100-SXM2-32GB", "bf16") is None  # no BF16 on Volta
+    assert peaks.peak_flops("Tesla T4", "fp16") == pytest.approx(65e12)
+    assert peaks.peak_flops("NVIDIA H100 NVL", "fp32") is None  # unconfirmed in the catalogue
+    assert peaks.peak_flops("Some Future GPU", "bf16") is None
     with pytest.raises(ConfigError, match="unknown precision"):
-        hardware.peak_flops("Tesla T4", "int8")
+        peaks.peak_flops("Tesla T4", "int8")
 
 
-def test_peak_table_shape():
-    assert "NVIDIA A10G" not in hardware.PEAK_TFLOPS  # A10 figures, not A10G's: unconfirmed
-    for name, row in hardware.PEAK_TFLOPS.items():
+def test_peak_rows_come_from_the_catalogue_by_nvml_name():
+    names = [n for g in catalogue.gpus() for n in g.names] + list(peaks.NOT_YET_CATALOGUED)
+    assert "NVIDIA A100-SXM4-80GB" in names and "NVIDIA H100 80GB HBM3" in names
+    assert not set(peaks.NOT_YET_CATALOGUED) & {n for g in catalogue.gpus() for n in g.names}  # one home per GPU
+    assert peaks.peak_tflops("Some Future GPU") is None
+    for name in names:
+        row = peaks.peak_tflops(name)
         assert set(row) == {"fp32", "tf32", "fp16", "bf16"}, name
         known = [row[k] for k in ("fp32", "tf32", "fp16") if row[k] is not None]
         assert known == sorted(known), f"{name}: tensor rates should not be below FP32"
@@ -282,9 +284,8 @@ def test_recorder_round_trip_replays_identically(fake):
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in REAL_FIXTURES] or [NO_REAL_FIXTURE])
 def test_replay_recorded_fixture(path, monkeypatch):
     fixture = json.loads(path.read_text())
-    mod = fake_nvml.build(fixture)
-    monkeypatch.setattr(nvml, "load", lambda: mod)
-    monkeypatch.setattr(hardware, "_run_topo_command", lambda: None)
+    fake_nvml.install(monkeypatch, fixture)
+    monkeypatch.setattr(topology, "_run_topo_command", lambda: None)
     report = hardware.collect()
     json.dumps(report)
     assert len(report["gpus"]) == len(fixture["devices"])
@@ -292,7 +293,7 @@ def test_replay_recorded_fixture(path, monkeypatch):
     assert [g["name"] for g in report["gpus"]] == [n if isinstance(n, str) else None for n in names]
     if fixture.get("nvidia_smi_topo_m") and len(report["gpus"]) > 1:
         # NVML's answer must agree with nvidia-smi's on the same machine.
-        assert report["topology"]["matrix"] == hardware.parse_topo_matrix(fixture["nvidia_smi_topo_m"])["matrix"]
+        assert report["topology"]["matrix"] == topology.parse_topo_matrix(fixture["nvidia_smi_topo_m"])["matrix"]
 
 
 @pytest.mark.parametrize("name, precision, tflops", [
@@ -302,5 +303,5 @@ def test_replay_recorded_fixture(path, monkeypatch):
     ("NVIDIA H200 NVL", "bf16", 835.5),
 ])
 def test_newer_gpus_have_their_dense_datasheet_peaks(name, precision, tflops):
-    assert hardware.peak_flops(name, precision) == pytest.approx(tflops * 1e12)
-    assert hardware.peak_flops("NVIDIA H200 NVL", "fp32") is None  # unconfirmed: no guess
+    assert peaks.peak_flops(name, precision) == pytest.approx(tflops * 1e12)
+    assert peaks.peak_flops("NVIDIA H200 NVL", "fp32") is None  # unconfirmed: no guess

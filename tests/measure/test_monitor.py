@@ -1,10 +1,9 @@
-"""tftoolkit.monitor: the sampler, its CSV, its failure handling, and the summary numbers.
+"""measure.monitor (sampler, metrics, analysis): the sampler, its CSV, its failure handling, and the summary numbers.
 
 GPU readings come from tests/fake_nvml.py (written from the documented NVML API; see tests/fixtures/README.md);
 host readings are real (psutil on this machine).
 """
 
-import importlib.util
 import json
 import logging
 import subprocess
@@ -16,23 +15,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.measure import monitor, nvml
+import fake_nvml
+from tftoolkit import nvml
+from tftoolkit.measure.monitor import analysis, metrics, sampler
 from tftoolkit.errors import ConfigError, DataError, DeviceError, RunDirError, ToolkitError
 
 from helpers import ROOT, assert_no_tensorflow
 
 HERE = ROOT / "tests"  # fake_nvml.py and fixtures/
-_spec = importlib.util.spec_from_file_location("fake_nvml", HERE / "fake_nvml.py")
-fake_nvml = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_nvml)
 REAL_FIXTURES = sorted((HERE / "fixtures").glob("nvml_*.json"))
 
 FAST = 0.05  # seconds between samples in tests
 
 
 def use(monkeypatch, fixture=None, **kw):
-    mod = fake_nvml.build(fixture or fake_nvml.synthetic_fixture(), **kw)
-    monkeypatch.setattr(nvml, "load", lambda: mod)
+    mod = fake_nvml.install(monkeypatch, fixture, **kw)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return mod
 
@@ -48,22 +45,22 @@ def gpus(monkeypatch):
 
 
 def run(path, seconds, **kw):
-    with monitor.Monitor(path, interval_s=kw.pop("interval_s", FAST), **kw) as mon:
+    with sampler.Monitor(path, interval_s=kw.pop("interval_s", FAST), **kw) as mon:
         time.sleep(seconds)
-    return mon, monitor.read_monitor(path)
+    return mon, analysis.read_monitor(path)
 
 
 # -- bad input -----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("interval", [0, -1, 0.0, float("nan"), float("inf"), "0.5", True, None])
 def test_interval_must_be_positive_seconds(tmp_path, no_gpu, interval):
     with pytest.raises(ConfigError, match="interval_s must be a number of seconds > 0") as e:
-        monitor.Monitor(tmp_path / "m.csv", interval_s=interval)
+        sampler.Monitor(tmp_path / "m.csv", interval_s=interval)
     assert isinstance(e.value, ToolkitError)
 
 
 def test_gpu_index_that_does_not_exist_names_the_gpus_present(tmp_path, gpus):
     with pytest.raises(DeviceError) as e:
-        monitor.Monitor(tmp_path / "m.csv", gpu_indices=[1, 7])
+        sampler.Monitor(tmp_path / "m.csv", gpu_indices=[1, 7])
     msg = str(e.value)
     assert "GPU index 7 does not exist" in msg
     assert "0 (NVIDIA A100-SXM4-80GB), 1 (NVIDIA A100-SXM4-80GB), 2 (Tesla T4), 3 (Tesla T4)" in msg
@@ -72,17 +69,17 @@ def test_gpu_index_that_does_not_exist_names_the_gpus_present(tmp_path, gpus):
 
 def test_gpu_index_on_a_machine_without_gpus(tmp_path, no_gpu):
     with pytest.raises(DeviceError, match="no GPU can be queried.*gpu_indices=None"):
-        monitor.Monitor(tmp_path / "m.csv", gpu_indices=[0])
+        sampler.Monitor(tmp_path / "m.csv", gpu_indices=[0])
 
 
 @pytest.mark.parametrize("bad", [[-1], ["0"], [True], 1.5])
 def test_gpu_indices_must_be_numbers(tmp_path, gpus, bad):
     with pytest.raises(ConfigError):
-        monitor.Monitor(tmp_path / "m.csv", gpu_indices=bad)
+        sampler.Monitor(tmp_path / "m.csv", gpu_indices=bad)
 
 
 def test_phase_names_must_fit_a_csv_cell(tmp_path, no_gpu):
-    mon = monitor.Monitor(tmp_path / "m.csv")
+    mon = sampler.Monitor(tmp_path / "m.csv")
     for bad in ["", "  ", "a,b", 'say "hi"', "x\ny", None]:
         with pytest.raises(ConfigError):
             mon.phase(bad)
@@ -93,7 +90,7 @@ def test_host_only_csv_columns_devices_and_phases(tmp_path, no_gpu, caplog):
     caplog.set_level(logging.INFO, logger="tftoolkit")
     path = tmp_path / "run"
     path.mkdir()
-    with monitor.Monitor(path, interval_s=FAST) as mon:  # a directory: writes <dir>/monitor.csv
+    with sampler.Monitor(path, interval_s=FAST) as mon:  # a directory: writes <dir>/monitor.csv
         mon.phase("warmup")
         time.sleep(0.2)
         mon.phase("train")
@@ -102,7 +99,7 @@ def test_host_only_csv_columns_devices_and_phases(tmp_path, no_gpu, caplog):
         mon.phase("eval")
         time.sleep(0.15)
     assert (path / "monitor.csv").read_text().splitlines()[0] == "time_s,device,metric,value,phase"
-    df = monitor.read_monitor(path)
+    df = analysis.read_monitor(path)
     assert list(df.columns) == ["time_s", "device", "metric", "value", "phase"]
     assert {"host", "cpu0"} <= set(df["device"]) and not any(df["device"].str.startswith("gpu"))
     assert {"cpu_util_pct", "rss_bytes", "sys_mem_used_pct"} <= set(df["metric"])
@@ -119,11 +116,11 @@ def test_host_only_csv_columns_devices_and_phases(tmp_path, no_gpu, caplog):
 
 def test_file_is_readable_while_running(tmp_path, no_gpu):
     path = tmp_path / "m.csv"
-    with monitor.Monitor(path, interval_s=FAST, flush_s=0.1):
+    with sampler.Monitor(path, interval_s=FAST, flush_s=0.1):
         time.sleep(0.4)
-        during = monitor.read_monitor(path)  # what a killed run would leave behind
+        during = analysis.read_monitor(path)  # what a killed run would leave behind
         time.sleep(0.2)
-    after = monitor.read_monitor(path)
+    after = analysis.read_monitor(path)
     assert len(during) > 0 and during["time_s"].max() >= 0.1
     assert len(after) > len(during)
 
@@ -133,32 +130,32 @@ def test_killed_run_leaves_a_readable_file(tmp_path):
     path = tmp_path / "m.csv"
     code = textwrap.dedent(f"""
         import os, signal, time
-        from tftoolkit.measure.monitor import Monitor
+        from tftoolkit.measure.monitor.sampler import Monitor
         Monitor({str(path)!r}, interval_s={FAST}, flush_s=0.1).start()
         time.sleep(0.6)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
     assert proc.returncode == -9
-    df = monitor.read_monitor(path)
+    df = analysis.read_monitor(path)
     assert df["time_s"].max() >= 0.3 and {"host"} <= set(df["device"])
 
 
 def test_torn_last_line_is_dropped(tmp_path):
     path = tmp_path / "monitor.csv"
     path.write_text("time_s,device,metric,value,phase\n0.0,host,cpu_util_pct,12.5,train\n0.5,host,cpu_ut")
-    df = monitor.read_monitor(tmp_path)
+    df = analysis.read_monitor(tmp_path)
     assert len(df) == 1 and df.loc[0, "value"] == 12.5
 
 
 def test_read_monitor_missing_or_foreign_file(tmp_path):
     with pytest.raises(DataError, match="no monitor file"):
-        monitor.read_monitor(tmp_path)
+        analysis.read_monitor(tmp_path)
     (tmp_path / "monitor.csv").write_text("a,b\n1,2\n")
     with pytest.raises(DataError, match="not a monitor file"):
-        monitor.read_monitor(tmp_path)
+        analysis.read_monitor(tmp_path)
     (tmp_path / "monitor.csv").write_text("time_s,device,metric,value,phase\n")
-    assert list(monitor.read_monitor(tmp_path).columns) == monitor.COLUMNS
+    assert list(analysis.read_monitor(tmp_path).columns) == metrics.COLUMNS
 
 
 # -- GPU monitoring through the fake -------------------------------------------------------------------------------------
@@ -197,24 +194,24 @@ def test_throttle_reasons_bitmask_and_names(tmp_path, monkeypatch):
     assert set(df[(df["device"] == "gpu1") & (df["metric"] == "throttle_reasons")]["value"]) == {0x44}
     assert not any(m.startswith("throttle_") and m != "throttle_reasons"
                    for m in df[df["device"] == "gpu0"]["metric"])
-    s = monitor.summarize(df)
+    s = analysis.summarize(df)
     assert s["gpus"]["gpu1"]["throttled"] and s["gpus"]["gpu1"]["throttle_reasons"] == ["hw_thermal_slowdown",
                                                                                         "sw_power_cap"]
     assert not s["gpus"]["gpu0"]["throttled"]
 
 
 def test_gpu_selection_and_cuda_visible_devices(tmp_path, gpus, monkeypatch):
-    assert monitor.Monitor(tmp_path / "a.csv", gpu_indices=[2]).gpu_indices == [2]
-    assert monitor.Monitor(tmp_path / "a.csv", np.float64(0.5), np.array([3, 1])).gpu_indices == [3, 1]
-    assert monitor.Monitor(tmp_path / "a.csv", gpu_indices=[]).gpu_indices == []  # host only
+    assert sampler.Monitor(tmp_path / "a.csv", gpu_indices=[2]).gpu_indices == [2]
+    assert sampler.Monitor(tmp_path / "a.csv", np.float64(0.5), np.array([3, 1])).gpu_indices == [3, 1]
+    assert sampler.Monitor(tmp_path / "a.csv", gpu_indices=[]).gpu_indices == []  # host only
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert monitor.Monitor(tmp_path / "b.csv").gpu_indices == [2, 3]
+    assert sampler.Monitor(tmp_path / "b.csv").gpu_indices == [2, 3]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-00000000-0000-0000-0000-000000000001")
-    assert monitor.Monitor(tmp_path / "c.csv").gpu_indices == [1]
+    assert sampler.Monitor(tmp_path / "c.csv").gpu_indices == [1]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert monitor.Monitor(tmp_path / "d.csv").gpu_indices == []
+    assert sampler.Monitor(tmp_path / "d.csv").gpu_indices == []
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-abc")
-    assert monitor.Monitor(tmp_path / "e.csv").gpu_indices == [0, 1, 2, 3]  # cannot map: take all
+    assert sampler.Monitor(tmp_path / "e.csv").gpu_indices == [0, 1, 2, 3]  # cannot map: take all
 
 
 def test_failing_metric_is_logged_once_and_skipped(tmp_path, gpus, caplog):
@@ -230,12 +227,12 @@ def test_failing_metric_is_logged_once_and_skipped(tmp_path, gpus, caplog):
 
 
 def test_metric_failing_mid_run_keeps_earlier_rows(tmp_path, gpus, caplog):
-    with monitor.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
+    with sampler.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
         time.sleep(0.2)
         gpus.fail[("nvmlDeviceGetTemperature", 3)] = "NVMLError_GpuIsLost"
         lost_at = time.monotonic() - mon.t0
         time.sleep(0.2)
-    df = monitor.read_monitor(tmp_path / "m.csv")
+    df = analysis.read_monitor(tmp_path / "m.csv")
     temp3 = df[(df["device"] == "gpu3") & (df["metric"] == "temp_c")]
     assert len(temp3) >= 2 and temp3["time_s"].max() <= lost_at + FAST
     assert df[(df["device"] == "gpu0") & (df["metric"] == "temp_c")]["time_s"].max() > lost_at + 0.1
@@ -252,12 +249,12 @@ def test_no_permission_is_logged_once_with_a_hint(tmp_path, gpus, caplog):
 
 
 def test_nvml_failing_at_start_falls_back_to_host(tmp_path, gpus, caplog):
-    mon = monitor.Monitor(tmp_path / "m.csv", interval_s=FAST)  # GPUs were there at construction...
+    mon = sampler.Monitor(tmp_path / "m.csv", interval_s=FAST)  # GPUs were there at construction...
     gpus.fail["nvmlInit"] = "NVMLError_DriverNotLoaded"        # ...and the driver went away before start
     with caplog.at_level(logging.WARNING, logger="tftoolkit"):
         with mon:
             time.sleep(0.15)
-    df = monitor.read_monitor(tmp_path / "m.csv")
+    df = analysis.read_monitor(tmp_path / "m.csv")
     assert set(df["device"]) >= {"host"} and not any(df["device"].str.startswith("gpu"))
     assert sum("NVML failed at start" in r.getMessage() for r in caplog.records) == 1
 
@@ -265,37 +262,37 @@ def test_nvml_failing_at_start_falls_back_to_host(tmp_path, gpus, caplog):
 def test_unwritable_path_is_a_run_dir_error(tmp_path, no_gpu):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(RunDirError, match="cannot write the monitor file"):
-        monitor.Monitor(tmp_path / "file" / "monitor.csv").start()
+        sampler.Monitor(tmp_path / "file" / "monitor.csv").start()
 
 
 def test_monitor_cannot_start_twice(tmp_path, no_gpu):
-    with monitor.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
+    with sampler.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
         with pytest.raises(ConfigError, match="already running"):
             mon.start()
 
 
 # -- summaries -----------------------------------------------------------------------------------------------------------
 def frame(rows):
-    return pd.DataFrame(rows, columns=monitor.COLUMNS)
+    return pd.DataFrame(rows, columns=metrics.COLUMNS)
 
 
 def test_energy_is_power_integrated_over_time():
     # 100 W held for 2 s, sampled every 0.5 s.
     df = frame([(t / 2, "gpu0", "power_w", 100.0, "train") for t in range(5)])
-    s = monitor.summarize(df, images=1000)
+    s = analysis.summarize(df, images=1000)
     g = s["gpus"]["gpu0"]
     assert g["energy_j"] == pytest.approx(200.0) and g["power_mean_w"] == pytest.approx(100.0)
     assert s["images_per_joule"] == pytest.approx(5.0) and g["images_per_joule"] == pytest.approx(5.0)
     # A ramp 0 -> 200 W over 2 s is also 200 J (trapezoids are exact on a line).
     ramp = frame([(t / 2, "gpu0", "power_w", 50.0 * t, "train") for t in range(5)])
-    assert monitor.summarize(ramp)["gpus"]["gpu0"]["energy_j"] == pytest.approx(200.0)
+    assert analysis.summarize(ramp)["gpus"]["gpu0"]["energy_j"] == pytest.approx(200.0)
     # duration_s sets the window: mean power x duration.
-    assert monitor.summarize(df, duration_s=4.0)["gpus"]["gpu0"]["energy_j"] == pytest.approx(400.0)
+    assert analysis.summarize(df, duration_s=4.0)["gpus"]["gpu0"]["energy_j"] == pytest.approx(400.0)
 
 
 def test_images_per_joule_splits_images_across_replicas():
     rows = [(t / 2, g, "power_w", w, "train") for t in range(5) for g, w in (("gpu0", 100.0), ("gpu1", 50.0))]
-    s = monitor.summarize(frame(rows), images=600)
+    s = analysis.summarize(frame(rows), images=600)
     assert s["gpu_energy_j"] == pytest.approx(300.0)
     assert s["images_per_joule"] == pytest.approx(2.0)
     assert s["gpus"]["gpu0"]["images_per_joule"] == pytest.approx(1.5)  # 300 images / 200 J
@@ -307,24 +304,24 @@ def test_energy_comes_from_nvml_s_counter_where_the_gpu_has_one():
     # energy counter (mJ, Volta and newer) is not. 80 W read at every sample, 200 J counted over the same 2 s.
     rows = [(t / 2, "gpu0", "power_w", 80.0, "train") for t in range(5)]
     rows += [(t / 2, "gpu0", "energy_j", 50.0 * t + 7.0, "train") for t in range(5)]
-    s = monitor.summarize(frame(rows), images=1000)
+    s = analysis.summarize(frame(rows), images=1000)
     g = s["gpus"]["gpu0"]
     assert g["energy_j"] == pytest.approx(200.0) and g["power_mean_w"] == pytest.approx(100.0)
     assert g["energy_source"] == "energy counter" and s["images_per_joule"] == pytest.approx(5.0)
     # Without the counter: the power samples, and says so.
-    g = monitor.summarize(frame(rows[:5]))["gpus"]["gpu0"]
+    g = analysis.summarize(frame(rows[:5]))["gpus"]["gpu0"]
     assert g["energy_j"] == pytest.approx(160.0) and g["energy_source"] == "power samples"
     # duration_s sets the window for the counter too: mean power x duration.
-    assert monitor.summarize(frame(rows), duration_s=4.0)["gpus"]["gpu0"]["energy_j"] == pytest.approx(400.0)
+    assert analysis.summarize(frame(rows), duration_s=4.0)["gpus"]["gpu0"]["energy_j"] == pytest.approx(400.0)
 
 
 def test_the_monitor_records_the_energy_counter(tmp_path, monkeypatch):
     # GPUs 0-1 count energy: +200 J and +400 J per reading; the 4 recorded readings repeat, so the counter
     # goes back every 4th reading, as it does when the driver reloads: that interval counts 0, the total goes on.
     use(monkeypatch, fake_nvml.synthetic_fixture())
-    with monitor.Monitor(tmp_path / "m.csv", interval_s=0.05, gpu_indices=[0, 2]):
+    with sampler.Monitor(tmp_path / "m.csv", interval_s=0.05, gpu_indices=[0, 2]):
         time.sleep(0.4)
-    df = monitor.read_monitor(tmp_path / "m.csv")
+    df = analysis.read_monitor(tmp_path / "m.csv")
     e0 = df[(df["device"] == "gpu0") & (df["metric"] == "energy_j")]["value"].to_numpy()
     steps = np.diff(e0)
     assert len(e0) >= 6 and e0[0] == 0.0  # from the monitor's start, in J
@@ -339,10 +336,10 @@ def test_energy_measured_live_from_a_constant_100w_gpu(tmp_path, monkeypatch):
             reading.pop("nvmlDeviceGetTotalEnergyConsumption", None)
     use(monkeypatch, fixture)
     start = time.monotonic()
-    with monitor.Monitor(tmp_path / "m.csv", interval_s=0.1, gpu_indices=[0]):
+    with sampler.Monitor(tmp_path / "m.csv", interval_s=0.1, gpu_indices=[0]):
         time.sleep(2.0)
     wall = time.monotonic() - start  # >= 2 s; more on a loaded machine
-    s = monitor.summarize(monitor.read_monitor(tmp_path / "m.csv"))
+    s = analysis.summarize(analysis.read_monitor(tmp_path / "m.csv"))
     energy = s["gpus"]["gpu0"]["energy_j"]
     assert energy == pytest.approx(100.0 * s["duration_s"], rel=1e-3)
     # The first and last samples sit at the ends of the monitored block, so ~200 J: 100 W x the block's length.
@@ -361,48 +358,48 @@ def _util_frame(gpu1_low: int, n: int = 10, idle_eval: int = 0) -> pd.DataFrame:
 
 
 def test_idle_flag():
-    s = monitor.summarize(_util_frame(gpu1_low=3))
+    s = analysis.summarize(_util_frame(gpu1_low=3))
     assert s["gpus"]["gpu1"]["idle"] and s["gpus"]["gpu1"]["idle_frac"] == pytest.approx(0.3)
     assert not s["gpus"]["gpu0"]["idle"] and s["gpus"]["gpu0"]["idle_frac"] == 0.0
     assert any(f.startswith("gpu1 was under 10% utilisation 30%") for f in s["flags"])
     # Exactly 20% is not "more than 20%".
-    assert not monitor.summarize(_util_frame(gpu1_low=2))["gpus"]["gpu1"]["idle"]
+    assert not analysis.summarize(_util_frame(gpu1_low=2))["gpus"]["gpu1"]["idle"]
     # Time when all GPUs were idle (an eval on the host, a checkpoint) is not held against any of them.
-    s = monitor.summarize(_util_frame(gpu1_low=3, idle_eval=20))
+    s = analysis.summarize(_util_frame(gpu1_low=3, idle_eval=20))
     assert s["gpus"]["gpu1"]["idle_frac"] == pytest.approx(0.3)
     # One GPU has nobody to be compared with.
-    single = monitor.summarize(frame([(k, "gpu0", "util_gpu_pct", 0.0, "train") for k in range(5)]))
+    single = analysis.summarize(frame([(k, "gpu0", "util_gpu_pct", 0.0, "train") for k in range(5)]))
     assert single["gpus"]["gpu0"]["idle"] is False and single["gpus"]["gpu0"]["idle_frac"] is None
 
 
 def test_throttle_flag_needs_more_than_a_blip_and_ignores_idle_clocks():
     def frame_with(bits):
         return frame([(k * 0.5, "gpu0", "throttle_reasons", b, "train") for k, b in enumerate(bits)])
-    s = monitor.summarize(frame_with([0x40] * 3 + [0x0] * 7))
+    s = analysis.summarize(frame_with([0x40] * 3 + [0x0] * 7))
     assert s["gpus"]["gpu0"]["throttled"] and s["gpus"]["gpu0"]["throttle_frac"] == pytest.approx(0.3)
     assert s["gpus"]["gpu0"]["throttle_reasons"] == ["hw_thermal_slowdown"]
-    assert not monitor.summarize(frame_with([0x1] * 10))["gpus"]["gpu0"]["throttled"]  # GpuIdle is not throttling
-    assert not monitor.summarize(frame_with([0x4] + [0x0] * 39))["gpus"]["gpu0"]["throttled"]  # 2.5%
+    assert not analysis.summarize(frame_with([0x1] * 10))["gpus"]["gpu0"]["throttled"]  # GpuIdle is not throttling
+    assert not analysis.summarize(frame_with([0x4] + [0x0] * 39))["gpus"]["gpu0"]["throttled"]  # 2.5%
 
 
 def test_summary_of_a_real_host_run_and_phase_filter(tmp_path, no_gpu):
-    with monitor.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
+    with sampler.Monitor(tmp_path / "m.csv", interval_s=FAST) as mon:
         mon.phase("train")
         time.sleep(0.3)
         mon.phase("eval")
         time.sleep(0.1)
-    df = monitor.read_monitor(tmp_path / "m.csv")
-    s = monitor.summarize(df, images=100, duration_s=0.4)
+    df = analysis.read_monitor(tmp_path / "m.csv")
+    s = analysis.summarize(df, images=100, duration_s=0.4)
     assert s["gpus"] == {} and s["gpu_energy_j"] is None and s["images_per_joule"] is None
     assert 0 <= s["host"]["cpu_util_mean_pct"] <= 100
     assert s["host"]["rss_peak_bytes"] == df[df["metric"] == "rss_bytes"]["value"].max()
-    train = monitor.summarize(df, phase="train")
+    train = analysis.summarize(df, phase="train")
     assert 0 < train["samples"] < s["samples"]
     json.dumps(s)
 
 
 def test_summary_of_empty_frame():
-    s = monitor.summarize(frame([]))
+    s = analysis.summarize(frame([]))
     assert s["samples"] == 0 and s["gpus"] == {} and s["host"]["cpu_util_mean_pct"] is None
 
 
@@ -411,13 +408,14 @@ def test_summary_of_empty_frame():
 def test_hardware_monitor_and_plots_never_import_tensorflow(tmp_path):
     assert_no_tensorflow(f"""
         import time
-        from tftoolkit.measure import hardware, monitor
+        from tftoolkit.measure import hardware
+        from tftoolkit.measure.monitor import analysis, sampler
         from tftoolkit.plots import monitor as plots
         hardware.format_report(hardware.collect())
-        with monitor.Monitor({str(tmp_path)!r}, interval_s=0.05) as mon:
+        with sampler.Monitor({str(tmp_path)!r}, interval_s=0.05) as mon:
             mon.phase("train"); time.sleep(0.2)
-        df = monitor.read_monitor({str(tmp_path)!r})
-        monitor.summarize(df, images=10)
+        df = analysis.read_monitor({str(tmp_path)!r})
+        analysis.summarize(df, images=10)
         plots.plot_monitor_timeseries(df); plots.plot_utilisation_heatmap(df)
     """)
 
@@ -435,17 +433,17 @@ def test_replay_recorded_fixture_through_the_monitor(path, tmp_path, monkeypatch
         if isinstance(util, dict) and "gpu" in util:
             recorded = {s[i]["nvmlDeviceGetUtilizationRates"]["gpu"] for s in fixture["samples"]}
             assert set(df[(df["device"] == f"gpu{i}") & (df["metric"] == "util_gpu_pct")]["value"]) <= recorded
-    json.dumps(monitor.summarize(df))
+    json.dumps(analysis.summarize(df))
 
 
 def test_summarize_takes_a_path_or_a_frame_and_says_what_else_it_needs(tmp_path):
     rows = [(t / 2, "gpu0", "power_w", 100.0, "train") for t in range(5)]
     df = frame(rows)
     df.to_csv(tmp_path / "monitor.csv", index=False)
-    by_frame = monitor.summarize(df)
-    assert monitor.summarize(tmp_path / "monitor.csv") == by_frame  # the file
-    assert monitor.summarize(str(tmp_path)) == by_frame              # its run directory, as text
+    by_frame = analysis.summarize(df)
+    assert analysis.summarize(tmp_path / "monitor.csv") == by_frame  # the file
+    assert analysis.summarize(str(tmp_path)) == by_frame              # its run directory, as text
     with pytest.raises(DataError, match="a monitor frame .* or the path of a monitor.csv"):
-        monitor.summarize({"time_s": [0.0]})
+        analysis.summarize({"time_s": [0.0]})
     with pytest.raises(DataError, match="lacks column"):
-        monitor.summarize(pd.DataFrame({"time_s": [0.0]}))
+        analysis.summarize(pd.DataFrame({"time_s": [0.0]}))

@@ -32,6 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from .. import nvml as nvml_api
 from ..errors import ConfigError
 
 log = logging.getLogger("tftoolkit")
@@ -50,14 +51,9 @@ def gpu_memory_bytes(setup) -> int | None:
     if setup.kind != "GPU" or not setup.gpu_indices:
         return None
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return min(int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
+        with nvml_api.session() as nvml:
+            return min(int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).total)
                        for i in setup.gpu_indices)
-        finally:
-            pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no NVML, no driver: auto then keeps the data on the host
         return None
 

@@ -1,10 +1,17 @@
 """Measurement: what a run's numbers mean, and the parts of the system measured alone.
 
-    stats        images/sec with its standard error, jitter, speedup, efficiency (the formulas)
-    breakdown    where a step's time goes: compute, gradient all-reduce, input wait; load balance
-    flops        FLOPs per example, achieved FLOP/s, peak and MFU
-    allreduce    all-reduce time and bus bandwidth per implementation and size (nccl-tests' definitions)
-    inputbench   the input pipeline alone, cold and cached
-    hardware     host, TensorFlow build, GPUs and their interconnect (NVML; no TensorFlow import)
-    monitor      the background sampler behind monitor.csv, and its analysis (no TensorFlow import)
+    stats              images/sec with its standard error, jitter, speedup, efficiency (the formulas)
+    breakdown          where a step's time goes: compute, gradient all-reduce, input wait; load balance
+    flops              FLOPs per example, achieved FLOP/s, peak and MFU
+    peaks              rated peak dense FLOP/s of a GPU by its NVML name (figures from tftoolkit/catalogue)
+    allreduce          all-reduce definitions (nccl-tests'), size parsing, strategies and timing
+    allreduce_bench    the allreduce.csv benchmark: every implementation and dtype over a size sweep
+    inputbench         the input pipeline alone, cold and cached
+    hardware           the environment report: host, TensorFlow build, GPUs, data home, Slurm (no TensorFlow import)
+    topology           the GPUs NVML sees and how they are wired (NVLink, PCIe; nvidia-smi topo -m as the fallback)
+    monitor/           the background sampler behind monitor.csv (sampler), its columns (metrics), its analysis
+    doctor             ``tftoolkit doctor``: the registry of checks and their report; the checks are in
+                       doctor_tensorflow and doctor_driver (NVML, NCCL), their result type in doctor_check
+
+NVML is opened through ``tftoolkit.nvml.session`` only.
 """

@@ -12,8 +12,8 @@ MatMul/Conv2D as 2 x MACs and adds bias adds and element-wise ops that have a re
 the profiler cannot run, ``analytic_forward_flops`` counts Conv2D / DepthwiseConv2D / Dense layers by hand
 (2 x MACs + bias adds), which is what the profiler gives for a plain conv + dense model.
 
-Peak FLOP/s: on GPUs the rated dense peak from ``tftoolkit.measure.hardware.peak_flops`` (by device name and
-precision); on CPU a measured float32 (or bfloat16) matmul rate of the host, cached per process. Simulated
+Peak FLOP/s: on GPUs the rated dense peak from ``tftoolkit.measure.peaks.peak_flops`` (the catalogue's figures, by
+device name and precision); on CPU a measured float32 (or bfloat16) matmul rate of the host, cached per process. Simulated
 replicas share the host's cores, so on CPU the peak of the whole run is the host's, not N times it.
 """
 
@@ -24,6 +24,9 @@ import math
 import time
 
 import numpy as np
+
+from ..engine.devices import host_cores
+from . import peaks
 
 log = logging.getLogger("tftoolkit")
 
@@ -36,7 +39,7 @@ _cpu_peak_cache: dict[str, tuple[float, str]] = {}
 # --- FLOPs per example -----------------------------------------------------------------------------------
 def profiler_forward_flops(model, input_shape) -> int:
     """Forward FLOPs for one example from TensorFlow's graph profiler (frozen concrete function, batch 1)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     fn = tf.function(lambda x: model(x, training=False), autograph=False)
@@ -77,7 +80,7 @@ def analytic_forward_flops(model) -> int:
     Only these layers are counted (pooling, activations and normalisation are a few percent in CNNs);
     raises ValueError for a model with none of them or whose layer shapes are not known (subclassed models).
     """
-    from keras import layers as L
+    from keras import layers as L  # deferred: Keras starts TensorFlow (see import tensorflow above)
 
     total, counted = 0, 0
     for layer in _layers(model):
@@ -144,9 +147,7 @@ def cpu_matmul_peak(dtype: str = "float32", n: int = CPU_MATMUL_N, repeats: int 
     key = f"{dtype}:{n}"
     if key in _cpu_peak_cache:
         return _cpu_peak_cache[key]
-    import tensorflow as tf
-
-    from ..engine.devices import host_cores
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     cores = host_cores()
     flop = 2.0 * n**3
@@ -178,7 +179,7 @@ def _gpu_precision(precision: str) -> str:
         return "fp16"
     if precision == "mixed_bfloat16":
         return "bf16"
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "fp32"
 
@@ -186,7 +187,7 @@ def _gpu_precision(precision: str) -> str:
 def gpu_names(setup) -> list[str]:
     """The device name of each replica's GPU, from TensorFlow's own list (indexed by ``setup.tf_gpus``, positions
     in that list: never by NVML numbers, which differ from them under a CUDA_VISIBLE_DEVICES mask)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     phys = tf.config.list_physical_devices("GPU")
     names = []
@@ -202,22 +203,18 @@ def peak_flops(setup, precision: str) -> tuple[float, str]:
         dtype = "bfloat16" if precision == "mixed_bfloat16" else "float32"
         flops, source = cpu_matmul_peak(dtype)
         return flops, source + "; simulated replicas share these cores, so this is the peak of the whole run"
-    try:
-        from .hardware import peak_flops as table_peak
-    except ImportError:  # the table lives in hardware.py; without it there is no GPU denominator
-        return math.nan, "unavailable: tftoolkit.measure.hardware.peak_flops not found"
     col = _gpu_precision(precision)
     names = gpu_names(setup)
     total, used = 0.0, []
     for name in names:
-        peak = table_peak(name, col)
+        peak = peaks.peak_flops(name, col)
         if peak is None and col == "tf32":  # a GPU without TF32 tensor cores runs float32 at the FP32 rate
-            col_used, peak = "fp32", table_peak(name, "fp32")
+            col_used, peak = "fp32", peaks.peak_flops(name, "fp32")
         else:
             col_used = col
         if peak is None:
-            return math.nan, (f"unavailable: no rated {col} peak for {name!r} in tftoolkit.measure.hardware.PEAK_TFLOPS "
-                              "(add the datasheet figure there)")
+            return math.nan, (f"unavailable: no rated {col} peak for {name!r} in the catalogue "
+                              "(add the datasheet figure, with its source, to tftoolkit/catalogue/gpus.toml)")
         total += peak
         used.append(f"{name} {col_used} {peak / 1e12:g} TFLOP/s")
     uniq = sorted(set(used))

@@ -5,8 +5,9 @@
 laptop that only reads results, and it never raises because of the hardware: every NVML failure ends up in
 ``report["errors"]`` and the field it was for is ``None``.
 
-GPU facts come from NVML (the ``pynvml`` module of ``nvidia-ml-py``); ``nvidia-smi topo -m`` is the fallback
-for the topology when NVML's topology calls fail.
+GPU facts and their wiring come from ``measure.topology`` (NVML, with ``nvidia-smi topo -m`` as the fallback), the
+rated peaks from ``measure.peaks``; this module adds the host, the TensorFlow build (read from its files), the data
+home and the Slurm allocation, and formats the whole as text.
 """
 
 from __future__ import annotations
@@ -17,137 +18,18 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import re
-import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
-from . import nvml as nvml_api
+import psutil
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Peak dense FLOP/s, the MFU denominator. Values in TFLOP/s, copied from /work/shared/reference/hardware.md §1
-# (sources named there; keys: LT Lightning throughput.py, TT torchtitan, LC llm.c mfu.h, ML stas00/ml-engineering,
-# GK glennklockwood, TC thundercompute, VB ozyphus, TP topcpu, CP composer PR #3889, MP mlcommons v4.1,
-# AW Ada whitepaper, G1 GA102 whitepaper, FR thefpsreview, TR triteia; N1..N8 are the reference's row notes).
-# Keyed by the NVML/CUDA device name, which is what both NVML and TensorFlow report.
-# bf16/fp16 are tensor-core rates with FP32 accumulation (what TF's mixed precision uses). None = the GPU has no such
-# unit (V100/T4: no BF16, no TF32) or the figure is unconfirmed in the reference.
-# Left out on purpose, because the reference marks them unconfirmed: "NVIDIA A10G" (its tensor figures are the A10's; AWS
-# publishes none), AMD MI250X/MI300X (names unconfirmed; NVML cannot see them).
-# ----------------------------------------------------------------------------------------------------------------------
-PEAK_TFLOPS: dict[str, dict[str, float | None]] = {
-    # name                               fp32           tf32            fp16            bf16            src
-    "NVIDIA H100 80GB HBM3":    {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},   # LT, ML, LC, N1
-    "NVIDIA H100 PCIe":         {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},   # LT, ML, LC
-    # fp32/tf32 unconfirmed in the reference, so only the 16-bit rate is given.
-    "NVIDIA H100 NVL":          {"fp32": None, "tf32": None, "fp16": 835.0, "bf16": 835.0},    # TT, ML, N2
-    "NVIDIA H200":              {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},   # ML, CP, MP, N3
-    "NVIDIA A100-SXM4-80GB":    {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},   # LT, GK, TC, N4
-    "NVIDIA A100-SXM4-40GB":    {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},   # LT, GK, TC, N4
-    # Two spellings seen for the 80GB PCIe card (N4: nccl-tests log vs llm.c); the rates are the same.
-    "NVIDIA A100 80GB PCIe":    {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},   # LT, TC, N4
-    "NVIDIA A100-PCIE-80GB":    {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},   # LC spelling, N4
-    "NVIDIA A100-PCIE-40GB":    {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},   # LT, TC, N4
-    "Tesla V100-SXM2-16GB":     {"fp32": 15.7, "tf32": None, "fp16": 125.0, "bf16": None},     # LT, LC, VB, N5
-    "Tesla V100-SXM2-32GB":     {"fp32": 15.7, "tf32": None, "fp16": 125.0, "bf16": None},     # LT, LC, VB, N5
-    "Tesla V100-PCIE-16GB":     {"fp32": 14.0, "tf32": None, "fp16": 112.0, "bf16": None},     # LT, VB, N5
-    "Tesla V100-PCIE-32GB":     {"fp32": 14.0, "tf32": None, "fp16": 112.0, "bf16": None},     # LT, VB, N5
-    "NVIDIA L4":                {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},    # LT, TP, N6
-    "Tesla T4":                 {"fp32": 8.1, "tf32": None, "fp16": 65.0, "bf16": None},       # LT, TP, N7
-    # GeForce: FP32-accumulate tensor rate (half the FP16-accumulate one), per N8.
-    "NVIDIA GeForce RTX 4090":  {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},    # LC, AW, FR, N8
-    "NVIDIA GeForce RTX 3090":  {"fp32": 35.6, "tf32": 35.6, "fp16": 71.2, "bf16": 71.2},      # LC, G1, TR, N8
-    # Added 2026-12 (issue 26). Dense = the datasheet's figure without its "* with sparsity" (half the starred one).
-    #   D1 NVIDIA L40 / L40S datasheets, as reproduced by resellers (mullet.se product 355414: "L40 | L40S" table,
-    #      TF32 90.5|181* / 183|366*, BF16 181.05|362.1* / 362.05|733*); hmc-tech.com's tables agree (L40S TF32
-    #      183.21, FP16 366.43 with FP32 accumulate: the datasheet's 362.05 is taken, it is the lower).
-    #   D2 NVIDIA A40 datasheet (FP32 37.4, TF32 74.8|149.6*, BF16/FP16 149.7|299.4*); hmc-tech.com agrees.
-    #   D3 NVIDIA A10 datasheet as Lightning's throughput.py copies it (the reference's A10G row: 31.2, 62.5, 125).
-    #   D4 NVIDIA HGX B200 per-GPU specification (as tabled by zdszero.github.io from nvidia.com: TF32 2.2 PF*,
-    #      FP16/BF16 4.5 PF*, FP32 75 TF); glennklockwood.com/garden/processors/B200 gives the same dense 1100 / 2250
-    #      (and FP32 80 at 1,000 W: the lower, NVIDIA's 75, is taken).
-    #   D5 GH200's GPU is the H100 SXM part (132 SMs, same clocks): the H100 SXM dense rates (glennklockwood.com
-    #      garden/processors/h100: 66.9 / 494.7 / 989.4). NVML name "NVIDIA GH200 480GB" (the 96 GB HBM3 module;
-    #      the 144 GB HBM3e one is "NVIDIA GH200 144G HBM3e"): seen in public nvidia-smi logs, unconfirmed here.
-    #   D6 H200 NVL: only the 16-bit rate is in the reference (835.5, OC); FP32/TF32 unconfirmed, so None (as for
-    #      H100 NVL). NVML name unconfirmed.
-    "NVIDIA L40S":              {"fp32": 91.6, "tf32": 183.0, "fp16": 362.05, "bf16": 362.05},  # D1
-    "NVIDIA L40":               {"fp32": 90.5, "tf32": 90.5, "fp16": 181.05, "bf16": 181.05},   # D1
-    "NVIDIA A40":               {"fp32": 37.4, "tf32": 74.8, "fp16": 149.7, "bf16": 149.7},     # D2
-    "NVIDIA A10":               {"fp32": 31.2, "tf32": 62.5, "fp16": 125.0, "bf16": 125.0},     # D3
-    "NVIDIA B200":              {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0},  # D4
-    "NVIDIA GH200 480GB":       {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},   # D5
-    "NVIDIA GH200 144G HBM3e":  {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},   # D5
-    "NVIDIA H200 NVL":          {"fp32": None, "tf32": None, "fp16": 835.5, "bf16": 835.5},    # D6
-}
-
-# Keras precision policy names map onto the rate of the unit that does the matmuls.
-_PRECISION_ALIASES = {
-    "fp32": "fp32", "float32": "fp32",
-    "tf32": "tf32",
-    "fp16": "fp16", "float16": "fp16", "mixed_float16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16", "mixed_bfloat16": "bf16",
-}
-
-
-def peak_flops(name: str, precision: str) -> float | None:
-    """Peak dense FLOP/s of one GPU named ``name`` (NVML/CUDA name) at ``precision``, or None if unknown.
-
-    ``precision`` is fp32 | tf32 | fp16 | bf16, or a Keras policy name (float32, mixed_float16, mixed_bfloat16).
-    Unknown names give None rather than a guess, because a wrong denominator makes a wrong MFU look right.
-    """
-    key = _PRECISION_ALIASES.get(str(precision).strip().lower())
-    if key is None:
-        raise ConfigError(
-            f"unknown precision {precision!r}; use one of {sorted(set(_PRECISION_ALIASES))}")
-    row = PEAK_TFLOPS.get(name)
-    if row is None:
-        wanted = " ".join(str(name).split()).lower()
-        row = next((r for n, r in PEAK_TFLOPS.items() if n.lower() == wanted), None)
-    if row is None or row.get(key) is None:
-        return None
-    return row[key] * 1e12
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# NVML constants we rely on, with the values of the documented API, so a missing attribute in an old pynvml never
-# stops the report.
-# ----------------------------------------------------------------------------------------------------------------------
-# nvmlGpuTopologyLevel_t -> the nvidia-smi topo -m label and what it means for all-reduce traffic.
-_TOPO_LEVELS = {
-    0: ("PIX", "same board"),                                      # NVML_TOPOLOGY_INTERNAL (e.g. K80)
-    10: ("PIX", "one PCIe switch"),                                # NVML_TOPOLOGY_SINGLE
-    20: ("PXB", "several PCIe switches, no host bridge"),          # NVML_TOPOLOGY_MULTIPLE
-    30: ("PHB", "through one CPU host bridge"),                    # NVML_TOPOLOGY_HOSTBRIDGE
-    40: ("NODE", "across host bridges within one NUMA node"),      # NVML_TOPOLOGY_NODE
-    50: ("SYS", "across CPU sockets (QPI/UPI/Infinity Fabric)"),   # NVML_TOPOLOGY_SYSTEM
-}
-_LABEL_MEANING = {label: meaning for label, meaning in _TOPO_LEVELS.values()}
-_LABEL_MEANING["PIX"] = "one PCIe switch"
-
-# nvmlNvlinkVersion_t is an enum, not the version number: an A100 returns 5 for NVLink 3.1 (hwloc issue #658).
-_NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
-_NVLINK_DEVICE_TYPE_GPU, _NVLINK_DEVICE_TYPE_SWITCH = 0, 2
+from .. import nvml as nvml_api
+from ..data import home
+from . import peaks, topology
 
 _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos",
                      "tensorflow-intel")
-
-
-def _norm_bus_id(bus_id) -> str:
-    """'00000000:07:00.0' and '0000:07:00.0' name the same device; compare on (domain, bus, device.function)."""
-    text = nvml_api.text(bus_id).strip().lower()
-    parts = text.split(":")
-    try:
-        if len(parts) == 3:
-            return f"{int(parts[0], 16):x}:{int(parts[1], 16):02x}:{parts[2]}"
-        if len(parts) == 2:
-            return f"0:{int(parts[0], 16):02x}:{parts[1]}"
-    except ValueError:
-        pass
-    return text
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -164,8 +46,6 @@ def _cpu_model() -> str | None:
 
 
 def _host(errors: list) -> dict:
-    import psutil
-
     info = {
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
@@ -247,195 +127,6 @@ def _tensorflow(tf_info: dict | None, errors: list) -> dict:
     return info
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# GPUs through NVML
-# ----------------------------------------------------------------------------------------------------------------------
-def _nvml_unavailable_reason(exc: BaseException | None) -> str:
-    name = type(exc).__name__ if exc is not None else ""
-    if isinstance(exc, ImportError):
-        return "nvidia-ml-py (pynvml) is not installed"
-    if "LibraryNotFound" in name:
-        return "the NVIDIA driver library libnvidia-ml is not installed"
-    if "DriverNotLoaded" in name:
-        return "the NVIDIA driver is not loaded"
-    if "NoPermission" in name:
-        return "no permission to query the NVIDIA driver"
-    return f"NVML failed ({nvml_api.error_text(exc)})" if exc is not None else "NVML failed"
-
-
-def _call(errors: list, where: str, fn, *args):
-    """One NVML call; on failure record it and give None, so one unsupported query never hides the others."""
-    try:
-        return fn(*args)
-    except Exception as exc:
-        # NotSupported is an answer ("this GPU has no such counter"), not a fault worth shouting about.
-        if "NotSupported" not in type(exc).__name__:
-            errors.append({"where": where, "error": nvml_api.error_text(exc)})
-        return None
-
-
-def _gpu(nvml, index: int, handle, errors: list) -> dict:
-    w = f"gpu{index}"
-    mem = _call(errors, f"{w}.memory", nvml.nvmlDeviceGetMemoryInfo, handle)
-    cc = _call(errors, f"{w}.compute_capability", nvml.nvmlDeviceGetCudaComputeCapability, handle)
-    pci = _call(errors, f"{w}.pci", nvml.nvmlDeviceGetPciInfo, handle)
-    # The enforced limit is the one the card obeys (it folds in admin caps); the management limit is the fallback.
-    limit_mw = None
-    if hasattr(nvml, "nvmlDeviceGetEnforcedPowerLimit"):
-        limit_mw = _call([], f"{w}.power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-    if limit_mw is None:
-        limit_mw = _call(errors, f"{w}.power_limit", nvml.nvmlDeviceGetPowerManagementLimit, handle)
-    name = _call(errors, f"{w}.name", nvml.nvmlDeviceGetName, handle)
-    name = nvml_api.text(name) if name is not None else None
-    uuid = _call(errors, f"{w}.uuid", nvml.nvmlDeviceGetUUID, handle)
-    return {
-        "index": index,
-        "name": name,
-        "uuid": nvml_api.text(uuid) if uuid is not None else None,
-        "pci_bus_id": nvml_api.text(pci.busId) if pci is not None else None,
-        "memory_total_bytes": int(mem.total) if mem is not None else None,
-        "compute_capability": f"{cc[0]}.{cc[1]}" if cc is not None else None,
-        "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
-        # The current PCIe generation drops when the GPU idles (power saving); compare max to max.
-        "pcie_gen_current": _call(errors, f"{w}.pcie_gen_current", nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-        "pcie_gen_max": _call(errors, f"{w}.pcie_gen_max", nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-        "pcie_width_current": _call(errors, f"{w}.pcie_width_current", nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-        "pcie_width_max": _call(errors, f"{w}.pcie_width_max", nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        "nvlink_active_links": 0,
-        "peak_tflops": PEAK_TFLOPS.get(name) if name else None,
-    }
-
-
-def _nvlinks(nvml, index: int, handle, errors: list) -> list[dict]:
-    """Active NVLinks of one GPU: [{link, remote_bus_id, remote_type, version}]."""
-    links = []
-    max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
-    for link in range(max_links):
-        try:
-            active = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except Exception as exc:
-            # NotSupported on link 0: no NVLink on this GPU. InvalidArgument: past its last link. Both are answers.
-            kind = type(exc).__name__
-            if link == 0 and "NotSupported" not in kind and "InvalidArgument" not in kind:
-                errors.append({"where": f"gpu{index}.nvlink", "error": nvml_api.error_text(exc)})
-            break
-        if not active:
-            continue
-        remote = _call(errors, f"gpu{index}.nvlink{link}.remote", nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
-        rtype = None
-        if hasattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType"):
-            rtype = _call([], f"gpu{index}.nvlink{link}.type", nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
-        version = _call(errors, f"gpu{index}.nvlink{link}.version", nvml.nvmlDeviceGetNvLinkVersion, handle, link)
-        links.append({"link": link, "remote_bus_id": nvml_api.text(remote.busId) if remote is not None else None,
-                      "remote_type": rtype, "version": version})
-    return links
-
-
-def _pair(a: int, b: int, *, link: str, nvlink_links: int = 0, nvlink_version: str | None = None,
-          pcie_level: str | None = None) -> dict:
-    meaning = (f"{nvlink_links} NVLink{'s' if nvlink_links != 1 else ''}" if link.startswith("NV")
-               else _LABEL_MEANING.get(link, link))
-    return {"gpus": [a, b], "link": link, "nvlink_links": nvlink_links, "nvlink_version": nvlink_version,
-            "pcie_level": pcie_level, "meaning": meaning}
-
-
-def _nvml_topology(nvml, gpus: list[dict], handles: list, errors: list) -> dict:
-    n = len(gpus)
-    by_bus = {_norm_bus_id(g["pci_bus_id"]): g["index"] for g in gpus if g["pci_bus_id"]}
-    direct: dict[tuple[int, int], dict[int, list]] = {}  # (lo, hi) -> {reporting GPU: [link versions]}
-    switched: dict[int, list] = {}                        # GPU -> [versions of its links into NVSwitches]
-    for g, h in zip(gpus, handles):
-        for ln in _nvlinks(nvml, g["index"], h, errors):
-            g["nvlink_active_links"] += 1
-            peer = by_bus.get(_norm_bus_id(ln["remote_bus_id"])) if ln["remote_bus_id"] else None
-            if ln["remote_type"] == _NVLINK_DEVICE_TYPE_SWITCH or (peer is None and ln["remote_type"] in (None, 0xFF)):
-                switched.setdefault(g["index"], []).append(ln["version"])
-            elif peer is not None and peer != g["index"]:
-                key = (min(g["index"], peer), max(g["index"], peer))
-                direct.setdefault(key, {}).setdefault(g["index"], []).append(ln["version"])
-    matrix = [["X" if i == j else "" for j in range(n)] for i in range(n)]
-    pairs, failed = [], False
-    for i in range(n):
-        for j in range(i + 1, n):
-            # Both ends report the same physical links: count them from one end.
-            ends = direct.get((i, j), {})
-            versions = ends.get(i) or ends.get(j) or []
-            count = len(versions)
-            if switched.get(i) and switched.get(j):
-                # Behind NVSwitches every GPU reaches every other at its full link count; nvidia-smi shows NV<n>.
-                count += min(len(switched[i]), len(switched[j]))
-                versions = versions + switched[i]
-            level = None
-            try:
-                code = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
-                level = _TOPO_LEVELS.get(int(code), (f"level{code}", ""))[0]
-            except Exception as exc:
-                failed = True
-                errors.append({"where": f"topology.gpu{i}-gpu{j}", "error": nvml_api.error_text(exc)})
-            version = next((_NVLINK_VERSIONS.get(v, str(v)) for v in versions if v is not None), None)
-            label = f"NV{count}" if count else (level or "?")
-            matrix[i][j] = matrix[j][i] = label
-            pairs.append(_pair(i, j, link=label, nvlink_links=count, nvlink_version=version, pcie_level=level))
-    return {"source": "nvml", "matrix": matrix, "pairs": pairs, "complete": not failed}
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# nvidia-smi topo -m fallback
-# ----------------------------------------------------------------------------------------------------------------------
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def parse_topo_matrix(text: str) -> dict:
-    """GPU x GPU labels from ``nvidia-smi topo -m`` output (NIC rows/columns, affinity columns and the legend
-    are ignored)."""
-    lines = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
-    # The header names GPU0 but, unlike the GPU0 row, has no "X" (self) cell; leading tabs are not reliable.
-    header_at = next((k for k, ln in enumerate(lines) if "GPU0" in ln.split() and "X" not in ln.split()), None)
-    if header_at is None:
-        return {"source": "nvidia-smi", "matrix": [], "pairs": [], "complete": False}
-    columns = lines[header_at].split()
-    rows = {}
-    for ln in lines[header_at + 1:]:
-        tokens = ln.split()
-        if not tokens:
-            if rows:
-                break
-            continue
-        m = re.fullmatch(r"GPU(\d+)", tokens[0])
-        if not m:
-            continue
-        rows[int(m.group(1))] = {col: cell for col, cell in zip(columns, tokens[1:]) if col.startswith("GPU")}
-    n = len(rows)
-    matrix = [[rows.get(i, {}).get(f"GPU{j}", "?") for j in range(n)] for i in range(n)]
-    pairs = []
-    for i in range(n):
-        for j in range(i + 1, n):
-            label = matrix[i][j]
-            m = re.fullmatch(r"NV(\d+)", label)
-            pairs.append(_pair(i, j, link=label, nvlink_links=int(m.group(1)) if m else 0,
-                               pcie_level=None if m else label))
-    return {"source": "nvidia-smi", "matrix": matrix, "pairs": pairs, "complete": n > 0}
-
-
-def _run_topo_command() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=20)
-    return out.stdout if out.returncode == 0 else None
-
-
-def _smi_topology(errors: list) -> dict | None:
-    try:
-        text = _run_topo_command()
-    except Exception as exc:
-        errors.append({"where": "topology.nvidia-smi", "error": nvml_api.error_text(exc)})
-        return None
-    if not text:
-        return None
-    topo = parse_topo_matrix(text)
-    return topo if topo["matrix"] else None
-
 
 # ----------------------------------------------------------------------------------------------------------------------
 # The report
@@ -461,60 +152,21 @@ def collect(tf_info: dict | None = None) -> dict:
     """The environment report (JSON-able). ``tf_info`` (e.g. ``{"version": tf.__version__,
     **tf.sysconfig.get_build_info()}``) overrides what is read from the installed TensorFlow files."""
     errors: list[dict] = []
-    notes: list[str] = []
     host = _host(errors)
     tf = _tensorflow(tf_info, errors)
+    driver, gpus, topo, notes = topology.read(errors)
     report = {
         "schema": 1,
         "collected_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": host,
         "tensorflow": tf,
         "env_vars": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")},
-        "driver": {"nvml_available": False, "driver_version": None, "cuda_driver_version": None, "reason": None},
-        "gpus": [],
-        "topology": {"source": None, "matrix": [], "pairs": [], "complete": False},
+        "driver": driver,
+        "gpus": gpus,
+        "topology": topo,
         "data": _data_home(errors),
         "slurm": slurm_allocation(),
     }
-    gpus: list[dict] = []
-    handles: list = []
-    nvml = None
-    try:
-        nvml = nvml_api.load()
-        nvml.nvmlInit()
-    except Exception as exc:
-        report["driver"]["reason"] = _nvml_unavailable_reason(exc)
-        nvml = None
-    if nvml is not None:
-        try:
-            report["driver"]["nvml_available"] = True
-            version = _call(errors, "driver.version", nvml.nvmlSystemGetDriverVersion)
-            report["driver"]["driver_version"] = nvml_api.text(version) if version is not None else None
-            cuda = _call(errors, "driver.cuda_version", nvml.nvmlSystemGetCudaDriverVersion)
-            if cuda:  # encoded as 1000*major + 10*minor
-                report["driver"]["cuda_driver_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-            count = _call(errors, "gpu.count", nvml.nvmlDeviceGetCount) or 0
-            for i in range(count):
-                h = _call(errors, f"gpu{i}.handle", nvml.nvmlDeviceGetHandleByIndex, i)
-                if h is None:
-                    continue
-                handles.append(h)
-                gpus.append(_gpu(nvml, i, h, errors))
-            if count == 0:
-                report["driver"]["reason"] = "the NVIDIA driver reports no GPUs"
-            if gpus:
-                report["topology"] = _nvml_topology(nvml, gpus, handles, errors)
-        finally:
-            try:
-                nvml.nvmlShutdown()
-            except Exception:
-                pass
-    if (len(gpus) > 1 and not report["topology"]["complete"]) or (nvml is None and shutil.which("nvidia-smi")):
-        topo = _smi_topology(errors)
-        if topo is not None:
-            report["topology"] = topo
-            notes.append("topology read from `nvidia-smi topo -m` because NVML could not give it")
-    report["gpus"] = gpus
     report["nccl"] = _nccl(host, tf, gpus)
     if gpus:
         names = sorted({g["name"] or "unknown GPU" for g in gpus})
@@ -522,7 +174,7 @@ def collect(tf_info: dict | None = None) -> dict:
         report["summary"] = (f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({', '.join(names)}), driver "
                              f"{report['driver']['driver_version']}"
                              + (f", links between GPUs: {', '.join(links)}" if links else "") + ".")
-        unknown = [n for n in names if n not in PEAK_TFLOPS]
+        unknown = [n for n in names if peaks.peak_tflops(n) is None]
         if unknown:
             notes.append(f"no peak FLOP/s on record for {', '.join(unknown)}: MFU will be left empty")
     else:
@@ -560,8 +212,6 @@ def _slurm_line(alloc: dict | None) -> str:
 
 def _data_home(errors: list) -> dict:
     try:
-        from ..data import home
-
         return home.describe()
     except Exception as exc:  # noqa: BLE001 - a report never fails on one item
         errors.append({"where": "data.home", "error": nvml_api.error_text(exc)})
@@ -642,7 +292,7 @@ def format_report(report: dict) -> str:
                                 if p["link"] == label and p["nvlink_version"]), None)
                 meaning = f"a bonded set of {label[2:]} NVLinks" + (f" (NVLink {version})" if version else "")
             else:
-                meaning = _LABEL_MEANING.get(label, label)
+                meaning = topology.LABEL_MEANING.get(label, label)
             out.append(f"  {label:<5} = {meaning}")
     out += ["", report["summary"]]
     for note in report.get("notes", []):

@@ -22,6 +22,9 @@ from __future__ import annotations
 import logging
 import time
 
+from ..data.stream import cores
+from ..engine import feed as feed_mod, session, timer
+
 log = logging.getLogger("tftoolkit")
 
 
@@ -30,7 +33,7 @@ def puller(strategy, feed, local: bool = False):
     and makes each replica's float batch (what the step would compute on) without a model. It returns the images
     pulled: all replicas' (a cross-replica sum), or with ``local`` this process's replicas' only (no collective, so
     each worker of a multi-worker run can time its own pipeline)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     def replica(*args):
         images, labels = feed.batch(*args)
@@ -70,9 +73,7 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
     is left (a collective), so every worker pulls the same PROBE_STEPS_WORKERS steps; each times its own pipeline,
     and the run's capacity is the chief's rate x workers (every worker's host feeds its own replicas).
     """
-    import tensorflow as tf
-
-    from ..engine import timer
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     pull = puller(strategy, feed, local=True)
     pull(iterator, tf.constant(1)).numpy()  # tracing is not input time
@@ -83,7 +84,6 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
         got, dt = timer.timed(pull, iterator, tf.constant(chunk))
         images, secs, steps = images + int(got.numpy()), secs + dt, steps + chunk
         chunk = min(2 * chunk, 32)  # a few calls, each longer: the call's own cost stays out of the rate
-    from ..data.stream import cores
 
     rate = images / secs if secs > 0 else float("nan")
     n_cores = cores()
@@ -127,15 +127,13 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     Warm passes continue one iterator over whole epochs until they add up to ``seconds`` (at least one epoch).
     ``cache=False``: the files are read again for every warm epoch (how fast the cold path alone streams).
     """
-    from ..engine import feed as feed_mod, session, timer
-
     t0 = time.perf_counter()
     # The run's own set-up (seed, determinism, precision policy).
     sess = session.start(config, cache=cache)
     config, setup, source, strategy, impl = sess.config, sess.setup, sess.source, sess.strategy, sess.impl
     load_s = time.perf_counter() - t0
 
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     t0, c0 = time.perf_counter(), time.process_time()
     store = source.store("train")  # the cold read (none for sources already in memory)
@@ -171,7 +169,6 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     if traces > 1:
         log.warning("input benchmark: the pull loop was traced %d times; tracing time is in the figures", traces)
     del iterator
-    from ..data.stream import cores
 
     rate = warm_n / warm_s if warm_s else float("nan")
     n_cores = cores()

@@ -1,14 +1,7 @@
 """A background sampler of GPU and host metrics, written as a tidy ``monitor.csv`` next to a run.
 
-    with Monitor(run_dir / "monitor.csv", interval_s=0.5) as mon:
-        mon.phase("warmup"); ...
-        mon.phase("train"); ...
-    df = read_monitor(run_dir)
-    summary = summarize(df, images=n_images, phase="train")
-
-Columns: ``time_s, device, metric, value, phase``. ``device`` is ``gpu<N>`` (N = NVML index, as nvidia-smi
-shows it), ``host`` (this process and the whole machine) or ``cpu<N>`` (one core). Metric names and units are
-listed once, in ``METRICS``.
+Columns and metrics are listed once, in ``measure.monitor.metrics``. GPU readings come through one NVML session
+(``tftoolkit.nvml``) held from ``start()`` to ``stop()``.
 
 The monitor never takes a run down: without NVML it records the host only; a failing NVML query is logged once
 (logger ``tftoolkit``) and that metric is skipped for the rest of the run. It imports no TensorFlow.
@@ -16,67 +9,22 @@ The monitor never takes a run down: without NVML it records the host only; a fai
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
 import threading
 import time
-from io import BytesIO
 from pathlib import Path
 
-from .. import gpus
-from ..errors import ConfigError, DataError, DeviceError, RunDirError
-from . import nvml as nvml_api
+import psutil
+
+from ... import gpus
+from ... import nvml as nvml_api
+from ...errors import ConfigError, DeviceError, RunDirError
+from .metrics import COLUMNS, THROTTLE_REASONS
 
 logger = logging.getLogger("tftoolkit")
-
-COLUMNS = ["time_s", "device", "metric", "value", "phase"]
-
-# metric -> (short name, unit). The one place a metric is documented; plots take their axis labels from here.
-METRICS: dict[str, tuple[str, str]] = {
-    # NVML's "GPU utilisation" is the share of time any kernel ran, not how many SMs were busy: a small kernel
-    # running back to back reads 100%. Low values are meaningful (the GPU waited); high ones are an upper bound.
-    "util_gpu_pct": ("GPU utilisation", "%"),
-    "util_mem_pct": ("memory-controller utilisation", "%"),
-    "mem_used_bytes": ("GPU memory used", "bytes"),
-    "mem_total_bytes": ("GPU memory total", "bytes"),
-    "temp_c": ("GPU temperature", "°C"),
-    "power_w": ("power draw", "W"),
-    # NVML's energy counter (nvmlDeviceGetTotalEnergyConsumption, Volta and newer), from the monitor's start. Power
-    # readings are a 1-second average on recent GPUs, so integrating them misses short bursts; the counter does not.
-    "energy_j": ("energy since the monitor started", "J"),
-    "sm_clock_mhz": ("SM clock", "MHz"),
-    "throttle_reasons": ("clock event (throttle) reasons, NVML bitmask", "bitmask"),
-    "pcie_tx_mb_per_s": ("PCIe transmit", "MB/s"),
-    "pcie_rx_mb_per_s": ("PCIe receive", "MB/s"),
-    "nvlink_tx_mb_per_s": ("NVLink transmit, all links", "MB/s"),
-    "nvlink_rx_mb_per_s": ("NVLink receive, all links", "MB/s"),
-    # device "host": all cores together; device "cpu<N>": one core.
-    "cpu_util_pct": ("CPU utilisation", "%"),
-    # This process plus its children; a sum of RSS counts pages they share more than once.
-    "rss_bytes": ("process RSS", "bytes"),
-    "sys_mem_used_pct": ("host memory in use", "%"),
-}
-# Each active reason also gets its own row, "throttle_<name>" = 1, so a plot or a grep needs no bit arithmetic.
-THROTTLE_REASONS: dict[int, str] = {
-    0x001: "gpu_idle",
-    0x002: "applications_clocks_setting",
-    0x004: "sw_power_cap",
-    0x008: "hw_slowdown",
-    0x010: "sync_boost",
-    0x020: "sw_thermal_slowdown",
-    0x040: "hw_thermal_slowdown",
-    0x080: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-    0x200: "board_limit",
-    0x400: "reliability",
-}
-# Reasons that mean "slower than it could be because of power or heat"; idle and app-clock settings do not count.
-PERF_THROTTLE_MASK = 0x004 | 0x008 | 0x020 | 0x040 | 0x080
-
-IDLE_UTIL_PCT = 10.0     # a GPU under this utilisation is idle (issue 8)
-IDLE_TIME_FRAC = 0.20    # flag a GPU idle for more than this share of the time the others worked
-THROTTLE_TIME_FRAC = 0.05  # flag throttling seen in at least this share of samples; one blip is not a finding
 
 # nvmlDeviceGetPcieThroughput blocks ~20 ms per call (it counts bytes over a 20 ms window), so two calls per
 # GPU per sample would keep an 8-GPU sampler busy most of the time; PCIe is read at most this often instead.
@@ -121,6 +69,7 @@ class Monitor:
         self._stop = threading.Event()
         self._file = None
         self._nvml = None
+        self._session = contextlib.ExitStack()  # holds NVML open from start() to stop()
         self._gpus: list[dict] = []
         self._dead: set[tuple[str, str]] = set()   # (device, probe) pairs that failed: not tried again
         self._logged: set[str] = set()             # probes already logged: one message per probe per run
@@ -151,48 +100,41 @@ class Monitor:
 
     def _resolve_gpus(self) -> None:
         """Pick the GPUs now, so a wrong index fails before the run starts rather than in the sampler."""
+        opened = False
         try:
-            nvml = nvml_api.load()
-            nvml.nvmlInit()
-        except Exception as exc:
-            if self._requested:
-                raise DeviceError(f"GPU(s) {self._requested} requested for monitoring, but no GPU can be queried "
-                                  f"({nvml_api.error_text(exc)}); pass gpu_indices=None to monitor the host only") from None
-            self._gpu_note = f"NVML unavailable ({nvml_api.error_text(exc)})"
-            return
-        try:
-            count = nvml.nvmlDeviceGetCount()
-            if self._requested is not None:
-                missing = [i for i in self._requested if i >= count]
-                if missing:
-                    present = []
-                    for i in range(count):
-                        try:
-                            present.append(f"{i} ({nvml_api.text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))})")
-                        except Exception:
-                            present.append(str(i))
-                    raise DeviceError(
-                        f"GPU index {', '.join(map(str, missing))} does not exist; GPUs present: "
-                        f"{', '.join(present) if present else 'none'}. Use those numbers, or None for all.")
-                self._gpu_indices = self._requested
-            else:
-                # NVML sees every GPU on the machine whatever CUDA_VISIBLE_DEVICES says; monitoring GPUs another
-                # job owns would make this run's GPUs look unbalanced and others' look idle.
-                seen = gpus.visible()
-                visible = None if seen is None else gpus.nvml_indices(seen, nvml)
-                self._gpu_indices = list(range(count)) if visible is None else visible  # unmappable: all
+            with nvml_api.session() as nvml:
+                opened = True
+                self._gpu_indices = self._pick_gpus(nvml)
         except DeviceError:
             raise
         except Exception as exc:
+            why = nvml_api.error_text(exc)
             if self._requested:
-                raise DeviceError(f"cannot list GPUs ({nvml_api.error_text(exc)}); pass gpu_indices=None to monitor the host only") \
-                    from None
-            self._gpu_note = f"cannot list GPUs ({nvml_api.error_text(exc)})"
-        finally:
-            try:
-                nvml.nvmlShutdown()
-            except Exception:
-                pass
+                said = (f"cannot list GPUs ({why})" if opened else
+                        f"GPU(s) {self._requested} requested for monitoring, but no GPU can be queried ({why})")
+                raise DeviceError(f"{said}; pass gpu_indices=None to monitor the host only") from None
+            self._gpu_note = f"cannot list GPUs ({why})" if opened else f"NVML unavailable ({why})"
+
+    def _pick_gpus(self, nvml) -> list[int]:
+        count = nvml.nvmlDeviceGetCount()
+        if self._requested is not None:
+            missing = [i for i in self._requested if i >= count]
+            if missing:
+                present = []
+                for i in range(count):
+                    try:
+                        present.append(f"{i} ({nvml_api.text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))})")
+                    except Exception:
+                        present.append(str(i))
+                raise DeviceError(
+                    f"GPU index {', '.join(map(str, missing))} does not exist; GPUs present: "
+                    f"{', '.join(present) if present else 'none'}. Use those numbers, or None for all.")
+            return self._requested
+        # NVML sees every GPU on the machine whatever CUDA_VISIBLE_DEVICES says; monitoring GPUs another
+        # job owns would make this run's GPUs look unbalanced and others' look idle.
+        seen = gpus.visible()
+        visible = None if seen is None else gpus.nvml_indices(seen, nvml)
+        return list(range(count)) if visible is None else visible  # unmappable: all
 
     # -- public API ----------------------------------------------------------------------------------------------------
     @property
@@ -212,7 +154,6 @@ class Monitor:
     def start(self) -> "Monitor":
         if self._thread is not None:
             raise ConfigError("this Monitor is already running; make a new one for a new run")
-        import psutil
 
         # A large buffer plus explicit flushes: the OS only ever sees whole samples, so a killed run leaves
         # complete lines (read_monitor drops a torn last line anyway).
@@ -249,12 +190,8 @@ class Monitor:
         except Exception as exc:
             self._log_once("file", f"monitor: could not finish {self.path} ({nvml_api.error_text(exc)})")
         self._file = None
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
-            self._nvml = None
+        self._nvml = None
+        self._session.close()  # the NVML session opened by _open_gpus, if it opened one
 
     # -- sampling ------------------------------------------------------------------------------------------------------
     def _log_once(self, key: str, message: str, level: int = logging.WARNING) -> None:
@@ -270,8 +207,7 @@ class Monitor:
                                logging.INFO)
             return
         try:
-            nvml = nvml_api.load()
-            nvml.nvmlInit()
+            nvml = self._session.enter_context(nvml_api.session())
         except Exception as exc:
             self._log_once("nvml", f"monitor: NVML failed at start ({nvml_api.error_text(exc)}); recording host metrics only")
             return
@@ -387,7 +323,6 @@ class Monitor:
             self._probe(dev, "nvlink_throughput", nvlink, rows)
 
     def _host_rows(self, rows: list, t: float) -> None:
-        import psutil
 
         def cpu():
             now = psutil.cpu_times(percpu=True)
@@ -469,168 +404,3 @@ def _busy(ct) -> float:
 def _pct(busy: float, total: float) -> float:
     # Rounded: tick counters are integers in disguise, and 6e-11 % reads like a bug.
     return round(max(0.0, min(100.0, 100.0 * busy / total)), 2)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Reading and summarising
-# ----------------------------------------------------------------------------------------------------------------------
-def read_monitor(path):
-    """``monitor.csv`` (or a run directory holding one) as a DataFrame with the columns of ``COLUMNS``."""
-    import pandas as pd
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / "monitor.csv"
-    if not path.is_file():
-        raise DataError(f"no monitor file at {path}: was the run started with a Monitor?")
-    data = path.read_bytes()
-    # A run killed mid-write can leave a torn last line; everything up to the last newline is whole.
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-    if not data.strip():
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c in ("time_s", "value") else "object") for c in COLUMNS})
-    df = pd.read_csv(BytesIO(data), dtype={"device": str, "metric": str, "phase": str})
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise DataError(f"{path} is not a monitor file: columns {missing} are missing")
-    df["time_s"] = pd.to_numeric(df["time_s"], errors="coerce")
-    df["value"] = pd.to_numeric(df["value"], errors="coerce")
-    return df.dropna(subset=["time_s", "value"]).reset_index(drop=True)[COLUMNS]
-
-
-def _series(df, device: str, metric: str):
-    s = df[(df["device"] == device) & (df["metric"] == metric)]
-    return s.sort_values("time_s")[["time_s", "value"]]
-
-
-def _energy_j(power, counter=None) -> tuple[float | None, float | None, str | None]:
-    """(energy in J, mean power in W, how): from NVML's energy counter where the GPU has one (the difference of its
-    first and last readings), else the trapezoid integral of the power samples."""
-    if counter is not None and len(counter) >= 2:
-        t, e = counter["time_s"].to_numpy(float), counter["value"].to_numpy(float)
-        if t[-1] > t[0] and e[-1] >= e[0]:
-            energy = float(e[-1] - e[0])
-            return energy, energy / float(t[-1] - t[0]), "energy counter"
-    energy, mean = _power_integral(power)
-    return energy, mean, ("power samples" if energy is not None else None)
-
-
-def _power_integral(power) -> tuple[float | None, float | None]:
-    """Energy (J) as the trapezoid integral of power over the sample times, and the time-weighted mean power."""
-    if power.empty:
-        return None, None
-    t, p = power["time_s"].to_numpy(float), power["value"].to_numpy(float)
-    if len(t) < 2 or t[-1] <= t[0]:
-        return 0.0, float(p.mean())
-    energy = float(((p[1:] + p[:-1]) / 2 * (t[1:] - t[:-1])).sum())
-    return energy, energy / float(t[-1] - t[0])
-
-
-def _idle_fracs(df, gpus: list[str]) -> dict[str, float | None]:
-    """Per GPU: of the samples where another GPU worked (>= IDLE_UTIL_PCT), the share where this one did not."""
-    util = df[(df["metric"] == "util_gpu_pct") & df["device"].isin(gpus)]
-    if util.empty or len(gpus) < 2:
-        return {g: None for g in gpus}
-    wide = util.pivot_table(index="time_s", columns="device", values="value", aggfunc="mean")
-    out = {}
-    for g in gpus:
-        if g not in wide.columns:
-            out[g] = None
-            continue
-        others = wide.drop(columns=[g])
-        mine = wide[g]
-        worked = (others >= IDLE_UTIL_PCT).any(axis=1) & mine.notna()
-        out[g] = float((mine[worked] < IDLE_UTIL_PCT).mean()) if worked.any() else None
-    return out
-
-
-def summarize(df, images: float | None = None, duration_s: float | None = None, *, phase: str | None = None) -> dict:
-    """Per-GPU and host figures of a monitor frame (JSON-able), with idle and throttle flags.
-
-    ``images``: images processed over the same span, for images per joule. ``duration_s``: the wall time
-    those images took; when given, energy is mean power x duration_s, so images/J covers exactly that window
-    even if the samples span a little more or less. ``phase``: only rows of that phase (e.g. "train").
-    ``df`` may also be a path: a monitor.csv or the run directory holding one (read with read_monitor).
-    """
-    import pandas as pd
-
-    if isinstance(df, (str, Path)):
-        df = read_monitor(df)
-    elif not isinstance(df, pd.DataFrame):
-        raise DataError(f"summarize takes a monitor frame (read_monitor) or the path of a monitor.csv or run "
-                        f"directory, got {type(df).__name__}")
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise DataError(f"summarize: the frame lacks column(s) {', '.join(missing)}; read monitor.csv with read_monitor")
-    if phase is not None:
-        df = df[df["phase"] == phase]
-    span = float(df["time_s"].max() - df["time_s"].min()) if len(df) else 0.0
-    duration = float(duration_s) if duration_s is not None else span
-    gpus = sorted((d for d in df["device"].unique() if str(d).startswith("gpu")), key=lambda d: int(d[3:]))
-    idle = _idle_fracs(df, gpus)
-    out_gpus: dict[str, dict] = {}
-    flags: list[str] = []
-    total_energy = 0.0
-    have_energy = False
-    for g in gpus:
-        util = _series(df, g, "util_gpu_pct")["value"]
-        mem = _series(df, g, "mem_used_bytes")["value"]
-        mem_total = _series(df, g, "mem_total_bytes")["value"]
-        temp = _series(df, g, "temp_c")["value"]
-        energy, mean_power, energy_source = _energy_j(_series(df, g, "power_w"), _series(df, g, "energy_j"))
-        if duration_s is not None and mean_power is not None:
-            energy = mean_power * duration
-        thr = _series(df, g, "throttle_reasons")["value"].astype("int64")
-        perf = thr & PERF_THROTTLE_MASK
-        throttle_frac = float((perf != 0).mean()) if len(thr) else None
-        reasons = sorted({name for bit, name in THROTTLE_REASONS.items() if bit & PERF_THROTTLE_MASK
-                          and bool((thr & bit).any())})
-        s = {
-            "util_mean_pct": float(util.mean()) if len(util) else None,
-            "util_max_pct": float(util.max()) if len(util) else None,
-            "mem_peak_bytes": int(mem.max()) if len(mem) else None,
-            "mem_total_bytes": int(mem_total.max()) if len(mem_total) else None,
-            "mem_peak_frac": float(mem.max() / mem_total.max()) if len(mem) and len(mem_total) and mem_total.max() > 0
-            else None,
-            "temp_max_c": float(temp.max()) if len(temp) else None,
-            "power_mean_w": mean_power,
-            "energy_j": energy,
-            "energy_source": energy_source,
-            "idle_frac": idle.get(g),
-            "idle": bool(idle.get(g) is not None and idle[g] > IDLE_TIME_FRAC),
-            "throttle_frac": throttle_frac,
-            "throttle_reasons": reasons,
-            "throttled": bool(throttle_frac is not None and throttle_frac >= THROTTLE_TIME_FRAC),
-        }
-        if energy is not None:
-            total_energy += energy
-            have_energy = True
-        out_gpus[g] = s
-        if s["idle"]:
-            flags.append(f"{g} was under {IDLE_UTIL_PCT:g}% utilisation {s['idle_frac']:.0%} of the time other GPUs "
-                         "worked: check input sharding and per-replica batch")
-        if s["throttled"]:
-            flags.append(f"{g} throttled in {throttle_frac:.0%} of samples ({', '.join(reasons)}): "
-                         "check cooling and power limits")
-    if images is not None:
-        n = len(gpus)
-        for g, s in out_gpus.items():
-            # Data parallelism splits every global batch equally, so each GPU processed images / n of them.
-            s["images_per_joule"] = (images / n / s["energy_j"]) if s["energy_j"] else None
-    cpu = _series(df, "host", "cpu_util_pct")["value"]
-    rss = _series(df, "host", "rss_bytes")["value"]
-    return {
-        "duration_s": duration,
-        "samples": int(df["time_s"].nunique()) if len(df) else 0,
-        "gpus": out_gpus,
-        "gpu_energy_j": total_energy if have_energy else None,
-        "images": images,
-        "images_per_joule": (images / total_energy) if images is not None and have_energy and total_energy > 0
-        else None,
-        "host": {
-            "cpu_util_mean_pct": float(cpu.mean()) if len(cpu) else None,
-            "cpu_util_max_pct": float(cpu.max()) if len(cpu) else None,
-            "rss_peak_bytes": int(rss.max()) if len(rss) else None,
-        },
-        "flags": flags,
-    }
