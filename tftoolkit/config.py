@@ -99,7 +99,7 @@ class RunConfig:
                                    "cifar10, cifar100, mnist or fashion_mnist (keras.datasets: downloaded once into "
                                    "Keras' cache), or PATH: ImageNet-layout TFRecords (train-00000-of-01024 ...), a "
                                    "TFDS-prepared directory, CIFAR's python folder (cifar-10-batches-py), a folder of "
-                                   "class sub-folders of images, or TFRecords with a manifest.json (data/README.md)")
+                                   "class sub-folders of images, or TFRecords with a manifest.json (docs/guides/data.md)")
     train_images: int | None = _f(None, "use only the first N training images (default: all)")
     image_size: int | None = _f(None, "image side in pixels that images are decoded or resized to (default: the "
                                       "dataset's own where its images share one size: 32 for synthetic, shapes16k and "
