@@ -3,6 +3,9 @@
 - reference/cli.md: every command and option, walked from tftoolkit.cli.build_parser();
 - reference/config.md: RunConfig's fields with their options, defaults and help, in cli/sections.py's sections;
 - reference/summary.md: summary.json's fields with units and meanings, from tftoolkit/summary.py's table;
+- index.md and benchmarks/index.md: README.md and BENCHMARKS.md themselves, their links made the site's, so the
+  landing page and the headline table exist once;
+- design.md's contracts: pyproject.toml's import-linter contracts, where the page says <!-- contracts -->;
 - notebooks/<name>.ipynb: the notebooks, as committed (no outputs) or, when TFTOOLKIT_DOCS_EXECUTED names a
   folder holding executed copies as notebooks/<name>.ipynb (``make docs`` makes them in smoke mode), those, so the
   pages show their figures.
@@ -16,6 +19,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import posixpath
+import re
+import tomllib
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
@@ -129,7 +135,31 @@ def extend_nav(nav: list, title: str, pages: list[str]) -> None:
     raise KeyError(f"mkdocs.yml's nav has no section {title!r}")
 
 
-PAGES = {"reference/cli.md": cli_page, "reference/config.md": config_page, "reference/summary.md": summary_page}
+LINK = re.compile(r"(\]\(|src=\")([^)\"#:]+)")  # a relative link or image target in Markdown or HTML
+
+
+def site_copy(source: str, uri: str) -> str:
+    """The Markdown of repository file ``source`` as the site's page ``uri``: targets under docs/ made relative to
+    the page, BENCHMARKS.md and README.md as the pages that show them."""
+    as_page = {"BENCHMARKS.md": "benchmarks/index.md", "README.md": "index.md"}
+    here = posixpath.dirname(uri)
+
+    def fix(m):
+        target = m.group(2)
+        if target in as_page:
+            target = as_page[target]
+        elif target.startswith("docs/"):
+            target = target[len("docs/"):]
+        else:
+            return m.group(0)
+        return m.group(1) + posixpath.relpath(target, here or ".")
+
+    return LINK.sub(fix, (ROOT / source).read_text())
+
+
+PAGES = {"index.md": lambda: site_copy("README.md", "index.md"),
+         "benchmarks/index.md": lambda: site_copy("BENCHMARKS.md", "benchmarks/index.md"),
+         "reference/cli.md": cli_page, "reference/config.md": config_page, "reference/summary.md": summary_page}
 
 
 def on_config(config):
@@ -150,3 +180,27 @@ def on_files(files, config):
         root = Path(executed) if executed and (Path(executed) / "notebooks" / nb.name).exists() else ROOT
         files.append(File(f"notebooks/{nb.name}", str(root), config["site_dir"], config["use_directory_urls"]))
     return files
+
+
+def contracts_markdown() -> str:
+    """pyproject.toml's import-linter contracts as Markdown: the layers top to bottom, and each other rule."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    out = []
+    for c in contracts:
+        out += [f"**{c['name']}** (`{c['type']}`)", ""]
+        if c["type"] == "layers":
+            out += ["| layer (imports only the rows below it) |", "| --- |"]
+            out += [f"| {' &#124; '.join(f'`{m.strip()}`' for m in layer.split('|'))} |" for layer in c["layers"]]
+        elif c["type"] == "forbidden":
+            out += [f"- these: {', '.join(f'`{m}`' for m in c['source_modules'])}",
+                    f"- never import: {', '.join(f'`{m}`' for m in c['forbidden_modules'])}"]
+        else:
+            out += [f"- {k}: {v}" for k, v in c.items() if k not in ("name", "type")]
+        out.append("")
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown, page, config, files):
+    if "<!-- contracts -->" in markdown:
+        markdown = markdown.replace("<!-- contracts -->", contracts_markdown())
+    return markdown
