@@ -5,7 +5,8 @@
 - reference/summary.md: summary.json's fields with units and meanings, from tftoolkit/summary.py's table;
 - index.md and benchmarks/index.md: README.md and BENCHMARKS.md themselves, their links made the site's, so the
   landing page and the headline table exist once;
-- design.md's contracts: pyproject.toml's import-linter contracts, where the page says <!-- contracts -->;
+- design.md's contracts: pyproject.toml's import-linter contracts, where the page says <!-- contracts -->, and
+  notebooks/index.md's parameters: each notebook's parameters cell, where it says <!-- notebook-parameters -->;
 - notebooks/<name>.ipynb: the notebooks, as committed (no outputs) or, when TFTOOLKIT_DOCS_EXECUTED names a
   folder holding executed copies as notebooks/<name>.ipynb (``make docs`` makes them in smoke mode), those, so the
   pages show their figures.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import posixpath
 import re
@@ -200,7 +202,23 @@ def contracts_markdown() -> str:
     return "\n".join(out)
 
 
+def parameters_markdown() -> str:
+    """Each notebook's parameters cell (the one papermill fills in), with a link to its page."""
+    out = []
+    for nb in notebook_files():
+        cells = json.loads(nb.read_text())["cells"]
+        cell = next((c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+        if cell is None:
+            raise ValueError(f"{nb.relative_to(ROOT)} has no cell tagged 'parameters'")
+        out += [f"### [{nb.stem}]({nb.name})", "", "```python", "".join(cell["source"]).rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+MARKERS = {"<!-- contracts -->": contracts_markdown, "<!-- notebook-parameters -->": parameters_markdown}
+
+
 def on_page_markdown(markdown, page, config, files):
-    if "<!-- contracts -->" in markdown:
-        markdown = markdown.replace("<!-- contracts -->", contracts_markdown())
+    for marker, make in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
     return markdown
