@@ -40,7 +40,7 @@ NOTEBOOKS = ROOT / "notebooks"
 def cell(text) -> str:
     """Text safe inside a Markdown table cell."""
     return (str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("*", "\\*").replace("_", "\\_").replace("\n", " "))
+            .replace("*", "\\*").replace("_", "\\_").replace("{", "&#123;").replace("\n", " "))
 
 
 def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -60,7 +60,8 @@ def option_rows(group) -> list[str]:
             continue
         names = ", ".join(f"`{s}`" for s in a.option_strings) or f"`{a.metavar or a.dest}`"
         if a.option_strings and a.nargs != 0 and not isinstance(a, argparse.BooleanOptionalAction):
-            names += f" {cell(a.metavar or (a.choices and '{' + ','.join(map(str, a.choices)) + '}') or a.dest.upper())}"
+            value = a.metavar or (a.choices and "{" + ",".join(map(str, a.choices)) + "}") or a.dest.upper()
+            names += f" `{value}`"  # in code: attr_list would take {a,b} for attributes
         default = "" if a.default in (None, argparse.SUPPRESS, False) or a.required else f"`{a.default}`"
         if a.required:
             default = "required"
@@ -76,8 +77,12 @@ def cli_page() -> str:
         if any(isinstance(a, argparse._SubParsersAction) for a in p._actions):
             out += [f"## tftoolkit {' '.join(path)}", "", cell(short), ""]
             continue
-        out += [f"## tftoolkit {' '.join(path)}", "", p.description or short or "", "",
-                "```text", p.format_usage().strip(), "```", ""]
+        about = p.description or short or ""
+        if p.formatter_class is argparse.RawDescriptionHelpFormatter:  # laid out by hand: keep its lines
+            about = f"```text\n{about.strip()}\n```"
+        else:
+            about = cell(about.replace("%%", "%"))
+        out += [f"## tftoolkit {' '.join(path)}", "", about, "", "```text", p.format_usage().strip(), "```", ""]
         for group in p._action_groups:
             rows = option_rows(group)
             if rows:
