@@ -59,4 +59,4 @@ bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache site build/docs
