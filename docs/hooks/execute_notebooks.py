@@ -24,7 +24,7 @@ TF_STARTUP = ("WARNING: All log messages before absl", "I0000 ", "W0000 ", "E000
 
 def smoke_args(notebook: Path) -> list[str]:
     first = nbformat.read(str(notebook), as_version=4).cells[0].source
-    m = re.search(rf"`papermill notebooks/{notebook.stem}\.ipynb out\.ipynb (-p smoke True[^`]*)`", first)
+    m = re.search(rf"`papermill notebooks/{notebook.stem}\.ipynb [\w.-]+\.ipynb (-p smoke True[^`]*)`", first)
     if not m:
         raise SystemExit(f"{notebook}: its first cell gives no smoke command (papermill ... -p smoke True)")
     return shlex.split(m.group(1))
