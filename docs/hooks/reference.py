@@ -101,7 +101,7 @@ def config_page() -> str:
         out += [f"## {title}", "", "| field | option | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
         for name in names:
             f = fields[name]
-            tp = str(hints[name]).replace("typing.", "")
+            tp = hints[name].__name__ if isinstance(hints[name], type) else str(hints[name]).replace("typing.", "")
             choices = f.metadata.get("choices")
             help_text = f.metadata["help"] + (f" (one of: {', '.join(choices)})" if choices else "")
             out.append(f"| `{name}` | `--{name.replace('_', '-')}` | {cell(tp)} | `{f.default}` | {cell(help_text)} |")
