@@ -6,20 +6,21 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lab bench clean help
+.PHONY: venv demo test test-fast lab bench docs clean help
 
 help:
 	@echo "make demo   run the main job (data, scaling + batch/LR sweeps, report) and print where results are"
 	@echo "make test   run the whole test suite (CPU, simulated replicas)"
 	@echo "make test-fast  the unit tests only (about 1.5 min on 2 cores)"
 	@echo "make lab    open JupyterLab on notebooks/ with the project's kernel"
+	@echo "make docs   build the documentation site into site/ (strict; notebooks executed in smoke mode)"
 	@echo "make bench  run the benchmarks in benchmarks/ (figures go to BENCHMARKS.md by hand)"
 
 # Re-install when pyproject.toml changes; the stamp keeps repeated `make test` calls fast.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,lab]"
+	$(PY) -m pip install --quiet -e ".[dev,lab,docs]"
 	$(PY) -m ipykernel install --sys-prefix --name tftoolkit --display-name "Python (tftoolkit)" >/dev/null
 	touch $(STAMP)
 
@@ -47,8 +48,15 @@ test-fast: $(STAMP)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
+# The site (mkdocs.yml; the reference pages are generated from the code by docs/hooks/reference.py). The notebooks
+# are executed first in smoke mode, each with its own first cell's papermill parameters, into build/docs/notebooks/,
+# so their pages show figures (a few minutes on 2 cores); the committed notebooks stay without outputs.
+docs: $(STAMP)
+	$(PY) docs/hooks/execute_notebooks.py build/docs
+	NO_MKDOCS_2_WARNING=1 TFTOOLKIT_DOCS_EXECUTED=build/docs $(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache site build/docs

@@ -1,4 +1,4 @@
-"""What does gradient accumulation cost? Issue 25: images/sec at K = 1, 2, 4 for the same global batch on 4 simulated
+"""What does gradient accumulation cost? Images/sec at K = 1, 2, 4 for the same global batch on 4 simulated
 replicas (the cost per example should be near zero), and peak memory at K = 1, 2 and 4 for the same per-replica batch
 (it must not grow with K).
 

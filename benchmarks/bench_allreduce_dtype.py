@@ -1,4 +1,4 @@
-"""What does a bfloat16 gradient all-reduce save against float32? (issue 25, "a cheaper gradient exchange")
+"""What does a bfloat16 gradient all-reduce save against float32?
 
 For each model (resnet20 and small_vgg at 32x32x3, 10 classes: their full gradient sets, every trainable tensor),
 one all-reduce of all its gradients over --replicas simulated replicas, as the training step does it with

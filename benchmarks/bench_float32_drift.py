@@ -1,4 +1,4 @@
-"""How far N replicas drift from one device in float32 (issue 27): resnet20, 1 vs 2 replicas, the same global batch.
+"""How far N replicas drift from one device in float32: resnet20, 1 vs 2 replicas, the same global batch.
 
     python benchmarks/bench_float32_drift.py [--steps 10] [--model resnet20]
 

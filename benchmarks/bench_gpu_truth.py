@@ -1,4 +1,4 @@
-"""Figures for the GPU-truth changes (issue 26): the input path's placements, small all-reduces, and doctor.
+"""Figures for the GPU-truth changes: the input path's placements, small all-reduces, and doctor.
 
     python benchmarks/bench_gpu_truth.py input [--rounds 3] [--seconds 4] [--repo DIR]
     python benchmarks/bench_gpu_truth.py allreduce [--replicas 4] [--repeats 20]

@@ -1,4 +1,4 @@
-"""The input path against plain TensorFlow, cold against cached, host against device placement (issue 13).
+"""The input path against plain TensorFlow, cold against cached, host against device placement.
 
     python benchmarks/bench_input.py pipelines [--rounds 5] [--seconds 3]   # input alone, interleaved, one process
     python benchmarks/bench_input.py training  [--rounds 3]                 # training throughput, host vs device

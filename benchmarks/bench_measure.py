@@ -1,4 +1,4 @@
-"""Measurement benchmark (issue 4): all-reduce bandwidth on simulated replicas, and the cost of timing.
+"""Measurement benchmark: all-reduce bandwidth on simulated replicas, and the cost of timing.
 
     .venv/bin/python benchmarks/bench_measure.py [--replicas 4] [--repeats 10] [--rounds 7]
 

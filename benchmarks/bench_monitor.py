@@ -1,4 +1,4 @@
-"""How much throughput does the background Monitor cost? Target (issue 8): <= 1%.
+"""How much throughput does the background Monitor cost? Target: <= 1%.
 
 Two CPU-bound workloads, each run in windows of --seconds with and without a Monitor sampling at --interval,
 alternating off/on and on/off so slow drift of the machine cancels:

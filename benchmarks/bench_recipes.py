@@ -1,4 +1,4 @@
-"""The defaults learn, and the batch-size study shows Goyal et al.'s result (issue 12).
+"""The defaults learn, and the batch-size study shows Goyal et al.'s result.
 
     python benchmarks/bench_recipes.py defaults [--out DIR]          # the README's reference commands, defaults
     python benchmarks/bench_recipes.py batch-study [--out DIR]       # sweeps/batch_lr.yaml, then its table

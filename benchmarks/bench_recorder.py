@@ -1,4 +1,4 @@
-"""What does tftoolkit.RunRecorder cost a model.fit? Target (issue 24): at most 2% less throughput.
+"""What does tftoolkit.RunRecorder cost a model.fit? Target: at most 2% less throughput.
 
 The same fit (notebook 06's model and data: small_cnn on 32x32 shapes, MirroredStrategy over --replicas simulated
 replicas, 64 examples per replica per step) without (A) and with (B) the recorder, in one process, alternating

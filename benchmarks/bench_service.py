@@ -1,10 +1,10 @@
-"""Input through the tf.data service at 1 and 2 workers, against the local pipeline (issue 23).
+"""Input through the tf.data service at 1 and 2 workers, against the local pipeline.
 
     python benchmarks/bench_service.py [--rounds 3] [--seconds 8]
 
 Each round runs, in its own process and alternated, ``tftoolkit bench input --json`` on the same input:
 - local: the run's pipeline in the training process;
-- service, 1 worker / 2 workers: ``--data-service`` to a ``tftoolkit data-service start --workers K`` on this
+- service, 1 worker / 2 workers: ``--data-service`` to a ``tftoolkit data-service start --service-workers K`` on this
   machine (a fresh dispatcher per measurement, so no job outlives its run).
 Two inputs: ImageNet-layout TFRecords streamed with Inception crops (2048 JPEGs of 256-512 px, 224 px out: the
 decode-heavy case the service exists for; bench_stream.py's data) and shapes16k in memory (32 px gathers: almost
@@ -39,12 +39,12 @@ def _free_port() -> int:
 
 
 class Service:
-    """``tftoolkit data-service start --workers K`` on a free port, for one measurement."""
+    """``tftoolkit data-service start --service-workers K`` on a free port, for one measurement."""
 
     def __init__(self, workers: int):
         self.port = _free_port()
         self.proc = subprocess.Popen([sys.executable, "-m", "tftoolkit", "data-service", "start", "--port",
-                                      str(self.port), "--workers", str(workers)], cwd=ROOT, env=bench_stream._env(),
+                                      str(self.port), "--service-workers", str(workers)], cwd=ROOT, env=bench_stream._env(),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
         while time.time() < deadline:

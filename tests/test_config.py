@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from tftoolkit.config import RunConfig, accumulation_plan
+from tftoolkit.cli.sections import SECTIONS
+from tftoolkit.config import RunConfig, accumulation_plan, cli_fields
 from tftoolkit.errors import ConfigError
 
 
@@ -154,3 +155,8 @@ def test_a_tensorflow_error_s_first_line_loses_its_wrapping():
                      "Incompatible shapes: [4] vs. [4,10] [Op:Sub] name: \nmore")
     assert first_line(raw) == "Incompatible shapes: [4] vs. [4,10]"
     assert first_line(ValueError("")) == "ValueError" and first_line(KeyError("x" * 400)) == ("'" + "x" * 299)
+
+
+def test_every_option_is_in_exactly_one_help_section():
+    listed = [n for _, names in SECTIONS for n in names]
+    assert sorted(listed) == sorted(f.name for f in cli_fields())  # each once, none missing, none unknown

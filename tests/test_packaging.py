@@ -41,3 +41,20 @@ def test_ci_runs_make_test_and_readme_shows_both_commands():
 @pytest.mark.slow
 def test_importing_the_package_does_not_import_tensorflow():
     assert_no_tensorflow("import tftoolkit, tftoolkit.config, tftoolkit.cli; tftoolkit.cli.build_parser()")
+
+
+def test_the_docs_tools_are_installed_alike_by_pip_conda_and_make():
+    """The site's tools are the `docs` extra; environment.yml and `make test`'s install (the suite builds the site)
+    both ask for it, and mkdocs.yml uses only what it brings."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    docs = {_name(r) for r in project["optional-dependencies"]["docs"]}
+    assert {"mkdocs", "mkdocs-material", "mkdocstrings", "mkdocs-jupyter"} <= docs
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_list = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    editable = next(r for r in pip_list if r.startswith("-e ."))
+    assert "docs" in re.search(r"\[([\w,]+)\]", editable).group(1).split(",")
+    makefile = (ROOT / "Makefile").read_text()
+    install = re.search(r'pip install --quiet -e "\.\[([\w,]+)\]"', makefile)
+    assert install and "docs" in install.group(1).split(",")
+    mkdocs_yml = (ROOT / "mkdocs.yml").read_text()
+    assert "name: material" in mkdocs_yml and "- mkdocstrings:" in mkdocs_yml and "- mkdocs-jupyter:" in mkdocs_yml

@@ -29,6 +29,9 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduce_to_one", "collective")
 LAST_BATCH = ("drop", "partial")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
+VERIFY_MODES = ("full", "cached", "off")  # how TFRecord shards are checked before use (--verify)
+SCALING_MODES = ("weak", "strong")  # weak keeps the per-replica batch as replicas grow, strong the global batch
+DEFAULT_MAX_REPLICAS = 64  # the most GPUs advise and predict consider unless told
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per gradient element in each all-reduce dtype
 MAX_SEED = 2**32 - 1  # the largest seed keras.utils.set_random_seed accepts
 DEFAULT_PER_REPLICA_BATCH = 64  # when neither --per-replica-batch nor --global-batch is given
@@ -96,7 +99,7 @@ class RunConfig:
                                    "cifar10, cifar100, mnist or fashion_mnist (keras.datasets: downloaded once into "
                                    "Keras' cache), or PATH: ImageNet-layout TFRecords (train-00000-of-01024 ...), a "
                                    "TFDS-prepared directory, CIFAR's python folder (cifar-10-batches-py), a folder of "
-                                   "class sub-folders of images, or TFRecords with a manifest.json (data/README.md)")
+                                   "class sub-folders of images, or TFRecords with a manifest.json (docs/guides/data.md)")
     train_images: int | None = _f(None, "use only the first N training images (default: all)")
     image_size: int | None = _f(None, "image side in pixels that images are decoded or resized to (default: the "
                                       "dataset's own where its images share one size: 32 for synthetic, shapes16k and "
@@ -118,7 +121,7 @@ class RunConfig:
     verify: str = _f("cached", "check TFRecord shards before use: full (framing, record counts and sha256 of every "
                      "shard), cached (the same, skipping shards whose size and mtime match their last passed check, "
                      "recorded in verified.json beside the manifest), off (only that the shards exist)",
-                     ("full", "cached", "off"), identity=False)
+                     VERIFY_MODES, identity=False)
     input_sharding: str = _f("exact", "what each worker of a multi-worker run reads: exact (every worker computes every "
                              "global batch's order and gathers its replicas' slices: bit-equal to one process), "
                              "file (each worker reads only its own TFRecord shards, as TensorFlow's "

@@ -39,7 +39,7 @@ def add(sub) -> None:
 
 def _add_data_service(sub) -> None:
     from ..cluster.dataservice import DEFAULT_PORT, DEFAULT_WORKER_TIMEOUT_S
-    from .common import Parser
+    from .common import Parser, refuse
 
     ds = sub.add_parser("data-service", help="a tf.data service to run the input pipeline on more cores or hosts",
                         description="Run TensorFlow's tf.data service: a dispatcher and workers that run the input "
@@ -49,7 +49,7 @@ def _add_data_service(sub) -> None:
     p = ds_sub.add_parser(
         "start", help="start a dispatcher and K workers here, or K workers that join --dispatcher",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="tftoolkit data-service start [--port P] [--workers K] [--dispatcher ADDRESS] [--work-dir DIR] "
+        usage="tftoolkit data-service start [--port P] [--service-workers K] [--dispatcher ADDRESS] [--work-dir DIR] "
               "[--worker-timeout S] [--host NAME]",
         description=f"""\
 Start a tf.data service dispatcher and K workers in this process, or with --dispatcher only K workers that join
@@ -59,10 +59,10 @@ worker whose dispatcher no longer answers stops without TensorFlow's stop, which
 forever, and says so (exit code 0).
 
 Two set-ups:
-  all on this machine     tftoolkit data-service start --workers 2
+  all on this machine     tftoolkit data-service start --service-workers 2
                           tftoolkit train --data-service grpc://localhost:{DEFAULT_PORT} ...
-  workers on CPU hosts    on the GPU server:  tftoolkit data-service start --workers 0
-  beside a GPU server     on each CPU host:   tftoolkit data-service start --dispatcher gpu1:{DEFAULT_PORT} --workers 4
+  workers on CPU hosts    on the GPU server:  tftoolkit data-service start --service-workers 0
+  beside a GPU server     on each CPU host:   tftoolkit data-service start --dispatcher gpu1:{DEFAULT_PORT} --service-workers 4
   from a Slurm job step   srun -n 4 tftoolkit data-service start --dispatcher gpu1:{DEFAULT_PORT}
                           (one worker per task, on whichever nodes the step runs)
 
@@ -78,9 +78,10 @@ dispatcher log the loss within seconds (seen with TF_CPP_MIN_LOG_LEVEL=0).
                    help=f"the dispatcher's port (default: {DEFAULT_PORT}; 0: a free port the OS picks). With "
                         "--dispatcher, the workers' ports P, P+1, ... (default: free ports), so that a worker "
                         "restarted with the same --port is the same worker to the dispatcher")
-    p.add_argument("--workers", type=int, metavar="K",
-                   help="workers to start in this process (default: 1; 0 runs the dispatcher alone, for workers "
-                        "that join from other hosts)")
+    p.add_argument("--service-workers", type=int, metavar="K", dest="service_workers",
+                   help="tf.data service workers to start in this process (default: 1; 0 runs the dispatcher "
+                        "alone, for workers that join from other hosts)")
+    refuse(p, "--workers", "--service-workers K", "--workers counts training processes")
     p.add_argument("--dispatcher", metavar="ADDRESS",
                    help="start only workers, joining the dispatcher at ADDRESS (HOST:PORT or grpc://HOST:PORT); it "
                         "must be running: exit 2 when nothing answers there")
@@ -100,7 +101,7 @@ dispatcher log the loss within seconds (seen with TF_CPP_MIN_LOG_LEVEL=0).
 def data_service_start(args) -> int:
     from ..cluster import dataservice
 
-    service = dataservice.start(args.port, args.workers, args.dispatcher, args.work_dir, args.worker_timeout,
+    service = dataservice.start(args.port, args.service_workers, args.dispatcher, args.work_dir, args.worker_timeout,
                                 args.host)
     lines = []
     if service.local:

@@ -7,8 +7,10 @@ import dataclasses
 import typing
 
 from ..config import RunConfig, cli_fields, field_types
+from .sections import OUTPUT, SECTIONS, section_of
 
 EXIT_USAGE = 2
+QUIET_HELP = "print only warnings and the final lines (no progress bars)"  # one text for every command's --quiet
 
 
 class Parser(argparse.ArgumentParser):
@@ -34,31 +36,57 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """One option per RunConfig field, with the field's help text, type and choices."""
+def add_quiet(parser) -> None:
+    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+
+
+def refuse(parser: argparse.ArgumentParser, old: str, new: str, why: str) -> None:
+    """``old`` is no longer an option of this command: using it is a one-line usage error (exit 2) naming ``new``."""
+
+    class Refused(argparse.Action):
+        def __call__(self, p, namespace, values, option_string=None):
+            p.error(f"{old} is not an option here ({why}): use {new}")
+
+    parser.add_argument(old, nargs="?", action=Refused, help=argparse.SUPPRESS)
+
+
+def add_config_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> dict:
+    """One option per RunConfig field, with the field's help text, type and choices, in the headed groups of
+    cli/sections.py. Returns the groups by title (the output group always), so a command adds its own options to
+    the group they belong with."""
     hints = field_types()
-    group = parser.add_argument_group("training options (RunConfig fields)")
-    for f in cli_fields():
-        if f.name in skip:
-            continue
-        tp = hints[f.name]
-        args = typing.get_args(tp)
-        base = next((a for a in args if a is not type(None)), tp)
-        default = f.default
-        help_text = f.metadata["help"].replace("%", "%%") + (f" (default: {default})" if default is not None else "")
-        kw: dict = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
-        if base is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(base) is list:
-            kw["type"] = int_list
-            kw["metavar"] = "I,J,..."
+    by_name = {f.name: f for f in cli_fields()}
+    for name in by_name:
+        section_of(name)  # a field in no section fails here, naming the file to add it to
+    groups = {}
+    for title, names in SECTIONS:
+        shown = [by_name[n] for n in names if n in by_name and n not in skip]
+        if shown or title == OUTPUT:
+            groups[title] = parser.add_argument_group(title)
+        for f in shown:
+            add_field_option(groups[title], f, hints[f.name])
+    return groups
+
+
+def add_field_option(group, f: dataclasses.Field, tp) -> None:
+    """The option of one RunConfig field: its help text and default, and bool -> --x/--no-x, list -> I,J,..."""
+    args = typing.get_args(tp)
+    base = next((a for a in args if a is not type(None)), tp)
+    default = f.default
+    help_text = f.metadata["help"].replace("%", "%%") + (f" (default: {default})" if default is not None else "")
+    kw: dict = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
+    if base is bool:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(base) is list:
+        kw["type"] = int_list
+        kw["metavar"] = "I,J,..."
+    else:
+        kw["type"] = base
+        if f.metadata.get("choices"):
+            kw["choices"] = f.metadata["choices"]
         else:
-            kw["type"] = base
-            if f.metadata.get("choices"):
-                kw["choices"] = f.metadata["choices"]
-            else:
-                kw["metavar"] = base.__name__.upper()
-        group.add_argument(flag(f.name), **kw)
+            kw["metavar"] = base.__name__.upper()
+    group.add_argument(flag(f.name), **kw)
 
 
 def config_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> RunConfig:

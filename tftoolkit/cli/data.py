@@ -16,7 +16,7 @@ def add(sub) -> None:
                             description="Render shapes16k: 10 balanced classes of geometric shapes (RGB, random "
                                         "position, scale, rotation, colours, background, clutter and noise), the "
                                         "same bytes for the same seed. Writes TFRecord shards and manifest.json "
-                                        "(see data/README.md). Does nothing if --out already holds the same "
+                                        "(docs/guides/data.md). Does nothing if --out already holds the same "
                                         "dataset, verified.")
     p.add_argument("--out", default=None, help="folder to write (default: shapes16k in the data home: "
                                                "$TFTOOLKIT_DATA_DIR, else ~/.cache/tftoolkit/datasets; see "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from ..errors import SweepError
+from .common import add_quiet
 
 
 def add(sub) -> None:
@@ -28,7 +30,7 @@ def add(sub) -> None:
                         "once as there are sets (without GPUs points run one after another); with --backend slurm, "
                         "--gres=gpu:K per array task")
     p.add_argument("--no-report", action="store_true", help="skip the report notebook")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
+    add_quiet(p)
     g = p.add_argument_group("Slurm (--backend slurm)")
     g.add_argument("--backend", choices=["local", "slurm"], default="local",
                    help="local: run the points on this machine (default); slurm: submit the points still to run as "
@@ -45,11 +47,10 @@ def add(sub) -> None:
     g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="one more sbatch option, passed through as written, e.g. --sbatch-arg=--mem=16G "
                         "(repeatable)")
-    g.add_argument("--wait", dest="wait", action="store_true", default=True,
-                   help="block until the array is done, showing each point as it ends, then write the report "
-                        "(default)")
-    g.add_argument("--no-wait", dest="wait", action="store_false",
-                   help="submit, print the job id and return; the same command later collects and resumes")
+    g.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                   help="block until the array is done, showing each point as it ends, then write the report; "
+                        "--no-wait: submit, print the job id and return, and the same command later collects and "
+                        "resumes (default: --wait)")
     p.set_defaults(func=sweep)
 
     from ..experiments.demo import MINUTES
@@ -61,7 +62,7 @@ def add(sub) -> None:
                                    "the report and print where report.html is. Running it again resumes.")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     p.add_argument("--force", action="store_true", help="redo a sweep in --out whose spec (sweeps/*.yaml) changed")
-    p.add_argument("--quiet", action="store_true", help="only warnings and the final lines")
+    add_quiet(p)
     p.set_defaults(func=demo)
 
     p = sub.add_parser("tensorboard", help="open TensorBoard on a run or a sweep (scalars, HParams, profiler traces)",

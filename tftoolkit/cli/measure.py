@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import Parser, add_config_options, config_from_args
+from ..config import SCALING_MODES
+from .common import QUIET_HELP, Parser, add_config_options, add_quiet, config_from_args, refuse
+from .sections import OUTPUT
 
 
 def add(sub) -> None:
@@ -67,28 +69,28 @@ def doctor(args) -> int:
 
 
 def _add_scale(sub) -> None:
-    from ..experiments.scale import MODES
-
     p = sub.add_parser("scale", help="train at several replica counts; speedup and efficiency table",
                        description="Run the same training at each replica count (OUT/runs/r<N>/) and write "
                                    "OUT/scaling.csv: throughput, speedup and efficiency relative to the smallest "
                                    "count, and each run's compute / all-reduce / input-wait breakdown.")
-    p.add_argument("--replicas", required=True, metavar="N,M,...",
+    g = p.add_argument_group("the study")
+    g.add_argument("--replica-counts", required=True, metavar="N,M,...", dest="replica_counts",
                    help="replica counts, e.g. 1,2,4 (each once, all >= 1)")
-    p.add_argument("--mode", choices=MODES, default="weak",
+    g.add_argument("--mode", choices=SCALING_MODES, default="weak",
                    help="weak: keep the per-replica batch; strong: keep the global batch (--global-batch, or "
                         "--per-replica-batch x the smallest count) (default: weak)")
-    p.add_argument("--out", required=True, help="study folder; rerunning the same study there reuses finished runs")
-    p.add_argument("--force", action="store_true", help="overwrite run folders that hold a different run")
-    p.add_argument("--quiet", action="store_true", help="no progress bars and only warnings")
-    add_config_options(p, skip=("replicas", "gpus"))
+    refuse(p, "--replicas", "--replica-counts 1,2,4", "scale trains at a list of replica counts")
+    out = add_config_options(p, skip=("replicas", "gpus"))[OUTPUT]
+    out.add_argument("--out", required=True, help="study folder; rerunning the same study there reuses finished runs")
+    out.add_argument("--force", action="store_true", help="overwrite run folders that hold a different run")
+    out.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     p.set_defaults(func=scale)
 
 
 def scale(args) -> int:
     from ..experiments import scale
 
-    frame = scale.scale(config_from_args(args, skip=("replicas", "gpus")), args.replicas, args.out, args.mode,
+    frame = scale.scale(config_from_args(args, skip=("replicas", "gpus")), args.replica_counts, args.out, args.mode,
                         force=args.force, quiet=args.quiet)
     cols = ["replicas", "global_batch", "images_per_sec", "speedup", "efficiency", "communication_fraction", "status"]
     print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
@@ -131,7 +133,7 @@ def _add_bench(bench_sub) -> None:
                         f"a call moves {CHAIN_BYTES // 2**20} MiB, so a call's overhead is not what is timed); the "
                         f"chain is unrolled in the graph, so a shorter one traces faster (default: {MAX_CHAIN})")
     p.add_argument("--out", required=True, help="directory for allreduce.csv and bench.json")
-    p.add_argument("--quiet", action="store_true", help="only warnings")
+    add_quiet(p)
     p.set_defaults(func=bench_allreduce)
 
     p = bench_sub.add_parser("input", help="input pipeline alone: images/sec, cold (files into memory) and warm",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .common import add_config_options, config_from_args
+from .common import QUIET_HELP, add_config_options, config_from_args
+from .sections import OUTPUT
 
 
 def add(sub) -> None:
@@ -12,11 +13,11 @@ def add(sub) -> None:
                                    "Ctrl-C or SIGTERM (timeout, scancel, a Slurm time limit) stops it as "
                                    "interrupted, summary written; SIGTERM first checkpoints the steps trained. Exit "
                                    "code 0 ok, 1 failed or diverged, 2 a mistake to fix, 130 Ctrl-C, 143 SIGTERM.")
-    p.add_argument("--out", required=True, help="run directory; rerunning the same config there resumes it")
-    p.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run (a run "
-                   "directory only: a folder of other files is never deleted)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and only warnings")
-    add_config_options(p)
+    out = add_config_options(p)[OUTPUT]
+    out.add_argument("--out", required=True, help="run directory; rerunning the same config there resumes it")
+    out.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run (a run "
+                     "directory only: a folder of other files is never deleted)")
+    out.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     p.set_defaults(func=run)
 
 

@@ -1,0 +1,229 @@
+"""MkDocs hook: the reference pages, generated from the code at build time so they cannot drift from it.
+
+- reference/cli.md: every command and option, walked from tftoolkit.cli.build_parser();
+- reference/config.md: RunConfig's fields with their options, defaults and help, in cli/sections.py's sections;
+- reference/summary.md: summary.json's fields with units and meanings, from tftoolkit/summary.py's table;
+- index.md and benchmarks/index.md: README.md and BENCHMARKS.md themselves, their links made the site's, so the
+  landing page and the headline table exist once;
+- design.md's contracts: pyproject.toml's import-linter contracts, where the page says <!-- contracts -->, and
+  notebooks/index.md's parameters: each notebook's parameters cell, where it says <!-- notebook-parameters -->;
+- notebooks/<name>.ipynb: the notebooks, as committed (no outputs) or, when TFTOOLKIT_DOCS_EXECUTED names a
+  folder holding executed copies as notebooks/<name>.ipynb (``make docs`` makes them in smoke mode), those, so the
+  pages show their figures.
+
+Nothing is written into docs/: the pages are MkDocs' generated files. The hook runs before mkdocs-jupyter's
+on_files (a higher priority), so the notebooks it adds are rendered as pages like any other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import posixpath
+import re
+import tomllib
+from pathlib import Path
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+
+from tftoolkit import cli, summary
+from tftoolkit.cli.sections import SECTIONS
+from tftoolkit.config import RunConfig, cli_fields, field_types
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def cell(text) -> str:
+    """Text safe inside a Markdown table cell."""
+    return (str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("*", "\\*").replace("_", "\\_").replace("{", "&#123;").replace("\n", " "))
+
+
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(path, parser, one-line help) of every command and sub-command, depth first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield (*path, name), sub, helps.get(name, "")
+                yield from commands(sub, (*path, name))
+
+
+def option_rows(group) -> list[str]:
+    rows = []
+    for a in group._group_actions:
+        if a.help == argparse.SUPPRESS or isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        names = ", ".join(f"`{s}`" for s in a.option_strings) or f"`{a.metavar or a.dest}`"
+        if a.option_strings and a.nargs != 0 and not isinstance(a, argparse.BooleanOptionalAction):
+            value = a.metavar or (a.choices and "{" + ",".join(map(str, a.choices)) + "}") or a.dest.upper()
+            names += f" `{value}`"  # in code: attr_list would take {a,b} for attributes
+        default = "" if a.default in (None, argparse.SUPPRESS, False) or a.required else f"`{a.default}`"
+        if a.required:
+            default = "required"
+        rows.append(f"| {names} | {default} | {cell((a.help or '').replace('%%', '%'))} |")
+    return rows
+
+
+def cli_page() -> str:
+    parser = cli.build_parser()
+    out = ["# Command line", "", "Generated from the argparse parsers (`tftoolkit/cli/`) when the site is built: "
+           "what `tftoolkit COMMAND --help` prints, one section per command.", ""]
+    for path, p, short in commands(parser):
+        if any(isinstance(a, argparse._SubParsersAction) for a in p._actions):
+            out += [f"## tftoolkit {' '.join(path)}", "", cell(short), ""]
+            continue
+        about = p.description or short or ""
+        if p.formatter_class is argparse.RawDescriptionHelpFormatter:  # laid out by hand: keep its lines
+            about = f"```text\n{about.strip()}\n```"
+        else:
+            about = cell(about.replace("%%", "%"))
+        out += [f"## tftoolkit {' '.join(path)}", "", about, "", "```text", p.format_usage().strip(), "```", ""]
+        for group in p._action_groups:
+            rows = option_rows(group)
+            if rows:
+                out += [f"**{group.title}**", "", "| option | default | meaning |", "| --- | --- | --- |", *rows, ""]
+    return "\n".join(out)
+
+
+def config_page() -> str:
+    hints = field_types()
+    fields = {f.name: f for f in cli_fields()}
+    out = ["# RunConfig", "", "Every parameter of a training run, generated from `tftoolkit/config.py`'s field metadata "
+           "when the site is built. The same names are the train options (`--per-replica-batch`), a notebook's or "
+           "a sweep's parameters (`per_replica_batch`) and `tftoolkit.train`'s keyword arguments.", "",
+           "::: tftoolkit.config.RunConfig", "    options:", "      members: false", "      show_root_heading: false", ""]
+    for title, names in SECTIONS:
+        out += [f"## {title}", "", "| field | option | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
+        for name in names:
+            f = fields[name]
+            tp = hints[name].__name__ if isinstance(hints[name], type) else str(hints[name]).replace("typing.", "")
+            choices = f.metadata.get("choices")
+            help_text = f.metadata["help"] + (f" (one of: {', '.join(choices)})" if choices else "")
+            out.append(f"| `{name}` | `--{name.replace('_', '-')}` | {cell(tp)} | `{f.default}` | {cell(help_text)} |")
+        out.append("")
+    hidden = [f.name for f in dataclasses.fields(RunConfig) if f.name not in fields]
+    if hidden:
+        out += ["Fields with no option (set by the toolkit): " + ", ".join(f"`{n}`" for n in hidden), ""]
+    return "\n".join(out)
+
+
+def summary_page() -> str:
+    out = ["# summary.json", "", "Every field a run writes into `RUN_DIR/summary.json`, generated from "
+           "`tftoolkit/summary.py`'s table (the one place they are documented; a run that writes an undocumented "
+           "field fails its tests). Units: `s` seconds, `images/s`, `bytes`, `FLOP`, `FLOP/s`, `1` a ratio or "
+           "fraction; blank for text, counts and flags. Metrics a run is given appear as `val_<name>` and "
+           "`train_<name>`.", ""]
+    groups: dict[str, list] = {}
+    for f in summary.FIELDS.values():
+        groups.setdefault(f.group, []).append(f)
+    for group, rows in groups.items():
+        out += [f"## {group}", "", "| field | unit | meaning |", "| --- | --- | --- |"]
+        out += [f"| `{f.name}` | {cell(f.unit)} | {cell(f.meaning)} |" for f in rows]
+        out.append("")
+    return "\n".join(out)
+
+
+def notebook_files() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def extend_nav(nav: list, title: str, pages: list[str]) -> None:
+    """Append ``pages`` to the nav section ``title`` (a list of pages), so a new notebook or benchmark topic gets a
+    page without editing mkdocs.yml."""
+    for entry in nav:
+        if isinstance(entry, dict) and title in entry:
+            entry[title] = list(entry[title]) + [p for p in pages if p not in entry[title]]
+            return
+    raise KeyError(f"mkdocs.yml's nav has no section {title!r}")
+
+
+LINK = re.compile(r"(\]\(|src=\")([^)\"#:]+)")  # a relative link or image target in Markdown or HTML
+
+
+def site_copy(source: str, uri: str) -> str:
+    """The Markdown of repository file ``source`` as the site's page ``uri``: targets under docs/ made relative to
+    the page, BENCHMARKS.md and README.md as the pages that show them."""
+    as_page = {"BENCHMARKS.md": "benchmarks/index.md", "README.md": "index.md"}
+    here = posixpath.dirname(uri)
+
+    def fix(m):
+        target = m.group(2)
+        if target in as_page:
+            target = as_page[target]
+        elif target.startswith("docs/"):
+            target = target[len("docs/"):]
+        else:
+            return m.group(0)
+        return m.group(1) + posixpath.relpath(target, here or ".")
+
+    return LINK.sub(fix, (ROOT / source).read_text())
+
+
+PAGES = {"index.md": lambda: site_copy("README.md", "index.md"),
+         "benchmarks/index.md": lambda: site_copy("BENCHMARKS.md", "benchmarks/index.md"),
+         "reference/cli.md": cli_page, "reference/config.md": config_page, "reference/summary.md": summary_page}
+
+
+def on_config(config):
+    extend_nav(config["nav"], "Notebooks", [f"notebooks/{nb.name}" for nb in notebook_files()])
+    docs = Path(config["docs_dir"])
+    extend_nav(config["nav"], "Benchmarks", [f"benchmarks/{p.name}" for p in sorted((docs / "benchmarks").glob("*.md"))
+                                             if p.name != "index.md"])
+    return config
+
+
+@event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
+def on_files(files, config):
+    for uri, make in PAGES.items():
+        files.append(File.generated(config, uri, content=make()))
+    # A plain File rooted outside docs/ (mkdocs-jupyter's page wrapper needs one with a source folder).
+    executed = os.environ.get("TFTOOLKIT_DOCS_EXECUTED")
+    for nb in notebook_files():
+        root = Path(executed) if executed and (Path(executed) / "notebooks" / nb.name).exists() else ROOT
+        files.append(File(f"notebooks/{nb.name}", str(root), config["site_dir"], config["use_directory_urls"]))
+    return files
+
+
+def contracts_markdown() -> str:
+    """pyproject.toml's import-linter contracts as Markdown: the layers top to bottom, and each other rule."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    out = []
+    for c in contracts:
+        out += [f"**{c['name']}** (`{c['type']}`)", ""]
+        if c["type"] == "layers":
+            out += ["| layer (imports only the rows below it) |", "| --- |"]
+            out += [f"| {' &#124; '.join(f'`{m.strip()}`' for m in layer.split('|'))} |" for layer in c["layers"]]
+        elif c["type"] == "forbidden":
+            out += [f"- these: {', '.join(f'`{m}`' for m in c['source_modules'])}",
+                    f"- never import: {', '.join(f'`{m}`' for m in c['forbidden_modules'])}"]
+        else:
+            out += [f"- {k}: {v}" for k, v in c.items() if k not in ("name", "type")]
+        out.append("")
+    return "\n".join(out)
+
+
+def parameters_markdown() -> str:
+    """Each notebook's parameters cell (the one papermill fills in), with a link to its page."""
+    out = []
+    for nb in notebook_files():
+        cells = json.loads(nb.read_text())["cells"]
+        cell = next((c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+        if cell is None:
+            raise ValueError(f"{nb.relative_to(ROOT)} has no cell tagged 'parameters'")
+        out += [f"### [{nb.stem}]({nb.name})", "", "```python", "".join(cell["source"]).rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+MARKERS = {"<!-- contracts -->": contracts_markdown, "<!-- notebook-parameters -->": parameters_markdown}
+
+
+def on_page_markdown(markdown, page, config, files):
+    for marker, make in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown
