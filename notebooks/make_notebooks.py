@@ -537,8 +537,8 @@ on simulated CPU replicas says nothing about a GPU's step: there the forecast ne
 says so instead. Where the forecast covers this run's replica count, the measured point is printed beside it.
 """),
     code("""
-prediction = predict.run(out / "train", out, inter_host=inter_host, max_replicas=max_replicas, figures=False,
-                         compute_ms=compute_ms or None, on_refusal="report")
+scenario = predict.Scenario(inter_host=inter_host, max_replicas=max_replicas, compute_ms=compute_ms or None)
+prediction = predict.run(out / "train", out, scenario, figures=False, on_refusal="report")
 print(predict.describe(prediction))
 """),
     code("""

@@ -7,7 +7,7 @@ from .common import add_config_options, config_from_args
 
 
 def add(sub) -> None:
-    from ..science import finders, predict
+    from ..science import comms, finders, forecast
 
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
@@ -37,7 +37,7 @@ def add(sub) -> None:
                         "fits on the GPUs you will train on")
     p.add_argument("--max-replicas", type=int, default=64, help="most GPUs to consider (default: 64)")
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
-                                          + ", ".join(predict.PRESETS) + " or NAME=GBps[:latency_us]")
+                                          + ", ".join(comms.PRESETS) + " or NAME=GBps[:latency_us]")
     p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
     _add_host_cores(p)
     p.set_defaults(func=advise_command)
@@ -79,16 +79,16 @@ def add(sub) -> None:
                                    "input_* columns of prediction.csv).")
     p.add_argument("run_dir", help="measured run directory (summary.json with compute_time_s or a 1-replica step_time_s)")
     p.add_argument("--out", help="where to write prediction.csv/json and figures (default: RUN_DIR)")
-    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(predict.PRESETS)
+    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(comms.PRESETS)
                                           + " or NAME=GBps[:latency_us] (default: all intra-host presets, or none "
                                             "with --allreduce-csv)")
     p.add_argument("--inter-host", default="ib200", help="link between hosts (default: ib200)")
     p.add_argument("--allreduce-csv", nargs="+", help="allreduce.csv file(s) or their directories from `tftoolkit "
                                                       "bench allreduce`: fit bandwidth and latency to them")
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
-    p.add_argument("--mode", choices=predict.MODES, default="weak",
+    p.add_argument("--mode", choices=forecast.MODES, default="weak",
                    help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
-    p.add_argument("--devices", choices=predict.DEVICES, default="dedicated",
+    p.add_argument("--devices", choices=forecast.DEVICES, default="dedicated",
                    help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
                         "(CPU-simulated replicas) (default: dedicated)")
     p.add_argument("--overlap", type=float, help="fraction of the all-reduce hidden behind the backward pass, at "
@@ -110,8 +110,8 @@ def add(sub) -> None:
                         "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
                         "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
                         "(default: the run's)")
-    p.add_argument("--max-replicas", type=int, default=predict.DEFAULT_MAX_REPLICAS, help="default: 64")
-    p.add_argument("--gpus-per-host", type=int, default=predict.DEFAULT_GPUS_PER_HOST, help="default: 8")
+    p.add_argument("--max-replicas", type=int, default=forecast.DEFAULT_MAX_REPLICAS, help="default: 64")
+    p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST, help="default: 8")
     p.add_argument("--nics-per-host", type=int, default=1, help="NICs per host for the inter-host link (default: 1)")
     p.add_argument("--measured", nargs="+", help="run directories or scaling.csv to compare the prediction with")
     p.add_argument("--compute-ms", type=float, metavar="MS",
@@ -119,7 +119,7 @@ def add(sub) -> None:
                         "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
                         "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
-    p.add_argument("--algorithm", choices=tuple(predict.ALGORITHMS), default="ring",
+    p.add_argument("--algorithm", choices=tuple(comms.ALGORITHMS), default="ring",
                    help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
                         "NCCL) (default: ring)")
     _add_host_cores(p)
@@ -191,13 +191,13 @@ def find_batch_command(args) -> int:
 def predict_command(args) -> int:
     from ..science import predict
 
-    result = predict.run(args.run_dir, args.out, interconnects=args.interconnect, inter_host=args.inter_host,
-                         allreduce_csv=args.allreduce_csv, impl=args.impl, mode=args.mode, devices=args.devices,
-                         overlap=args.overlap, max_replicas=args.max_replicas, gpus_per_host=args.gpus_per_host,
-                         nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm,
-                         compute_ms=args.compute_ms, host_cores=args.host_cores,
-                         allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs,
-                         accumulate=args.accumulate)
+    scenario = predict.Scenario(
+        interconnects=args.interconnect, inter_host=args.inter_host, allreduce_csv=args.allreduce_csv, impl=args.impl,
+        mode=args.mode, devices=args.devices, overlap=args.overlap, max_replicas=args.max_replicas,
+        gpus_per_host=args.gpus_per_host, nics_per_host=args.nics_per_host, measured=args.measured,
+        algorithm=args.algorithm, compute_ms=args.compute_ms, host_cores=args.host_cores,
+        allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs, accumulate=args.accumulate)
+    result = predict.run(args.run_dir, args.out, scenario)
     print(predict.describe(result))
     print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
     return 0
