@@ -36,7 +36,10 @@ from .calibration import calibrate, finite, gpu_forecast_refusal, measured_frame
 from .comms import ALGORITHMS, INTRA_PRESETS, Link, fit_link, parse_link, read_allreduce_csvs
 from .forecast import (DEFAULT_GPUS_PER_HOST, DEFAULT_MAX_REPLICAS, DEVICES, MODES, compare, crossover, exchange,
                        measured_point, predict)
+from . import validation
 from .inputlimit import input_host, input_lines, with_input_limit
+from .planner import Plan
+from .planner import forecast as plan_forecast
 
 
 def _names(v) -> tuple[str, ...] | None:
@@ -230,3 +233,54 @@ def describe(result: dict) -> str:
         lines.append(f"predicted vs measured step time ({c['link']}): median |error| {c['median_abs_error']:.1%}, "
                      f"max {c['max_abs_error']:.1%}")
     return "\n".join(lines + input_lines(result.get("input_limit")))
+
+
+ROW_FIELDS = ("replicas", "hosts", "gpus_per_host", "images_per_sec", "images_per_sec_low", "images_per_sec_high",
+              "efficiency", "efficiency_low", "efficiency_high", "step_time_s", "compute_s", "allreduce_s",
+              "hidden_s", "overhead_s", "scenario")
+
+
+def _plain(key: str, v):
+    """A row's value as JSON holds it: whole counts as int, NaN as null."""
+    if key in ("replicas", "hosts", "gpus_per_host"):
+        return int(v)
+    if isinstance(v, str):
+        return v
+    return float(v) if finite(v) else None
+
+
+def run_plan(plan: Plan, out=None) -> dict:
+    """A forecast without a run directory (planner.forecast) with its interval from the release's validation
+    (validation.with_interval); prediction.json / .csv in ``out`` when given."""
+    v = validation.release()
+    frac = None
+    if plan.case == "flops" and v:
+        frac = v["fractions"].get((validation.family(plan.model or ""), validation.generation(plan.gpu)))
+    frame, assumed = plan_forecast(plan, achieved=frac)
+    frame, interval = validation.with_interval(frame, plan.case, v)
+    result = {"rows": [{k: _plain(k, r[k]) for k in ROW_FIELDS if k in r} for r in frame.to_dict("records")],
+              "assumed": assumed, "interval": interval, "checked": interval["checked"]}
+    if out is not None:
+        fileio.write_csv(Path(out) / "prediction.csv", frame)
+        fileio.write_json(Path(out) / "prediction.json", result)
+    result["frame"] = frame
+    return result
+
+
+def describe_plan(result: dict) -> str:
+    """The lines the CLI prints for run_plan's result: every number with its interval, and what it assumed."""
+    a = result["assumed"]
+    lines = [f"compute: {a['compute']} ({a['compute_s'] * 1e3:.3g} ms per step); gradients "
+             f"{a['gradient_bytes'] / 1e6:.1f} MB, {a['algorithm']} all-reduce; links: "
+             + "; ".join(f"{k}: {v}" for k, v in a["links"].items())
+             + (f"; between hosts {a['inter_host']} x {a['nics_per_host']} NIC(s)" if a["inter_host"] else "")]
+    for r in result["rows"]:
+        lo, hi = r.get("images_per_sec_low"), r.get("images_per_sec_high")
+        band = (f" [{lo:,.0f} .. {hi:,.0f}]" if finite(lo) and finite(hi) else " [no interval]")
+        eff = f"{r['efficiency']:.0%}"
+        if finite(r.get("efficiency_low")):
+            eff += f" [{r['efficiency_low']:.0%} .. {r['efficiency_high']:.0%}]"
+        lines.append(f"{int(r['replicas'])} GPU(s) ({int(r['hosts'])} host(s)): {r['images_per_sec']:,.0f} images/s"
+                     f"{band}, efficiency {eff}")
+    lines.append(f"interval: {result['interval']['method']}; {result['checked']}")
+    return "\n".join(lines)

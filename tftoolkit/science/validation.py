@@ -1,0 +1,162 @@
+"""The planner checked against published rows, and the interval every forecast carries.
+
+validation/published.csv (fitted to) and validation/heldout.csv (only checked) hold one row per published point:
+``case`` (the rows of one configuration at several GPU counts), ``gpus``, ``images_per_sec`` (published), and the
+planner's inputs ``gpu``, ``interconnect``, ``inter_host``, ``gpus_per_host``, ``nics_per_host``, ``model``,
+``params``, ``forward_gflops``, ``per_replica_batch``, ``precision``, ``algorithm``, ``source``.
+
+Each row is forecast the way the CLI does (planner.Plan, planner.forecast), in two cases:
+
+- **rate**: the case's own 1-GPU published rate given (``--images-per-sec``), forecast at its other GPU counts;
+- **flops**: no rate, the 1-GPU rate from FLOPs over the peak (the achieved fraction fitted per model family and
+  GPU generation on published.csv's 1-GPU rows: the median of published / peak-implied rate).
+
+The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
+interval is [forecast · e^q10, forecast · e^q90], the 10th and 90th percentiles of r (an 80% interval by
+construction on the rows it was made from; heldout.csv says how it holds on rows it was not). The flops case's
+residuals are wider: it is wider.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError, DataError
+from .planner import Plan, forecast
+from .topology import find_gpu
+
+ROOT = Path(__file__).resolve().parents[2] / "validation"
+PUBLISHED = ROOT / "published.csv"
+HELDOUT = ROOT / "heldout.csv"
+QUANTILES = (0.10, 0.90)
+NEEDS = ("case", "gpus", "images_per_sec", "gpu", "per_replica_batch")
+
+
+def family(model: str) -> str:
+    """The model family an achieved fraction is fitted for: resnet, vgg, inception, alexnet, ... (name's letters)."""
+    return "".join(c for c in str(model).lower() if c.isalpha()) or "unknown"
+
+
+def generation(gpu: str) -> str:
+    return find_gpu(gpu).architecture or "unknown"
+
+
+def read(path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p} does not exist")
+    df = pd.read_csv(p)
+    missing = [c for c in NEEDS if c not in df.columns]
+    if missing:
+        raise DataError(f"{p} lacks column(s) {', '.join(missing)}")
+    return df
+
+
+def _get(r, key, default=None):
+    v = r.get(key, default)
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def plan_of(r, rate: float | None, counts) -> Plan:
+    gflops = _get(r, "forward_gflops")
+    return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_replica_batch"]), params=int(_get(r, "params", 0)) or None,
+                model=_get(r, "model"), gpus_per_host=int(_get(r, "gpus_per_host", 8)),
+                interconnect=_get(r, "interconnect"), inter_host=_get(r, "inter_host"),
+                nics_per_host=int(_get(r, "nics_per_host", 0)) or None, images_per_sec=rate,
+                forward_flops=gflops * 1e9 if gflops else None, precision=_get(r, "precision", "float32"),
+                replica_counts=counts, algorithm=_get(r, "algorithm", "ring"))
+
+
+def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(model family, GPU generation) -> median fraction of peak the published 1-GPU rows reach."""
+    ones = published[(published["gpus"] == 1) & published.get("forward_gflops", pd.Series(dtype=float)).notna()]
+    out: dict[tuple[str, str], list[float]] = {}
+    for _, r in ones.iterrows():
+        implied = forecast(plan_of(r, None, (1,)), achieved=1.0)[0]["images_per_sec"].iloc[0]
+        out.setdefault((family(_get(r, "model", "")), generation(r["gpu"])), []).append(r["images_per_sec"] / implied)
+    return {k: float(np.median(v)) for k, v in out.items()}
+
+
+def residuals(rows: pd.DataFrame, fractions: dict) -> pd.DataFrame:
+    """One row per published point and case: forecast, ln(published / forecast), efficiency error."""
+    out = []
+    for case_id, g in rows.groupby("case", sort=False):
+        g = g.sort_values("gpus")
+        one = g[g["gpus"] == 1]
+        base = float(one["images_per_sec"].iloc[0]) if len(one) else None
+        counts = tuple(int(x) for x in g["gpus"])
+        r0 = g.iloc[0]
+        frac = fractions.get((family(_get(r0, "model", "")), generation(r0["gpu"])))
+        for case, rate in (("rate", base), ("flops", None)):
+            if case == "rate" and base is None:
+                continue
+            if case == "flops" and (frac is None or not _get(r0, "forward_gflops")):
+                continue
+            try:
+                df, _ = forecast(plan_of(r0, rate, counts), achieved=frac)
+            except ConfigError:
+                continue
+            for (_, pub), (_, fc) in zip(g.iterrows(), df.iterrows()):
+                if case == "rate" and pub["gpus"] == 1:
+                    continue  # the given rate itself
+                eff_pub = pub["images_per_sec"] / (pub["gpus"] * base) if base else math.nan
+                out.append({"case_id": case_id, "case": case, "gpus": int(pub["gpus"]),
+                            "published": float(pub["images_per_sec"]), "forecast": float(fc["images_per_sec"]),
+                            "log_ratio": math.log(pub["images_per_sec"] / fc["images_per_sec"]),
+                            "efficiency_published": eff_pub, "efficiency_forecast": float(fc["efficiency"]),
+                            "source": _get(pub, "source", "")})
+    res = pd.DataFrame(out)
+    if len(res):
+        res["efficiency_error"] = (res["efficiency_forecast"] - res["efficiency_published"]).abs()
+    return res
+
+
+def bands(res: pd.DataFrame) -> dict[str, tuple[float, float, int]]:
+    """case -> (q10, q90, rows) of the log-ratio residuals."""
+    return {case: (float(np.quantile(g["log_ratio"], QUANTILES[0])), float(np.quantile(g["log_ratio"], QUANTILES[1])),
+                   int(len(g)))
+            for case, g in res.groupby("case")}
+
+
+@functools.cache
+def release() -> dict:
+    """The release's validation: fractions and bands from published.csv, or an empty dict without it."""
+    if not PUBLISHED.exists():
+        return {}
+    pub = read(PUBLISHED)
+    fractions = achieved_fractions(pub)
+    res = residuals(pub, fractions)
+    return {"fractions": fractions, "bands": bands(res), "residuals": res}
+
+
+def summary_line(res: pd.DataFrame, case: str) -> str:
+    g = res[res["case"] == case]
+    err = (g["forecast"] / g["published"] - 1).abs()
+    return (f"checked against {len(g)} published rows: median {err.median():.1%}, 90th percentile "
+            f"{err.quantile(0.9):.1%}")
+
+
+def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame, dict]:
+    """The frame with images_per_sec_low/high (and efficiency_low/high), and how the interval was made."""
+    out = frame.copy()
+    if not v or case not in v["bands"]:
+        out["images_per_sec_low"] = out["images_per_sec_high"] = math.nan
+        return out, {"method": "none: no published validation rows for this case", "checked": "not checked"}
+    lo, hi, n = v["bands"][case]
+    out["images_per_sec_low"] = out["images_per_sec"] * math.exp(lo)
+    out["images_per_sec_high"] = out["images_per_sec"] * math.exp(hi)
+    if case == "rate":  # the given rate at one GPU is not a forecast
+        one = out["replicas"] == 1
+        out.loc[one, "images_per_sec_low"] = out.loc[one, "images_per_sec_high"] = out.loc[one, "images_per_sec"]
+    base = out["images_per_sec"] / out["efficiency"] / out["replicas"]
+    out["efficiency_low"] = out["images_per_sec_low"] / (out["replicas"] * base)
+    out["efficiency_high"] = out["images_per_sec_high"] / (out["replicas"] * base)
+    return out, {"method": f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of ln(published / "
+                           f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
+                           f"x{math.exp(hi):.3f}",
+                 "checked": summary_line(v["residuals"], case)}
