@@ -1,9 +1,9 @@
 """The planner checked against published rows, and the interval every forecast carries.
 
 validation/published.csv (fitted to) and validation/heldout.csv (only checked) hold one row per published point:
-``case`` (the rows of one configuration at several GPU counts), ``gpus``, ``images_per_sec`` (published), and the
-planner's inputs ``gpu``, ``interconnect``, ``inter_host``, ``gpus_per_host``, ``nics_per_host``, ``model``,
-``params``, ``forward_gflops``, ``per_replica_batch``, ``precision``, ``algorithm``, ``source``.
+``baseline`` (the rows of one configuration at several GPU counts), ``gpus``, ``images_per_sec`` (published), and
+the planner's inputs (``system`` or ``interconnect``, ``gpu``, ``inter_host``, ``gpus_per_host``, ``model``,
+``per_gpu_batch``, ``precision``, ``allreduce``); validation/README.md describes every column.
 
 Each row is forecast the way the CLI does (planner.Plan, planner.forecast), in two cases:
 
@@ -12,7 +12,7 @@ Each row is forecast the way the CLI does (planner.Plan, planner.forecast), in t
   GPU generation on published.csv's 1-GPU rows: the median of published / peak-implied rate).
 
 The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
-interval is [forecast · e^q10, forecast · e^q90], the 10th and 90th percentiles of r (an 80% interval by
+interval is [forecast · e^q5, forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by
 construction on the rows it was made from; heldout.csv says how it holds on rows it was not). The flops case's
 residuals are wider: it is wider.
 """
@@ -33,8 +33,14 @@ from .topology import find_gpu
 ROOT = Path(__file__).resolve().parents[2] / "validation"
 PUBLISHED = ROOT / "published.csv"
 HELDOUT = ROOT / "heldout.csv"
-QUANTILES = (0.10, 0.90)
-NEEDS = ("case", "gpus", "images_per_sec", "gpu", "per_replica_batch")
+QUANTILES = (0.05, 0.95)
+NEEDS = ("baseline", "gpus", "images_per_sec", "gpu", "per_gpu_batch")
+# Parameter counts of the validation tables' models (the published tf_cnn_benchmarks / keras.applications
+# definitions, as tftoolkit.science.modelsize counts them for the keras.applications ones); the gradient bytes of
+# the all-reduce. The planner takes them as --params; counted again by a test where keras.applications has the model.
+PARAMS = {"resnet50": 25_557_032, "resnet50v1.5": 25_557_032, "resnet152": 60_192_808, "inceptionv3": 23_851_784,
+          "inceptionv4": 42_679_816, "vgg16": 138_357_544, "alexnet": 61_100_840}
+PRECISION = {"fp32": "float32", "tf32": "float32", "amp": "mixed_float16"}
 
 
 def family(model: str) -> str:
@@ -62,22 +68,28 @@ def _get(r, key, default=None):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def plan_of(r, rate: float | None, counts) -> Plan:
+def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
+    """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
+    all-reduce its source names (parameter server and reduce-to-one: star; NCCL, Horovod, replicated: ring)."""
     gflops = _get(r, "forward_gflops")
-    return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_replica_batch"]), params=int(_get(r, "params", 0)) or None,
-                model=_get(r, "model"), gpus_per_host=int(_get(r, "gpus_per_host", 8)),
-                interconnect=_get(r, "interconnect"), inter_host=_get(r, "inter_host"),
-                nics_per_host=int(_get(r, "nics_per_host", 0)) or None, images_per_sec=rate,
-                forward_flops=gflops * 1e9 if gflops else None, precision=_get(r, "precision", "float32"),
-                replica_counts=counts, algorithm=_get(r, "algorithm", "ring"))
+    ar = str(_get(r, "allreduce", "")).lower()
+    algorithm = "star" if ("parameter_server" in ar or "reduce_to_one" in ar) else "ring"
+    return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_gpu_batch"]), params=PARAMS.get(str(r["model"])),
+                model=_get(r, "model"), gpus_per_host=gpus_per_host,
+                interconnect=_get(r, "system") or _get(r, "interconnect"), inter_host=_get(r, "inter_host"),
+                images_per_sec=rate, forward_flops=gflops * 1e9 if gflops else None,
+                precision=PRECISION.get(str(_get(r, "precision", "fp32")), "float32"), replica_counts=counts,
+                algorithm=algorithm)
 
 
 def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
     """(model family, GPU generation) -> median fraction of peak the published 1-GPU rows reach."""
-    ones = published[(published["gpus"] == 1) & published.get("forward_gflops", pd.Series(dtype=float)).notna()]
+    if "forward_gflops" not in published.columns:
+        return {}
+    ones = published[(published["gpus"] == 1) & published["forward_gflops"].notna()]
     out: dict[tuple[str, str], list[float]] = {}
     for _, r in ones.iterrows():
-        implied = forecast(plan_of(r, None, (1,)), achieved=1.0)[0]["images_per_sec"].iloc[0]
+        implied = forecast(plan_of(r, None, (1,), 1), achieved=1.0)[0]["images_per_sec"].iloc[0]
         out.setdefault((family(_get(r, "model", "")), generation(r["gpu"])), []).append(r["images_per_sec"] / implied)
     return {k: float(np.median(v)) for k, v in out.items()}
 
@@ -85,7 +97,7 @@ def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
 def residuals(rows: pd.DataFrame, fractions: dict) -> pd.DataFrame:
     """One row per published point and case: forecast, ln(published / forecast), efficiency error."""
     out = []
-    for case_id, g in rows.groupby("case", sort=False):
+    for case_id, g in rows.groupby("baseline", sort=False):
         g = g.sort_values("gpus")
         one = g[g["gpus"] == 1]
         base = float(one["images_per_sec"].iloc[0]) if len(one) else None
@@ -98,7 +110,7 @@ def residuals(rows: pd.DataFrame, fractions: dict) -> pd.DataFrame:
             if case == "flops" and (frac is None or not _get(r0, "forward_gflops")):
                 continue
             try:
-                df, _ = forecast(plan_of(r0, rate, counts), achieved=frac)
+                df, _ = forecast(plan_of(r0, rate, counts, int(g["gpus_per_host"].max())), achieved=frac)
             except ConfigError:
                 continue
             for (_, pub), (_, fc) in zip(g.iterrows(), df.iterrows()):
