@@ -282,3 +282,18 @@ def test_advise_bad_memory_cap_is_one_line_exit_2(tmp_path, capsys, args, messag
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (run / "advice.json").exists()
+
+
+def test_advise_refusal_names_only_advise_options_and_it_takes_gpus_per_host(tmp_path, capsys):
+    sim = _run_dir(tmp_path, "sim", steps=False, device_kind="CPU-simulated")
+    r = advise.advise(sim, figures=False, interconnect="pcie4")
+    text = advise.describe(r)
+    assert "measured on CPU-simulated" in text
+    assert "--compute-ms" not in text and "--devices" not in text and "leave out --interconnect" in text
+    # A cluster of 4-GPU hosts: 8 GPUs are two hosts joined by the inter-host link.
+    gpu = _run_dir(tmp_path, "gpu", steps=False)
+    assert main(["advise", str(gpu), "--interconnect", "nvlink3", "--gpus-per-host", "4"]) == 0
+    four = pd.read_csv(gpu / "tradeoff.csv").set_index("replicas")["step_time_s"]
+    assert main(["advise", str(gpu), "--interconnect", "nvlink3", "--gpus-per-host", "8"]) == 0
+    eight = pd.read_csv(gpu / "tradeoff.csv").set_index("replicas")["step_time_s"]
+    assert four.loc[8].max() > eight.loc[8].max()  # ib200 between two hosts costs more than NVLink inside one

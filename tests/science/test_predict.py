@@ -218,11 +218,10 @@ def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(
     assert main(["predict", str(run), "--interconnect", "pcie4", "--inter-host", "ib200", "--compute-ms", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("calibration: compute 2 ms/step given (--compute-ms)")
-    # Its own replica count is in the forecast: the measured point is shown beside it, with the error.
-    assert "measured at 2 replica(s) (CPU-simulated): step 13.10 ms against pcie4 + ib200's" in out
-    assert "communication 4% measured" in out
+    # The run's own CPU-simulated step is not set beside a GPU's given compute: comparing them says nothing.
+    assert "measured at" not in out
     result = json.loads((run / "prediction.json").read_text())
-    assert result["calibration"]["given"] is True and result["measured_point"]["replicas"] == 2
+    assert result["calibration"]["given"] is True and result["measured_point"] is None
     # The simulated replicas themselves can still be modelled (shared devices), labelled as measured there.
     r = predict.run(run, tmp_path / "shared", Scenario(interconnects="pcie4", devices="shared", max_replicas=8), figures=False)
     assert "measured on CPU-simulated" in r["calibration"]["source"]
@@ -253,7 +252,7 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
     il = json.loads((tmp_path / "p" / "prediction.json").read_text())["input_limit"]
     assert (il["forecast"], il["per_core_images_per_sec"], il["host_cores"], il["host_capacity_images_per_sec"]) == (
         True, 100.0, 4, 400.0)
-    sc = il["scenarios"]["fast + ib200"]
+    sc = il["scenarios"]["fast"]  # one host: no "+ ib200" it does not use
     assert sc["limit_replicas"] == 3
     assert (sc["at_limit"]["cores_needed_per_host"], sc["at_limit"]["service_workers_needed"]) == (5, 1)
     assert (sc["at_largest"]["replicas"], sc["at_largest"]["cores_needed_per_host"],
@@ -262,7 +261,7 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
     text = predict.describe(r)
     assert ("input: 100 images/s per core x 4 cores (this run's host: input_cores 4 x 1 worker(s)) = 400 images/s "
             "per host") in text
-    assert ("fast + ib200: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers "
+    assert ("fast: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers "
             "400; 5 cores per host would feed them, or 1 more host of 4 cores as tf.data service workers; at 8 GPUs "
             "(1,200 images/s) 12 cores per host would feed them, or 2 more hosts of 4 cores") in text
 
@@ -321,7 +320,7 @@ def test_simulated_replicas_give_a_per_core_rate_to_plan_gpus_with(tmp_path):
     run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "replicas": 2, "compute_time_s": 0.5,
                                 "device_kind": "CPU-simulated"})
     r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8, compute_ms=100), figures=False)
-    assert r["input_limit"]["scenarios"]["fast + ib200"]["limit_replicas"] == 3
+    assert r["input_limit"]["scenarios"]["fast"]["limit_replicas"] == 3
 
 
 # --- the gradient exchange: dtype, packs, accumulation (issue 25) ------------------------------------------
@@ -432,10 +431,11 @@ def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys)
     assert result["overlap_model"].startswith("given (--overlap 0.5)") and result["overlap_modelled"] is False
     df = pd.read_csv(out / "prediction.csv").set_index("replicas")
     assert df.loc[8, "global_batch"] == 64 * 8 * 4 and df.loc[8, "compute_s"] == pytest.approx(0.4)
-    # The run's own settings: its measured point is beside the forecast, and nothing is hidden.
+    # The run's own settings: nothing is hidden; its one-replica step is the calibration itself, so it is not
+    # shown as a check of the forecast ("measured at 1 replica (+0%)" would be circular).
     assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
     result = json.loads((out / "prediction.json").read_text())
-    assert result["overlap_model"].startswith("none: one all-reduce") and result["measured_point"]["replicas"] == 1
+    assert result["overlap_model"].startswith("none: one all-reduce") and result["measured_point"] is None
 
 
 @pytest.mark.parametrize("args, message", [
@@ -467,3 +467,17 @@ def test_compare_models_each_measured_run_with_its_own_accumulation(tmp_path):
     # 2 micro-steps of 10 ms + 2*1/2*4e6/1e9 + 2*100e-6 = 24.2 ms, for both (the table's 128 = 32 x 2 x 2).
     assert cmp_["per_replica_batch"].tolist() == [32, 32]
     assert cmp_["predicted_step_time_s"].tolist() == pytest.approx([0.0242, 0.0242])
+
+
+def test_a_single_host_forecast_is_not_labelled_with_the_inter_host_link():
+    cal = Calibration(0.1, 64, 1, 1e8, "test", "GPU")
+    one = forecast.predict(cal, comms.PRESETS["pcie4"], comms.PRESETS["ib200"], max_replicas=8)
+    two = forecast.predict(cal, comms.PRESETS["pcie4"], comms.PRESETS["ib200"], max_replicas=16)
+    assert set(one["scenario"]) == {"pcie4"} and set(two["scenario"]) == {"pcie4 + ib200"}
+
+
+def test_a_one_replica_run_is_not_its_own_check(tmp_path):
+    run = _run_dir(tmp_path, "one", replicas=1, per_replica_batch=64, step_time_s=0.1, device_kind="GPU",
+                   gradient_bytes=1e6)
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects="pcie4", max_replicas=8), figures=False)
+    assert r["measured_point"] is None and "measured at" not in predict.describe(r)

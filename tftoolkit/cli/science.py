@@ -42,6 +42,8 @@ def add(sub) -> None:
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
                                           + ", ".join(comms.PRESETS) + " or NAME=GBps[:latency_us]")
     p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
+    p.add_argument("--gpus-per-host", type=int, default=8,
+                   help="GPUs in each host: counts past it are whole hosts joined by --inter-host (default: 8)")
     _add_host_cores(p)
     p.set_defaults(func=advise_command)
 
@@ -164,7 +166,7 @@ def advise_command(args) -> int:
     result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
                            max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host,
                            host_cores=args.host_cores, max_per_replica_batch=args.max_per_replica_batch,
-                           batch_find=args.batch_find)
+                           batch_find=args.batch_find, gpus_per_host=args.gpus_per_host)
     print(advise.describe(result))
     print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv"
           + (", input_limit.csv" if result["input_frame"] is not None else "")

@@ -50,6 +50,9 @@ from .forecast import exchange, layouts, step_parts
 from .inputlimit import add_input_limit, host_fields, input_host, input_lines
 
 DEFAULT_MAX_REPLICAS = 64
+# What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
+ADVISE_REMEDY = ("Advise a run trained on a GPU for the time model, or leave out --interconnect: the batch and GPU "
+                 "count recommendation needs no GPU time")
 BATCH_FIND = "batch_find.json"  # what find-batch writes into its --out folder
 
 # The summary.json fields the advice is made from.
@@ -205,7 +208,7 @@ def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect
         cal = calibrate_summary(s, "summary.json")
     except RunDirError as e:
         return None, {**host_fields(host), "forecast": False, "why": f"no throughput to compare it with: {e}"}
-    refusal = gpu_forecast_refusal(cal, "dedicated")
+    refusal = gpu_forecast_refusal(cal, "dedicated", ADVISE_REMEDY)
     if refusal:
         return None, {**host_fields(host), "forecast": False,
                       "why": f"no GPU throughput to compare it with: {refusal}"}
@@ -294,7 +297,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                                recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
                                             rec["accumulate"]))
         if interconnect:
-            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json"), "dedicated")
+            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json"), "dedicated", ADVISE_REMEDY)
             if refusal:
                 time_refused = f"no time-to-loss model over {interconnect}: {refusal}"
                 interconnect = None

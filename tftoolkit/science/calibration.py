@@ -95,16 +95,20 @@ def calibrate(run_dir, compute_ms: float | None = None) -> Calibration:
     return calibrate_summary(summary.read(path), str(path), compute_ms)
 
 
-def gpu_forecast_refusal(cal: Calibration, devices: str) -> str | None:
+PREDICT_REMEDY = ("Give --compute-ms (one GPU's compute of one step at this per-replica batch), a run measured on a "
+                  "GPU, or --devices shared to model the simulated replicas themselves")
+
+
+def gpu_forecast_refusal(cal: Calibration, devices: str, remedy: str = PREDICT_REMEDY) -> str | None:
     """Why GPUs cannot be forecast from ``cal``, or None: compute measured on CPU-simulated replicas says nothing of
-    a GPU's step time, which is far shorter, so communication would weigh much more than it predicts."""
+    a GPU's step time, which is far shorter, so communication would weigh much more than it predicts. ``remedy``:
+    what to do, in the options of the command that asks (predict's by default)."""
     if devices != "dedicated" or cal.given or cal.device_kind == "GPU":
         return None
     step = "micro-step" if cal.accumulate > 1 else "step"
     return (f"this run's compute ({cal.compute_s * 1e3:.3g} ms per {step}) was measured on {cal.device_kind or 'non-GPU'} "
             "replicas; a GPU computes that step far faster, so a GPU forecast from it would understate how much "
-            "communication costs. Give --compute-ms (one GPU's compute of one step at this per-replica batch), a run "
-            "measured on a GPU, or --devices shared to model the simulated replicas themselves")
+            f"communication costs. {remedy}")
 
 
 def _what(s: dict, key: str) -> str:

@@ -150,7 +150,9 @@ def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: s
             continue
         part = step_parts(cal, hosts, g, b, intra, inter, ex, devices=devices, nics_per_host=nics_per_host,
                           algorithm=algorithm)
-        rows.append({"scenario": intra.name + (f" + {inter.name}" if inter is not None else ""),
+        # A forecast that never leaves one host is named for its link alone: no "+ ib200" it does not use.
+        spans = inter is not None and max_replicas > gpus_per_host
+        rows.append({"scenario": intra.name + (f" + {inter.name}" if spans else ""),
                      "intra": intra.name, "inter": inter.name if inter is not None else "", "hosts": hosts,
                      "gpus_per_host": g, "replicas": n, "per_replica_batch": b, "accumulate": k,
                      "global_batch": b * n * k, "allreduce_dtype": ex.dtype, "allreduce_packs": ex.packs,
@@ -200,11 +202,17 @@ def _int_or_none(v):
 
 
 
-def measured_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None) -> dict | None:
+def measured_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None,
+                   cal: Calibration | None = None) -> dict | None:
     """The run's own measurement beside the forecast at its replica count (each scenario's predicted step time and
     communication fraction, and their error), when the forecast covers it with the run's own accumulation and
-    all-reduce (``ex``: the forecast's); None when it does not."""
+    all-reduce (``ex``: the forecast's); None when it does not, and when it could not check anything (``cal``):
+    the forecast's compute was taken from that very point (one replica: its step is the calibration), or was given
+    (--compute-ms) for devices other than the run's (a GPU's compute against a CPU-simulated step)."""
     s = summary.read(Path(run_dir) / "summary.json")
+    if cal is not None and ((cal.given and s.get("device_kind") != "GPU")
+                            or (not cal.given and cal.replicas == 1 and s.get("replicas") == 1)):
+        return None
     n = s.get("replicas")
     measured = (on_training_clock(s, "step_time_no_input_s") if finite(s.get("step_time_no_input_s"))
                 else s.get("step_time_s"))

@@ -166,7 +166,7 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
                         "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.label,
                         "device_kind": cal.device_kind, "given": cal.given, "accumulate": cal.accumulate,
                         "allreduce_dtype": cal.allreduce_dtype, "allreduce_packs": cal.allreduce_packs},
-        "measured_point": measured_point(run_dir, frame, ex),
+        "measured_point": measured_point(run_dir, frame, ex, cal),
         "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
                   for lk in links + ([inter] if inter is not None else [])},
         "allreduce_fit": fit,
