@@ -172,3 +172,24 @@ def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame
                            f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
                            f"x{math.exp(hi):.3f}",
                  "checked": summary_line(v["residuals"], case)}
+
+
+def table(res: pd.DataFrame, case: str = "rate") -> str:
+    """The validation table as Markdown: published vs forecast vs interval, per row of ``case``."""
+    v = release()
+    lo, hi, _ = v["bands"][case]
+    lines = ["| series | GPUs | published img/s | forecast img/s | interval | error | efficiency published / forecast |",
+             "|---|---|---|---|---|---|---|"]
+    for _, r in res[res["case"] == case].iterrows():
+        lines.append(f"| {r['case_id']} | {r['gpus']} | {r['published']:,.0f} | {r['forecast']:,.0f} | "
+                     f"{r['forecast'] * math.exp(lo):,.0f} .. {r['forecast'] * math.exp(hi):,.0f} | "
+                     f"{r['forecast'] / r['published'] - 1:+.1%} | {r['efficiency_published']:.0%} / "
+                     f"{r['efficiency_forecast']:.0%} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m tftoolkit.science.validation [heldout]: the table docs/benchmarks/planner.md holds
+    import sys
+
+    path = HELDOUT if sys.argv[1:] == ["heldout"] else PUBLISHED
+    print(table(residuals(read(path), release()["fractions"])))
