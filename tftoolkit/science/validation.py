@@ -40,6 +40,10 @@ NEEDS = ("baseline", "gpus", "images_per_sec", "gpu", "per_gpu_batch")
 # the all-reduce. The planner takes them as --params; counted again by a test where keras.applications has the model.
 PARAMS = {"resnet50": 25_557_032, "resnet50v1.5": 25_557_032, "resnet152": 60_192_808, "inceptionv3": 23_851_784,
           "inceptionv4": 42_679_816, "vgg16": 138_357_544, "alexnet": 61_100_840}
+# Forward FLOPs per example counted by the toolkit's own counter on the keras.applications model
+# (measure.flops.forward_flops, TensorFlow's profiler; modelsize.count; tests/science/test_modelsize.py recounts):
+# only the models it has counted. ResNet-50 v1.5 (a stride moved) is not keras.applications' v1 and is left out.
+FORWARD_GFLOPS = {"resnet50": 7.755}
 PRECISION = {"fp32": "float32", "tf32": "float32", "amp": "mixed_float16"}
 
 
@@ -71,7 +75,7 @@ def _get(r, key, default=None):
 def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
     """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
     all-reduce its source names (parameter server and reduce-to-one: star; NCCL, Horovod, replicated: ring)."""
-    gflops = _get(r, "forward_gflops")
+    gflops = _get(r, "forward_gflops") or FORWARD_GFLOPS.get(str(r["model"]))
     ar = str(_get(r, "allreduce", "")).lower()
     algorithm = "star" if ("parameter_server" in ar or "reduce_to_one" in ar) else "ring"
     return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_gpu_batch"]), params=PARAMS.get(str(r["model"])),
@@ -84,9 +88,10 @@ def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
 
 def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
     """(model family, GPU generation) -> median fraction of peak the published 1-GPU rows reach."""
-    if "forward_gflops" not in published.columns:
-        return {}
-    ones = published[(published["gpus"] == 1) & published["forward_gflops"].notna()]
+    gflops = published["model"].map(FORWARD_GFLOPS)
+    if "forward_gflops" in published.columns:
+        gflops = published["forward_gflops"].fillna(gflops)
+    ones = published[(published["gpus"] == 1) & gflops.notna()]
     out: dict[tuple[str, str], list[float]] = {}
     for _, r in ones.iterrows():
         implied = forecast(plan_of(r, None, (1,), 1), achieved=1.0)[0]["images_per_sec"].iloc[0]
@@ -107,7 +112,8 @@ def residuals(rows: pd.DataFrame, fractions: dict) -> pd.DataFrame:
         for case, rate in (("rate", base), ("flops", None)):
             if case == "rate" and base is None:
                 continue
-            if case == "flops" and (frac is None or not _get(r0, "forward_gflops")):
+            if case == "flops" and (frac is None or not (_get(r0, "forward_gflops")
+                                                         or str(r0["model"]) in FORWARD_GFLOPS)):
                 continue
             try:
                 df, _ = forecast(plan_of(r0, rate, counts, int(g["gpus_per_host"].max())), achieved=frac)
