@@ -35,15 +35,14 @@ PUBLISHED = ROOT / "published.csv"
 HELDOUT = ROOT / "heldout.csv"
 QUANTILES = (0.05, 0.95)
 NEEDS = ("baseline", "gpus", "images_per_sec", "gpu", "per_gpu_batch")
-# Parameter counts of the validation tables' models (the published tf_cnn_benchmarks / keras.applications
-# definitions, as tftoolkit.science.modelsize counts them for the keras.applications ones); the gradient bytes of
-# the all-reduce. The planner takes them as --params; counted again by a test where keras.applications has the model.
-PARAMS = {"resnet50": 25_557_032, "resnet50v1.5": 25_557_032, "resnet152": 60_192_808, "inceptionv3": 23_851_784,
+PARAMS = {"resnet50": 25_636_712, "resnet50v1.5": 25_636_712, "resnet152": 60_419_944, "inceptionv3": 23_851_784,
           "inceptionv4": 42_679_816, "vgg16": 138_357_544, "alexnet": 61_100_840}
-# Forward FLOPs per example counted by the toolkit's own counter on the keras.applications model
-# (measure.flops.forward_flops, TensorFlow's profiler; modelsize.count; tests/science/test_modelsize.py recounts):
-# only the models it has counted. ResNet-50 v1.5 (a stride moved) is not keras.applications' v1 and is left out.
-FORWARD_GFLOPS = {"resnet50": 7.755}
+# Forward FLOPs per example counted by the toolkit's own counter on the keras.applications models (measure.flops:
+# TensorFlow's profiler; 224 px, InceptionV3 at 299; tests/science/test_modelsize.py recounts ResNet-50). Only
+# the models it counted: AlexNet and InceptionV4 are not in keras.applications, and ResNet-50 v1.5 (a stride
+# moved) is not its v1. Parameters above: counted the same way where keras.applications has the model, else the
+# tf_cnn_benchmarks definitions' published counts (alexnet, inceptionv4: unconfirmed here).
+FORWARD_GFLOPS = {"resnet50": 7.755, "resnet152": 22.646, "inceptionv3": 11.469, "vgg16": 30.960}
 PRECISION = {"fp32": "float32", "tf32": "float32", "amp": "mixed_float16"}
 
 
