@@ -50,7 +50,7 @@ def mlp(input_shape, num_classes):
 def check(model: str, per_replica: int, out: Path, steps: int, image_size: int) -> None:
     import tftoolkit
     from tftoolkit.measure import allreduce
-    from tftoolkit.science import predict
+    from tftoolkit.science import calibration, comms, forecast, predict
 
     csvs = []
     for n in (2, 4):
@@ -63,31 +63,31 @@ def check(model: str, per_replica: int, out: Path, steps: int, image_size: int) 
                                   steps=steps, steps_per_loop=10, seed=1, eval_every_epoch=False)
         runs[n] = out / f"train_r{n}"
         tftoolkit.train(cfg, runs[n], quiet=True, force=True)
-    table = predict.read_allreduce_csvs(csvs)
+    table = comms.read_allreduce_csvs(csvs)
     grad_mb = json.loads((runs[1] / "summary.json").read_text())["gradient_bytes"] / 1e6
     print(f"\n## {model}, per-replica batch {per_replica}, gradients {grad_mb:.2f} MB")
     links = {}
     for algorithm in ("ring", "star"):
-        links[algorithm], fit = predict.fit_link(table, algorithm=algorithm)
+        links[algorithm], fit = comms.fit_link(table, algorithm=algorithm)
         print(f"{algorithm} model fitted to allreduce.csv (single buffers): {links[algorithm].bandwidth_GBps:.2f} GB/s, "
               f"alpha {links[algorithm].latency_us:.1f} us ({fit['rows']} rows, median |error| of the fit "
               f"{fit['median_abs_rel_error']:.1%})")
     # reduce_to_one sends every buffer through one device: the star model is its shape (ring shown in c).
     link = links["star"]
-    result = predict.run(runs[1], out / "predict", allreduce_csv=csvs, interconnects=[], devices="shared",
-                         max_replicas=4, gpus_per_host=4, inter_host=None, measured=[runs[2], runs[4]],
-                         algorithm="star")
+    result = predict.run(runs[1], out / "predict", predict.Scenario(
+        allreduce_csv=csvs, interconnects=[], devices="shared", max_replicas=4, gpus_per_host=4, inter_host=None,
+        measured=[runs[2], runs[4]], algorithm="star"))
     a = result["comparison_frame"]
     rows = []
     for n in (2, 4):
         s = json.loads((runs[n] / "summary.json").read_text())
-        comm = predict.star_allreduce_time(s["gradient_bytes"], n, link)
+        comm = comms.star_allreduce_time(s["gradient_bytes"], n, link)
         rows.append({"replicas": n, "measured_no_input_s": s["step_time_no_input_s"], "compute_s": s["compute_time_s"],
                      "measured_allreduce_s": s["allreduce_time_s"], "predicted_allreduce_s": comm,
                      "predicted_s": s["compute_time_s"] + comm,
                      "error": (s["compute_time_s"] + comm) / s["step_time_no_input_s"] - 1})
     b = pd.DataFrame(rows)
-    c = pd.concat([predict.check_gradient_sets(table, links[a], a).assign(model=a) for a in ("star", "ring")])
+    c = pd.concat([comms.check_gradient_sets(table, links[a], a).assign(model=a) for a in ("star", "ring")])
     print("a. from the 1-replica run (compute shared by N replicas on the same cores + fitted star all-reduce):")
     print(a[["replicas", "step_time_s", "predicted_compute_s", "predicted_allreduce_s", "predicted_step_time_s",
              "error"]].to_string(index=False))
@@ -102,7 +102,7 @@ def multiworker(out: Path, steps: int, image_size: int) -> None:
     import subprocess
     import sys
 
-    from tftoolkit.science import predict
+    from tftoolkit.science import calibration, comms, forecast
 
     runs = {}
     for k in (2, 4):
@@ -113,10 +113,10 @@ def multiworker(out: Path, steps: int, image_size: int) -> None:
                "--force", "--out", str(runs[k])]
         subprocess.run(cmd, check=True, cwd=Path(__file__).parent, stdout=subprocess.DEVNULL)
     s2 = json.loads((runs[2] / "summary.json").read_text())
-    link = predict.Link("localhost-grpc", s2["gradient_bytes"] / s2["allreduce_time_s"] / 1e9, 0.0,
+    link = comms.Link("localhost-grpc", s2["gradient_bytes"] / s2["allreduce_time_s"] / 1e9, 0.0,
                         "2-worker run: allreduce_time_s = S/B")
-    cal = predict.calibrate_summary(s2, "workers2")
-    cmp_ = predict.compare(cal, link, predict.measured_frame([runs[4]]), devices="shared")
+    cal = calibration.calibrate_summary(s2, "workers2")
+    cmp_ = forecast.compare(cal, link, calibration.measured_frame([runs[4]]), devices="shared")
     s4 = json.loads((runs[4] / "summary.json").read_text())
     print(f"\n## multi-worker on localhost (mlp, {s2['cross_device_ops']}): link from 2 workers "
           f"{link.bandwidth_GBps * 1e3:.0f} MB/s; 4 workers predicted vs measured:")

@@ -255,6 +255,19 @@ def test_06_your_fit_smoke(out_root):
     assert "'images_per_sec'" in shown and _shows_images(nb) >= 1
 
 
+@pytest.mark.slow
+def test_07_choosing_hardware_smoke(out_root):
+    # Candidate servers side by side: every forecast with its interval, time, energy and cost per epoch, one figure.
+    out, nb = _execute("07_choosing_hardware", out_root)
+    choice = pd.read_csv(out / "choice.csv")
+    assert set(choice["candidate"]) == {"DGX-1 V100", "8x RTX 2080 Ti PCIe"} and set(choice["replicas"]) == {1, 2, 4, 8}
+    assert (choice["images_per_sec_low"] <= choice["images_per_sec"]).all()
+    assert (choice["images_per_sec"] <= choice["images_per_sec_high"]).all()
+    assert (choice["energy_kwh_per_epoch"] > 0).all() and (choice["cost_per_epoch"] > 0).all()
+    _figures(out, "hardware_choice")
+    assert _shows_images(nb) >= 1
+
+
 def test_06_sweep_spec_runs_it_at_1_2_and_4_replicas(capsys):
     from tftoolkit import cli
     from tftoolkit.experiments.sweep_spec import load
@@ -339,7 +352,7 @@ def test_04_with_nothing_to_report_says_so_and_does_not_raise(tmp_path):
 
 
 MINE = ("00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication", "04_report",
-        "06_your_fit")
+        "06_your_fit", "07_choosing_hardware")
 
 
 def test_every_notebook_is_executed_by_a_test():

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.science import advise
+from tftoolkit.science import advise, comms
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, RunDirError
 
@@ -70,9 +70,8 @@ def test_advise_writes_advice_tradeoff_and_figures(tmp_path):
     assert frame.loc[frame["current"], "replicas"].tolist() == [2]
     # Time to the same loss: S(B)/S(b) x t(N)/t(1); on NVLink 4 with 50 ms of compute, 4 MB of gradients.
     row = frame.set_index("replicas").loc[16]
-    from tftoolkit.science import predict
 
-    t16 = 0.05 + predict.allreduce_time(4e6, 8, 2, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
+    t16 = 0.05 + comms.allreduce_time(4e6, 8, 2, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
     assert row["time_ratio"] == pytest.approx((1 + 500 / 512) / (1 + 500 / 32) * t16 / 0.05)
     assert json.loads((run / "advice.json").read_text())["time_model"]["fastest_replicas"] == 64
     assert (run / "tradeoff.png").stat().st_size > 20_000 and (run / "noise_scale.png").exists()
@@ -236,7 +235,6 @@ def test_recommendation_past_the_gpu_cap_accumulates_when_the_memory_cap_is_know
 
 
 def test_advise_reads_the_cap_from_find_batch_and_says_the_accumulate(tmp_path, capsys):
-    from tftoolkit.science import predict
 
     run = _run_dir(tmp_path, steps=False, noise_scale=16384.0)
     found = tmp_path / "fb"
@@ -255,7 +253,7 @@ def test_advise_reads_the_cap_from_find_batch_and_says_the_accumulate(tmp_path, 
     rec = frame[frame["recommended"]].iloc[0]
     assert (rec["replicas"], rec["global_batch"], rec["per_replica_batch"], rec["accumulate"]) == (64, 16384, 128, 2)
     # Its step: 2 micro-steps of 128, each 4 x the run's 50 ms at 32, and one all-reduce over 8 hosts.
-    comm = predict.allreduce_time(4e6, 8, 8, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
+    comm = comms.allreduce_time(4e6, 8, 8, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
     assert rec["step_time_s"] == pytest.approx(2 * 0.2 + comm)
     # The same cap given directly.
     r = advise.advise(run, tmp_path / "direct", max_per_replica_batch=128, figures=False)
@@ -284,3 +282,18 @@ def test_advise_bad_memory_cap_is_one_line_exit_2(tmp_path, capsys, args, messag
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (run / "advice.json").exists()
+
+
+def test_advise_refusal_names_only_advise_options_and_it_takes_gpus_per_host(tmp_path, capsys):
+    sim = _run_dir(tmp_path, "sim", steps=False, device_kind="CPU-simulated")
+    r = advise.advise(sim, figures=False, interconnect="pcie4")
+    text = advise.describe(r)
+    assert "measured on CPU-simulated" in text
+    assert "--compute-ms" not in text and "--devices" not in text and "leave out --interconnect" in text
+    # A cluster of 4-GPU hosts: 8 GPUs are two hosts joined by the inter-host link.
+    gpu = _run_dir(tmp_path, "gpu", steps=False)
+    assert main(["advise", str(gpu), "--interconnect", "nvlink3", "--gpus-per-host", "4"]) == 0
+    four = pd.read_csv(gpu / "tradeoff.csv").set_index("replicas")["step_time_s"]
+    assert main(["advise", str(gpu), "--interconnect", "nvlink3", "--gpus-per-host", "8"]) == 0
+    eight = pd.read_csv(gpu / "tradeoff.csv").set_index("replicas")["step_time_s"]
+    assert four.loc[8].max() > eight.loc[8].max()  # ib200 between two hosts costs more than NVLink inside one

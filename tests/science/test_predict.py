@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.science import predict
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, DataError, RunDirError
-from tftoolkit.science.predict import Calibration, Link
+from tftoolkit.science import calibration, comms, forecast, predict
+from tftoolkit.science.calibration import Calibration
+from tftoolkit.science.comms import Link
+from tftoolkit.science.predict import Scenario
 
 RESNET50_BYTES = 25.6e6 * 4  # ~25.6 M parameters in float32
 
@@ -27,36 +29,36 @@ def _run_dir(tmp_path, name="run", **fields):
 def test_ring_allreduce_cost_is_the_alpha_beta_formula():
     link = Link("x", 100.0, 5.0)
     # 8 ranks, 1 GB: 2*7/8 * 1e9 / 100e9 = 17.5 ms, plus 14 steps * 5 us = 70 us.
-    assert predict.ring_allreduce_time(1e9, 8, link) == pytest.approx(0.0175 + 70e-6)
-    assert predict.ring_allreduce_time(1e9, 1, link) == 0.0
+    assert comms.ring_allreduce_time(1e9, 8, link) == pytest.approx(0.0175 + 70e-6)
+    assert comms.ring_allreduce_time(1e9, 1, link) == 0.0
     # Bandwidth term approaches 2 S/B: the bus factor of nccl-tests.
-    assert predict.ring_allreduce_time(1e9, 1000, Link("y", 100.0, 0.0)) == pytest.approx(0.02, rel=1e-3)
+    assert comms.ring_allreduce_time(1e9, 1000, Link("y", 100.0, 0.0)) == pytest.approx(0.02, rel=1e-3)
 
 
 def test_hierarchical_allreduce_adds_the_inter_host_ring_per_host():
-    nv, ib = predict.PRESETS["nvlink4"], predict.PRESETS["ib200"]
+    nv, ib = comms.PRESETS["nvlink4"], comms.PRESETS["ib200"]
     s = RESNET50_BYTES
-    one_host = predict.allreduce_time(s, 8, 1, nv)
+    one_host = comms.allreduce_time(s, 8, 1, nv)
     assert one_host == pytest.approx(2 * 7 / 8 * s / 370e9 + 14 * 0.6e-6)
-    four_hosts = predict.allreduce_time(s, 8, 4, nv, ib)
+    four_hosts = comms.allreduce_time(s, 8, 4, nv, ib)
     assert four_hosts == pytest.approx(one_host + 2 * 3 / 4 * s / 22.6e9 + 6 * 9.8e-6)
     # Eight NICs per host carry the inter-host stage eight times faster.
-    eight_nics = predict.allreduce_time(s, 8, 4, nv, ib, nics_per_host=8)
+    eight_nics = comms.allreduce_time(s, 8, 4, nv, ib, nics_per_host=8)
     assert eight_nics - one_host == pytest.approx(2 * 3 / 4 * s / (8 * 22.6e9) + 6 * 9.8e-6)
     with pytest.raises(ConfigError, match="inter-host link"):
-        predict.allreduce_time(s, 8, 2, nv, None)
+        comms.allreduce_time(s, 8, 2, nv, None)
 
 
 def test_overlap_hides_at_most_the_backward_pass():
-    assert predict.step_time(0.1, 0.05) == pytest.approx(0.15)
-    assert predict.step_time(0.1, 0.05, overlap=1.0) == pytest.approx(0.1)
+    assert comms.step_time(0.1, 0.05) == pytest.approx(0.15)
+    assert comms.step_time(0.1, 0.05, overlap=1.0) == pytest.approx(0.1)
     # A long all-reduce can only hide behind the backward pass (2/3 of compute).
-    assert predict.step_time(0.03, 0.5, overlap=1.0) == pytest.approx(0.03 + 0.5 - 0.02)
+    assert comms.step_time(0.03, 0.5, overlap=1.0) == pytest.approx(0.03 + 0.5 - 0.02)
 
 
 def test_prediction_table_weak_scaling_resnet50_on_nvlink4():
     cal = Calibration(compute_s=0.2, per_replica_batch=64, replicas=1, gradient_bytes=RESNET50_BYTES, source="test")
-    df = predict.predict(cal, predict.PRESETS["nvlink4"], predict.PRESETS["ib200"])
+    df = forecast.predict(cal, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
     assert df["replicas"].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 40, 48, 56, 64]
     row8 = df.set_index("replicas").loc[8]
     comm8 = 2 * 7 / 8 * RESNET50_BYTES / 370e9 + 14 * 0.6e-6
@@ -65,17 +67,17 @@ def test_prediction_table_weak_scaling_resnet50_on_nvlink4():
     assert row8["speedup"] == pytest.approx(8 * 0.2 / (0.2 + comm8))
     assert df.set_index("replicas").loc[1, "efficiency"] == pytest.approx(1.0)
     assert row8["hosts"] == 1 and df.set_index("replicas").loc[64, "hosts"] == 8
-    assert predict.crossover(df) == {"nvlink4 + ib200": None}  # 0.2 s of compute dwarfs ~9 ms of all-reduce
+    assert forecast.crossover(df) == {"nvlink4 + ib200": None}  # 0.2 s of compute dwarfs ~9 ms of all-reduce
 
 
 def test_crossover_where_communication_overtakes_compute_on_pcie():
     # 10 ms of compute, 400 MB of gradients over PCIe 4: 2(N-1)/N * 0.4 GB / 31.5 GB/s > 10 ms from N = 2.
     cal = Calibration(0.01, 32, 1, 400e6, "test")
-    df = predict.predict(cal, predict.PRESETS["pcie4"], max_replicas=8)
-    assert predict.crossover(df) == {"pcie4": 2}
+    df = forecast.predict(cal, comms.PRESETS["pcie4"], max_replicas=8)
+    assert forecast.crossover(df) == {"pcie4": 2}
     # Strong scaling divides a fixed global batch: compute shrinks with N, so efficiency falls faster.
-    weak = predict.predict(cal, predict.PRESETS["nvlink4"], max_replicas=8).set_index("replicas")
-    strong = predict.predict(cal, predict.PRESETS["nvlink4"], max_replicas=8, mode="strong",
+    weak = forecast.predict(cal, comms.PRESETS["nvlink4"], max_replicas=8).set_index("replicas")
+    strong = forecast.predict(cal, comms.PRESETS["nvlink4"], max_replicas=8, mode="strong",
                              global_batch=128).set_index("replicas")
     assert strong.loc[8, "per_replica_batch"] == 16 and strong.loc[1, "compute_s"] == pytest.approx(0.04)
     assert strong.loc[8, "efficiency"] < weak.loc[8, "efficiency"]
@@ -88,18 +90,18 @@ def test_shared_devices_scale_compute_with_total_examples():
 
 
 def test_calibration_from_run_directories(tmp_path):
-    cal = predict.calibrate(_run_dir(tmp_path))
+    cal = calibration.calibrate(_run_dir(tmp_path))
     assert cal.compute_s == 0.1 and cal.gradient_bytes == 4e6 and "step_time_s" in cal.source
-    cal = predict.calibrate(_run_dir(tmp_path, "m", replicas=4, compute_time_s=0.07, gradient_bytes=3_000_000))
+    cal = calibration.calibrate(_run_dir(tmp_path, "m", replicas=4, compute_time_s=0.07, gradient_bytes=3_000_000))
     assert cal.compute_s == 0.07 and cal.gradient_bytes == 3e6 and cal.replicas == 4
     with pytest.raises(RunDirError, match=r"lacks field\(s\) the prediction needs: compute_time_s \(train with --measure\)"):
-        predict.calibrate(_run_dir(tmp_path, "n", replicas=4))
+        calibration.calibrate(_run_dir(tmp_path, "n", replicas=4))
     with pytest.raises(RunDirError, match="per_replica_batch.*gradient_bytes \\(or params\\)"):
-        predict.calibrate_summary({"replicas": 1, "step_time_s": 0.1})
+        calibration.calibrate_summary({"replicas": 1, "step_time_s": 0.1})
     with pytest.raises(RunDirError, match="step_time_s \\(it is nan\\)"):
-        predict.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "params": 10, "step_time_s": math.nan})
+        calibration.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "params": 10, "step_time_s": math.nan})
     with pytest.raises(RunDirError, match="no summary.json"):
-        predict.calibrate(tmp_path / "nowhere")
+        calibration.calibrate(tmp_path / "nowhere")
 
 
 def test_fit_link_recovers_bandwidth_and_latency_from_allreduce_csv():
@@ -107,20 +109,20 @@ def test_fit_link_recovers_bandwidth_and_latency_from_allreduce_csv():
     rows = []
     for n in (2, 4):
         for size in 2.0 ** np.arange(12, 27, 2):
-            t = predict.ring_allreduce_time(size, n, true)
+            t = comms.ring_allreduce_time(size, n, true)
             rows.append({"impl": "ring", "replicas": n, "size_bytes": size, "time_s": t * (1.02 if n == 4 else 0.98),
                          "busbw_GBps": size / t * 2 * (n - 1) / n / 1e9, "status": "ok"})
     rows.append({"impl": "slow", "replicas": 2, "size_bytes": 1e6, "time_s": 1.0, "busbw_GBps": 1e-3, "status": "ok"})
     rows.append({"impl": "nccl", "replicas": 2, "size_bytes": None, "time_s": None, "status": "skipped"})
-    link, fit = predict.fit_link(pd.DataFrame(rows))
+    link, fit = comms.fit_link(pd.DataFrame(rows))
     assert fit["impl"] == "ring" and fit["replicas"] == [2, 4] and fit["rows"] == 16
     assert link.bandwidth_GBps == pytest.approx(12.5, rel=0.05)
     assert link.latency_us == pytest.approx(40.0, rel=0.1)
     assert fit["median_abs_rel_error"] < 0.03
     with pytest.raises(DataError, match="lacks column"):
-        predict.fit_link(pd.DataFrame({"impl": ["a"]}))
+        comms.fit_link(pd.DataFrame({"impl": ["a"]}))
     with pytest.raises(DataError, match="no usable rows"):
-        predict.fit_link(pd.DataFrame(rows[-1:]))
+        comms.fit_link(pd.DataFrame(rows[-1:]))
 
 
 @pytest.mark.parametrize("text, match", [("nvlink9", "unknown interconnect"), ("x=0", "bandwidth must be"),
@@ -128,12 +130,12 @@ def test_fit_link_recovers_bandwidth_and_latency_from_allreduce_csv():
                                          ("x=fast", "cannot read link"), ("x=inf", "bandwidth must be")])
 def test_bad_links_are_refused(text, match):
     with pytest.raises(ConfigError, match=match):
-        predict.parse_link(text)
+        comms.parse_link(text)
 
 
 def test_custom_link_and_presets_are_valid():
-    assert predict.parse_link("mylink=25:5") == Link("mylink", 25.0, 5.0, "given on the command line")
-    for link in predict.PRESETS.values():
+    assert comms.parse_link("mylink=25:5") == Link("mylink", 25.0, 5.0, "given on the command line")
+    for link in comms.PRESETS.values():
         assert link.bandwidth_GBps > 0 and link.latency_us >= 0 and link.source
 
 
@@ -142,7 +144,7 @@ def test_compare_reports_the_relative_error(tmp_path):
     link = Link("m", 1.0, 100.0)
     runs = [_run_dir(tmp_path, f"r{n}", replicas=n, per_replica_batch=32, step_time_s=st, images_per_sec=32 * n / st,
                      images_per_sec_uncertainty=1.0) for n, st in ((2, 0.03), (4, 0.05))]
-    cmp_ = predict.compare(cal, link, predict.measured_frame(runs), devices="shared")
+    cmp_ = forecast.compare(cal, link, calibration.measured_frame(runs), devices="shared")
     # N=2: compute 0.02 + all-reduce 2*1/2*4e6/1e9 + 2*100e-6 = 0.0242; measured 0.03 -> -19.3%.
     r2 = cmp_.set_index("replicas").loc[2]
     assert r2["predicted_step_time_s"] == pytest.approx(0.0242)
@@ -177,31 +179,31 @@ def test_cli_predict_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_fit_uses_single_buffers_and_checks_gradient_sets_against_them():
     true = Link("t", 4.0, 10.0)
     rows = [{"impl": "r", "replicas": n, "payload": "buffer", "tensors": 1, "size_bytes": s,
-             "time_s": predict.ring_allreduce_time(s, n, true), "status": "ok"}
+             "time_s": comms.ring_allreduce_time(s, n, true), "status": "ok"}
             for n in (2, 4) for s in (2.0**16, 2.0**20, 2.0**24)]
     # A gradient set of 22 tensors pays a per-tensor cost the buffer model leaves out: 3x the time.
     rows.append({"impl": "r", "replicas": 2, "payload": "grads:small_cnn", "tensors": 22, "size_bytes": 244520,
-                 "time_s": 3 * predict.ring_allreduce_time(244520, 2, true), "status": "ok"})
-    link, fit = predict.fit_link(pd.DataFrame(rows))
+                 "time_s": 3 * comms.ring_allreduce_time(244520, 2, true), "status": "ok"})
+    link, fit = comms.fit_link(pd.DataFrame(rows))
     assert fit["rows"] == 6 and link.bandwidth_GBps == pytest.approx(4.0) and link.latency_us == pytest.approx(10.0)
-    check = predict.check_gradient_sets(pd.DataFrame(rows), link)
+    check = comms.check_gradient_sets(pd.DataFrame(rows), link)
     assert check["payload"].tolist() == ["grads:small_cnn"] and check["error"].iloc[0] == pytest.approx(1 / 3 - 1)
 
 
 def test_star_model_for_reduce_to_one():
     link = Link("x", 100.0, 5.0)
-    assert predict.star_allreduce_time(1e9, 4, link) == pytest.approx(6 * (0.01 + 5e-6))
-    assert predict.star_allreduce_time(1e9, 1, link) == 0.0
+    assert comms.star_allreduce_time(1e9, 4, link) == pytest.approx(6 * (0.01 + 5e-6))
+    assert comms.star_allreduce_time(1e9, 1, link) == 0.0
     # Star grows with N-1, ring levels off at 2S/B: 4 vs 2 replicas cost 3x (star) and 1.5x (ring).
-    assert predict.star_allreduce_time(1e9, 4, Link("y", 100.0, 0)) / predict.star_allreduce_time(
+    assert comms.star_allreduce_time(1e9, 4, Link("y", 100.0, 0)) / comms.star_allreduce_time(
         1e9, 2, Link("y", 100.0, 0)) == pytest.approx(3.0)
-    rows = [{"impl": "reduce_to_one", "replicas": n, "size_bytes": s, "time_s": predict.star_allreduce_time(s, n, link)}
+    rows = [{"impl": "reduce_to_one", "replicas": n, "size_bytes": s, "time_s": comms.star_allreduce_time(s, n, link)}
             for n in (2, 4) for s in (1e5, 1e6, 1e7)]
-    fitted, fit = predict.fit_link(pd.DataFrame(rows), algorithm="star")
+    fitted, fit = comms.fit_link(pd.DataFrame(rows), algorithm="star")
     assert fitted.bandwidth_GBps == pytest.approx(100.0) and fitted.latency_us == pytest.approx(5.0)
     assert fit["algorithm"] == "star"
     with pytest.raises(ConfigError, match="algorithm must be one of ring, star"):
-        predict.allreduce_time(1e6, 2, 1, link, algorithm="tree")
+        comms.allreduce_time(1e6, 2, 1, link, algorithm="tree")
 
 
 def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(tmp_path, capsys):
@@ -216,16 +218,15 @@ def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(
     assert main(["predict", str(run), "--interconnect", "pcie4", "--inter-host", "ib200", "--compute-ms", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("calibration: compute 2 ms/step given (--compute-ms)")
-    # Its own replica count is in the forecast: the measured point is shown beside it, with the error.
-    assert "measured at 2 replica(s) (CPU-simulated): step 13.10 ms against pcie4 + ib200's" in out
-    assert "communication 4% measured" in out
+    # The run's own CPU-simulated step is not set beside a GPU's given compute: comparing them says nothing.
+    assert "measured at" not in out
     result = json.loads((run / "prediction.json").read_text())
-    assert result["calibration"]["given"] is True and result["measured_point"]["replicas"] == 2
+    assert result["calibration"]["given"] is True and result["measured_point"] is None
     # The simulated replicas themselves can still be modelled (shared devices), labelled as measured there.
-    r = predict.run(run, tmp_path / "shared", interconnects="pcie4", devices="shared", figures=False, max_replicas=8)
+    r = predict.run(run, tmp_path / "shared", Scenario(interconnects="pcie4", devices="shared", max_replicas=8), figures=False)
     assert "measured on CPU-simulated" in r["calibration"]["source"]
     # A notebook gets the refusal as a result that says why, not an exception.
-    r = predict.run(run, tmp_path / "nb", interconnects="pcie4", on_refusal="report", figures=True)
+    r = predict.run(run, tmp_path / "nb", Scenario(interconnects="pcie4"), on_refusal="report", figures=True)
     assert "measured on CPU-simulated" in r["refused"] and predict.describe(r).startswith("no forecast: ")
     assert (tmp_path / "nb" / "efficiency_vs_replicas.png").exists()
 
@@ -240,7 +241,7 @@ FAST = "fast=1000000:0"
 
 def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys):
     run = _run_dir(tmp_path, **FED_BY_4_CORES)
-    r = predict.run(run, tmp_path / "p", interconnects=FAST, max_replicas=8, figures=False)
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8), figures=False)
     df = r["frame"].set_index("replicas")
     assert df["images_per_sec"].tolist() == pytest.approx([150 * n for n in range(1, 9)])
     assert (df["input_capacity_images_per_sec"] == 400).all()
@@ -251,7 +252,7 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
     il = json.loads((tmp_path / "p" / "prediction.json").read_text())["input_limit"]
     assert (il["forecast"], il["per_core_images_per_sec"], il["host_cores"], il["host_capacity_images_per_sec"]) == (
         True, 100.0, 4, 400.0)
-    sc = il["scenarios"]["fast + ib200"]
+    sc = il["scenarios"]["fast"]  # one host: no "+ ib200" it does not use
     assert sc["limit_replicas"] == 3
     assert (sc["at_limit"]["cores_needed_per_host"], sc["at_limit"]["service_workers_needed"]) == (5, 1)
     assert (sc["at_largest"]["replicas"], sc["at_largest"]["cores_needed_per_host"],
@@ -260,7 +261,7 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
     text = predict.describe(r)
     assert ("input: 100 images/s per core x 4 cores (this run's host: input_cores 4 x 1 worker(s)) = 400 images/s "
             "per host") in text
-    assert ("fast + ib200: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers "
+    assert ("fast: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers "
             "400; 5 cores per host would feed them, or 1 more host of 4 cores as tf.data service workers; at 8 GPUs "
             "(1,200 images/s) 12 cores per host would feed them, or 2 more hosts of 4 cores") in text
 
@@ -298,10 +299,10 @@ def test_a_run_without_input_capacity_still_predicts_and_says_so(tmp_path, capsy
     # Measured through a tf.data service, the capacity is not this host's cores' rate; on shared devices the input
     # and the replicas share the cores: neither is forecast.
     served = _run_dir(tmp_path, "served", **FED_BY_4_CORES, data_service={"address": "grpc://h:5000"})
-    r = predict.run(served, tmp_path / "s", interconnects="pcie4", max_replicas=8, figures=False)
+    r = predict.run(served, tmp_path / "s", Scenario(interconnects="pcie4", max_replicas=8), figures=False)
     assert r["input_limit"]["forecast"] is False and "tf.data service" in r["input_limit"]["why"]
-    shared = predict.run(_run_dir(tmp_path, "shared", **FED_BY_4_CORES), tmp_path / "sh", interconnects="pcie4",
-                         devices="shared", max_replicas=8, figures=False)
+    shared = predict.run(_run_dir(tmp_path, "shared", **FED_BY_4_CORES), tmp_path / "sh",
+                         Scenario(interconnects="pcie4", devices="shared", max_replicas=8), figures=False)
     assert shared["input_limit"]["forecast"] is False and "share the same cores" in shared["input_limit"]["why"]
 
 
@@ -318,8 +319,8 @@ def test_simulated_replicas_give_a_per_core_rate_to_plan_gpus_with(tmp_path):
     # CPU-simulated: compute refused for GPUs without --compute-ms; with it, the measured input rate per core plans.
     run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "replicas": 2, "compute_time_s": 0.5,
                                 "device_kind": "CPU-simulated"})
-    r = predict.run(run, tmp_path / "p", interconnects=FAST, max_replicas=8, compute_ms=100, figures=False)
-    assert r["input_limit"]["scenarios"]["fast + ib200"]["limit_replicas"] == 3
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8, compute_ms=100), figures=False)
+    assert r["input_limit"]["scenarios"]["fast"]["limit_replicas"] == 3
 
 
 # --- the gradient exchange: dtype, packs, accumulation (issue 25) ------------------------------------------
@@ -334,25 +335,25 @@ def _pipeline_hidden(allreduce, backward, packs):
 @pytest.mark.parametrize("allreduce, backward, packs", [(0.01, 0.04, 4), (0.1, 0.04, 4), (0.04, 0.04, 2),
                                                          (0.3, 0.01, 8), (0.02, 0.05, 1), (0.05, 0.02, 3)])
 def test_packs_hide_what_a_pipeline_of_packs_behind_the_backward_pass_hides(allreduce, backward, packs):
-    assert predict.hidden_time(allreduce, backward, packs=packs) == pytest.approx(
+    assert comms.hidden_time(allreduce, backward, packs=packs) == pytest.approx(
         _pipeline_hidden(allreduce, backward, packs))
 
 
 def test_pack_overlap_and_latency_numbers():
     # Short all-reduce: all but the last of 4 packs hidden; long one: the first pack waits for 1/4 of the backward pass.
-    assert predict.hidden_time(0.01, 0.04, packs=4) == pytest.approx(0.0075)
-    assert predict.hidden_time(0.1, 0.04, packs=4) == pytest.approx(0.03)
-    assert predict.hidden_time(0.1, 0.04, packs=1) == 0.0
-    assert predict.hidden_time(0.1, 0.04, overlap=0.5) == pytest.approx(0.04)  # given: at most the backward pass
+    assert comms.hidden_time(0.01, 0.04, packs=4) == pytest.approx(0.0075)
+    assert comms.hidden_time(0.1, 0.04, packs=4) == pytest.approx(0.03)
+    assert comms.hidden_time(0.1, 0.04, packs=1) == 0.0
+    assert comms.hidden_time(0.1, 0.04, overlap=0.5) == pytest.approx(0.04)  # given: at most the backward pass
     # Each pack is an all-reduce of its own: the bytes' term stays, the latency is paid per pack.
     link = Link("x", 100.0, 5.0)
-    assert predict.allreduce_time(1e9, 8, 1, link, packs=4) == pytest.approx(0.0175 + 4 * 70e-6)
+    assert comms.allreduce_time(1e9, 8, 1, link, packs=4) == pytest.approx(0.0175 + 4 * 70e-6)
 
 
 def test_calibration_of_an_accumulating_run_in_bfloat16(tmp_path):
     run = _run_dir(tmp_path, per_replica_batch=32, step_time_s=0.4, accumulate=4, allreduce_dtype="bfloat16",
                    allreduce_packs=2, gradient_bytes=2_000_000)
-    cal = predict.calibrate(run)
+    cal = calibration.calibrate(run)
     # 0.4 s per optimizer step of 4 micro-steps: 0.1 s each; 2 MB in bfloat16 is 4 MB in float32.
     assert (cal.compute_s, cal.accumulate, cal.allreduce_dtype, cal.allreduce_packs) == (0.1, 4, "bfloat16", 2)
     assert cal.gradient_bytes_in("float32") == 4e6 and cal.gradient_bytes_in("float16") == 2e6
@@ -360,16 +361,16 @@ def test_calibration_of_an_accumulating_run_in_bfloat16(tmp_path):
     assert "100 ms per micro-step" in cal.label and "/ accumulate 4" in cal.label
     assert cal.compute_at(1, 32, "dedicated", accumulate=4) == pytest.approx(0.4)
     # --compute-ms is one micro-step's, whatever the run's accumulate.
-    assert predict.calibrate(run, compute_ms=20).compute_s == pytest.approx(0.02)
+    assert calibration.calibrate(run, compute_ms=20).compute_s == pytest.approx(0.02)
     # params stand for elements: bytes in the run's dtype.
-    cal = predict.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "step_time_s": 0.1, "params": 1_000_000,
+    cal = calibration.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "step_time_s": 0.1, "params": 1_000_000,
                                      "allreduce_dtype": "float16"})
     assert cal.gradient_bytes == 2e6 and cal.gradient_bytes_in("float32") == 4e6
     # A run from before the fields: float32, one pack, no accumulation.
-    old = predict.calibrate(_run_dir(tmp_path, "old"))
+    old = calibration.calibrate(_run_dir(tmp_path, "old"))
     assert (old.accumulate, old.allreduce_dtype, old.allreduce_packs) == (1, "float32", 1)
     with pytest.raises(RunDirError, match=r"unreadable field\(s\): accumulate \(it is 0\), allreduce_dtype"):
-        predict.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "step_time_s": 0.1, "params": 1,
+        calibration.calibrate_summary({"replicas": 1, "per_replica_batch": 8, "step_time_s": 0.1, "params": 1,
                                    "accumulate": 0, "allreduce_dtype": "int8"})
 
 
@@ -379,7 +380,7 @@ def test_accumulation_shrinks_communications_share_and_dtype_and_packs_shrink_it
     link = Link("l", 10.0, 0.0)
 
     def at8(**kw):
-        return predict.predict(cal, link, max_replicas=8, **kw).set_index("replicas").loc[8]
+        return forecast.predict(cal, link, max_replicas=8, **kw).set_index("replicas").loc[8]
 
     one, four = at8(), at8(accumulate=4)
     assert one["step_time_s"] == pytest.approx(0.08) and four["step_time_s"] == pytest.approx(0.04 + 0.07)
@@ -396,12 +397,12 @@ def test_accumulation_shrinks_communications_share_and_dtype_and_packs_shrink_it
     assert at8(allreduce_packs=4, accumulate=4, overlap=1.0)["hidden_s"] == pytest.approx(0.01 * 2 / 3)
     assert (packed["allreduce_dtype"], packed["allreduce_packs"], packed["accumulate"]) == ("float32", 4, 1)
     # Strong scaling keeps the global batch: per-replica batch = global / (replicas x K).
-    strong = predict.predict(cal, link, max_replicas=8, mode="strong", global_batch=1024, accumulate=4)
+    strong = forecast.predict(cal, link, max_replicas=8, mode="strong", global_batch=1024, accumulate=4)
     assert strong.set_index("replicas")["per_replica_batch"].loc[[1, 8]].tolist() == [256, 32]
     with pytest.raises(ConfigError, match="--allreduce-packs must be a whole number >= 1, got 0"):
-        predict.predict(cal, link, allreduce_packs=0)
+        forecast.predict(cal, link, allreduce_packs=0)
     with pytest.raises(ConfigError, match="--allreduce-dtype must be one of float32, bfloat16, float16"):
-        predict.predict(cal, link, allreduce_dtype="float64")
+        forecast.predict(cal, link, allreduce_dtype="float64")
 
 
 def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys):
@@ -430,10 +431,11 @@ def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys)
     assert result["overlap_model"].startswith("given (--overlap 0.5)") and result["overlap_modelled"] is False
     df = pd.read_csv(out / "prediction.csv").set_index("replicas")
     assert df.loc[8, "global_batch"] == 64 * 8 * 4 and df.loc[8, "compute_s"] == pytest.approx(0.4)
-    # The run's own settings: its measured point is beside the forecast, and nothing is hidden.
+    # The run's own settings: nothing is hidden; its one-replica step is the calibration itself, so it is not
+    # shown as a check of the forecast ("measured at 1 replica (+0%)" would be circular).
     assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
     result = json.loads((out / "prediction.json").read_text())
-    assert result["overlap_model"].startswith("none: one all-reduce") and result["measured_point"]["replicas"] == 1
+    assert result["overlap_model"].startswith("none: one all-reduce") and result["measured_point"] is None
 
 
 @pytest.mark.parametrize("args, message", [
@@ -461,7 +463,21 @@ def test_compare_models_each_measured_run_with_its_own_accumulation(tmp_path):
     table = tmp_path / "scaling.csv"
     pd.DataFrame({"replicas": [2], "global_batch": [128], "images_per_sec": [128 / 0.03],
                   "accumulate": [2]}).to_csv(table, index=False)
-    cmp_ = predict.compare(cal, link, predict.measured_frame([run, table]))
+    cmp_ = forecast.compare(cal, link, calibration.measured_frame([run, table]))
     # 2 micro-steps of 10 ms + 2*1/2*4e6/1e9 + 2*100e-6 = 24.2 ms, for both (the table's 128 = 32 x 2 x 2).
     assert cmp_["per_replica_batch"].tolist() == [32, 32]
     assert cmp_["predicted_step_time_s"].tolist() == pytest.approx([0.0242, 0.0242])
+
+
+def test_a_single_host_forecast_is_not_labelled_with_the_inter_host_link():
+    cal = Calibration(0.1, 64, 1, 1e8, "test", "GPU")
+    one = forecast.predict(cal, comms.PRESETS["pcie4"], comms.PRESETS["ib200"], max_replicas=8)
+    two = forecast.predict(cal, comms.PRESETS["pcie4"], comms.PRESETS["ib200"], max_replicas=16)
+    assert set(one["scenario"]) == {"pcie4"} and set(two["scenario"]) == {"pcie4 + ib200"}
+
+
+def test_a_one_replica_run_is_not_its_own_check(tmp_path):
+    run = _run_dir(tmp_path, "one", replicas=1, per_replica_batch=64, step_time_s=0.1, device_kind="GPU",
+                   gradient_bytes=1e6)
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects="pcie4", max_replicas=8), figures=False)
+    assert r["measured_point"] is None and "measured at" not in predict.describe(r)

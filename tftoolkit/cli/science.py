@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from ..config import ALLREDUCE_DTYPES
+from ..errors import ConfigError
 from .common import add_config_options, config_from_args
 
 
 def add(sub) -> None:
-    from ..science import finders, predict
+    from ..science import comms, finders, forecast
 
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
@@ -37,8 +40,10 @@ def add(sub) -> None:
                         "fits on the GPUs you will train on")
     p.add_argument("--max-replicas", type=int, default=64, help="most GPUs to consider (default: 64)")
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
-                                          + ", ".join(predict.PRESETS) + " or NAME=GBps[:latency_us]")
+                                          + ", ".join(comms.PRESETS) + " or NAME=GBps[:latency_us]")
     p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
+    p.add_argument("--gpus-per-host", type=int, default=8,
+                   help="GPUs in each host: counts past it are whole hosts joined by --inter-host (default: 8)")
     _add_host_cores(p)
     p.set_defaults(func=advise_command)
 
@@ -77,18 +82,22 @@ def add(sub) -> None:
                                    "(see tftoolkit.predict for the figures and their sources); and the GPU count at "
                                    "which the host's input becomes the limit (input_limit in prediction.json, the "
                                    "input_* columns of prediction.csv).")
-    p.add_argument("run_dir", help="measured run directory (summary.json with compute_time_s or a 1-replica step_time_s)")
+    p.add_argument("run_dir", nargs="?",
+                   help="measured run directory (summary.json with compute_time_s or a 1-replica step_time_s); "
+                        "without one, forecast from --gpu and --params/--model (the catalogue's hardware)")
+    _add_plan_options(p)
     p.add_argument("--out", help="where to write prediction.csv/json and figures (default: RUN_DIR)")
-    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(predict.PRESETS)
+    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(comms.PRESETS)
                                           + " or NAME=GBps[:latency_us] (default: all intra-host presets, or none "
                                             "with --allreduce-csv)")
-    p.add_argument("--inter-host", default="ib200", help="link between hosts (default: ib200)")
+    p.add_argument("--inter-host", help="link between hosts (default: ib200 with a run directory, the system's NIC "
+                                        "without)")
     p.add_argument("--allreduce-csv", nargs="+", help="allreduce.csv file(s) or their directories from `tftoolkit "
                                                       "bench allreduce`: fit bandwidth and latency to them")
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
-    p.add_argument("--mode", choices=predict.MODES, default="weak",
+    p.add_argument("--mode", choices=forecast.MODES, default="weak",
                    help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
-    p.add_argument("--devices", choices=predict.DEVICES, default="dedicated",
+    p.add_argument("--devices", choices=forecast.DEVICES, default="dedicated",
                    help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
                         "(CPU-simulated replicas) (default: dedicated)")
     p.add_argument("--overlap", type=float, help="fraction of the all-reduce hidden behind the backward pass, at "
@@ -110,20 +119,38 @@ def add(sub) -> None:
                         "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
                         "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
                         "(default: the run's)")
-    p.add_argument("--max-replicas", type=int, default=predict.DEFAULT_MAX_REPLICAS, help="default: 64")
-    p.add_argument("--gpus-per-host", type=int, default=predict.DEFAULT_GPUS_PER_HOST, help="default: 8")
-    p.add_argument("--nics-per-host", type=int, default=1, help="NICs per host for the inter-host link (default: 1)")
+    p.add_argument("--max-replicas", type=int, default=forecast.DEFAULT_MAX_REPLICAS, help="default: 64")
+    p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST, help="default: 8")
+    p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
+                                                     "system's)")
     p.add_argument("--measured", nargs="+", help="run directories or scaling.csv to compare the prediction with")
     p.add_argument("--compute-ms", type=float, metavar="MS",
                    help="the compute of one forward/backward pass on one GPU at the run's per-replica batch (with "
                         "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
                         "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
-    p.add_argument("--algorithm", choices=tuple(predict.ALGORITHMS), default="ring",
+    p.add_argument("--algorithm", choices=tuple(comms.ALGORITHMS), default="ring",
                    help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
                         "NCCL) (default: ring)")
     _add_host_cores(p)
     p.set_defaults(func=predict_command)
+
+
+def _add_plan_options(p) -> None:
+    g = p.add_argument_group("forecast without a run directory (hardware from tftoolkit/catalogue)")
+    g.add_argument("--gpu", help="GPU name as nvidia-smi prints it, or an alias (v100, a100, h100-sxm, rtx-4090...)")
+    g.add_argument("--params", type=int, metavar="N", help="the model's parameter count")
+    g.add_argument("--model", help="a registered model or keras.applications name: parameters and FLOPs counted")
+    g.add_argument("--image-size", type=int, default=224, help="input size for --model's count (default: 224)")
+    g.add_argument("--per-replica-batch", type=int, help="examples per GPU per step")
+    g.add_argument("--images-per-sec", type=float, metavar="R",
+                   help="a measured or published single-GPU rate at that batch (default: from FLOPs over the peak)")
+    g.add_argument("--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"), default="float32",
+                   help="Keras policy; float32 runs as TF32 on Ampere and later, as TensorFlow does by default")
+    g.add_argument("--replica-counts", default="1,2,4,8", help="GPU counts to forecast (default: 1,2,4,8)")
+    g.add_argument("--replicas", help="one GPU count (a list is --replica-counts)")
+    g.add_argument("--overhead-ms", type=float, default=0.0, help="fixed cost of a multi-GPU step, ms (default: 0)")
+    g.add_argument("--json", action="store_true", help="print the forecast as JSON on stdout")
 
 
 def _add_host_cores(p) -> None:
@@ -139,7 +166,7 @@ def advise_command(args) -> int:
     result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
                            max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host,
                            host_cores=args.host_cores, max_per_replica_batch=args.max_per_replica_batch,
-                           batch_find=args.batch_find)
+                           batch_find=args.batch_find, gpus_per_host=args.gpus_per_host)
     print(advise.describe(result))
     print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv"
           + (", input_limit.csv" if result["input_frame"] is not None else "")
@@ -191,13 +218,44 @@ def find_batch_command(args) -> int:
 def predict_command(args) -> int:
     from ..science import predict
 
-    result = predict.run(args.run_dir, args.out, interconnects=args.interconnect, inter_host=args.inter_host,
-                         allreduce_csv=args.allreduce_csv, impl=args.impl, mode=args.mode, devices=args.devices,
-                         overlap=args.overlap, max_replicas=args.max_replicas, gpus_per_host=args.gpus_per_host,
-                         nics_per_host=args.nics_per_host, measured=args.measured, algorithm=args.algorithm,
-                         compute_ms=args.compute_ms, host_cores=args.host_cores,
-                         allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs,
-                         accumulate=args.accumulate)
+    if args.replicas is not None and "," in str(args.replicas):
+        raise ConfigError(f"--replicas is one GPU count; for a list write --replica-counts {args.replicas}")
+    if args.run_dir is None:
+        return plan_command(args)
+    scenario = predict.Scenario(
+        interconnects=args.interconnect, inter_host=args.inter_host or "ib200", allreduce_csv=args.allreduce_csv,
+        impl=args.impl, mode=args.mode, devices=args.devices, overlap=args.overlap, max_replicas=args.max_replicas,
+        gpus_per_host=args.gpus_per_host, nics_per_host=args.nics_per_host or 1, measured=args.measured,
+        algorithm=args.algorithm, compute_ms=args.compute_ms, host_cores=args.host_cores,
+        allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs, accumulate=args.accumulate)
+    result = predict.run(args.run_dir, args.out, scenario)
     print(predict.describe(result))
     print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
+    return 0
+
+
+def plan_command(args) -> int:
+    """predict without a run directory: the planner over the catalogue's hardware."""
+    from ..science import planner, predict
+
+    if not args.gpu or not args.per_replica_batch:
+        raise ConfigError("without a run directory, give --gpu and --per-replica-batch (and --params or --model)")
+    params, fwd = args.params, None
+    if args.model:
+        from ..science import modelsize  # builds the Keras model: TensorFlow only when --model is given
+
+        counted, fwd, _ = modelsize.count(args.model, args.image_size)
+        params = params or counted
+    plan = planner.Plan(gpu=args.gpu, per_replica_batch=args.per_replica_batch, params=params, model=args.model,
+                        gpus_per_host=args.gpus_per_host, interconnect=args.interconnect, inter_host=args.inter_host,
+                        nics_per_host=args.nics_per_host, images_per_sec=args.images_per_sec,
+                        compute_ms=args.compute_ms, forward_flops=fwd, precision=args.precision,
+                        replica_counts=args.replicas or args.replica_counts, algorithm=args.algorithm,
+                        allreduce_dtype=args.allreduce_dtype or "float32", allreduce_packs=args.allreduce_packs or 1,
+                        overlap=args.overlap, overhead_ms=args.overhead_ms)
+    result = predict.run_plan(plan, args.out)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "frame"}, default=str))
+    else:
+        print(predict.describe_plan(result))
     return 0

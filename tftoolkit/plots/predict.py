@@ -86,3 +86,25 @@ def predicted_vs_measured(frame: pd.DataFrame) -> Figure:
     ax.set_title("Scaling model: predicted vs measured")
     ax.legend(fontsize=8)
     return fig
+
+
+@themed
+def hardware_choice(frame: pd.DataFrame) -> Figure:
+    """Throughput, efficiency and time per epoch against GPU count, one line per candidate server, with the
+    forecast's interval as a band (``candidates.compare``'s frame)."""
+    require(frame, ["candidate", "replicas", "images_per_sec", "efficiency", "epoch_s"], "hardware choice")
+    fig, axes = new_figure(3, width=14.0, height=4.2)
+    panels = (("images_per_sec", "images/s"), ("efficiency", "scaling efficiency"), ("epoch_s", "time per epoch (s)"))
+    for name, g in frame.groupby("candidate", sort=False):
+        g = g.sort_values("replicas")
+        for ax, (col, label) in zip(axes, panels):
+            line, = ax.plot(g["replicas"], g[col], marker=".", label=name)
+            lo, hi = f"{col}_low", f"{col}_high"
+            if lo in g.columns and g[lo].notna().any():
+                ax.fill_between(g["replicas"], g[lo], g[hi], color=line.get_color(), alpha=0.2, lw=0)
+            ax.set_ylabel(label)
+    for ax in axes:
+        replicas_axis(ax, sorted(frame["replicas"].unique()))
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Candidate servers: forecast with its interval (band)")
+    return fig

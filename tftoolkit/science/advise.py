@@ -35,11 +35,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import fileio
+from .. import noise_scale as noise
 from .. import summary as summary_schema
 from ..config import accumulation_plan, whole_number
 from ..errors import ConfigError, DataError, RunDirError
+from ..fileio import read_json
+from ..plots import batch as bplots
+from ..plots.theme import save_figure
+from . import inputlimit
+from .calibration import calibrate_summary, gpu_forecast_refusal
+from .comms import parse_link
+from .forecast import exchange, layouts, step_parts
+from .inputlimit import add_input_limit, host_fields, input_host, input_lines
 
 DEFAULT_MAX_REPLICAS = 64
+# What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
+ADVISE_REMEDY = ("Advise a run trained on a GPU for the time model, or leave out --interconnect: the batch and GPU "
+                 "count recommendation needs no GPU time")
 BATCH_FIND = "batch_find.json"  # what find-batch writes into its --out folder
 
 # The summary.json fields the advice is made from.
@@ -50,8 +63,6 @@ READS = summary_schema.names("noise_scale", "noise_scale_steps", "per_replica_ba
 def read_memory_cap(path) -> tuple[int, str]:
     """(the largest per-replica batch that fits, where that comes from) from find-batch's batch_find.json (or the
     folder it is in)."""
-    from ..fileio import read_json
-
     p = Path(path)
     if p.is_dir():
         p = p / BATCH_FIND
@@ -156,10 +167,8 @@ def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: 
              gpus_per_host: int = 8, per_replica_batch: int | None = None) -> pd.DataFrame:
     """Predicted step time and time-to-the-same-loss relative to one GPU at ``per_replica_batch`` (default:
     the run's), from the scaling model."""
-    from . import predict
-
-    cal = predict.calibrate_summary(summary, "summary.json")
-    intra, inter = predict.parse_link(interconnect), predict.parse_link(inter_host)
+    cal = calibrate_summary(summary, "summary.json")
+    intra, inter = parse_link(interconnect), parse_link(inter_host)
     out = frame.copy()
     if "accumulate" not in out.columns:
         out["accumulate"], out["per_replica_batch"] = 1, out["global_batch"] / out["replicas"]
@@ -177,13 +186,11 @@ def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=
                accumulate: int = 1) -> float:
     """predict's step time on ``n`` GPUs (whole hosts of ``gpus_per_host`` past one) of ``accumulate`` micro-steps,
     all-reducing as the run did (its dtype and packs); compute alone without ``intra``."""
-    from . import predict
-
     g, hosts = (n, 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
     if intra is None:
         return cal.compute_at(n, per_replica_batch, "dedicated", accumulate)
-    ex = predict.exchange(cal, accumulate=accumulate)
-    return predict.step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
+    ex = exchange(cal, accumulate=accumulate)
+    return step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
 
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
@@ -194,31 +201,29 @@ def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect
     The images/sec each count consumes come from predict's model, over ``interconnect`` when given (the time model
     above). Without one, from the compute alone: N x the batch over one GPU's step, the most N GPUs could consume,
     so the count it names is the earliest at which input could become the limit."""
-    from . import predict
-
-    host, why = predict.input_host(s, host_cores)
+    host, why = input_host(s, host_cores)
     if host is None:
         return None, {"forecast": False, "why": why}
     try:
-        cal = predict.calibrate_summary(s, "summary.json")
+        cal = calibrate_summary(s, "summary.json")
     except RunDirError as e:
-        return None, {**predict.host_fields(host), "forecast": False, "why": f"no throughput to compare it with: {e}"}
-    refusal = predict.gpu_forecast_refusal(cal, "dedicated")
+        return None, {**host_fields(host), "forecast": False, "why": f"no throughput to compare it with: {e}"}
+    refusal = gpu_forecast_refusal(cal, "dedicated", ADVISE_REMEDY)
     if refusal:
-        return None, {**predict.host_fields(host), "forecast": False,
+        return None, {**host_fields(host), "forecast": False,
                       "why": f"no GPU throughput to compare it with: {refusal}"}
-    intra = predict.parse_link(interconnect) if interconnect else None
-    inter = predict.parse_link(inter_host) if interconnect else None
+    intra = parse_link(interconnect) if interconnect else None
+    inter = parse_link(inter_host) if interconnect else None
     rows = []
-    for hosts, g in predict.layouts(max_replicas, gpus_per_host):
+    for hosts, g in layouts(max_replicas, gpus_per_host):
         n = hosts * g
         t = _step_time(cal, n, per_replica_batch, gpus_per_host, intra, inter)
         rows.append({"replicas": n, "hosts": hosts, "global_batch": n * per_replica_batch, "step_time_s": t,
                      "images_per_sec": n * per_replica_batch / t})
-    frame = predict.add_input_limit(pd.DataFrame(rows), host, gpus_per_host)
+    frame = add_input_limit(pd.DataFrame(rows), host, gpus_per_host)
     model = (f"predict's model over {intra.name}" + (f" + {inter.name}" if inter else "") if intra
              else "compute alone: no all-reduce, the most the GPUs could consume")
-    return frame, {**predict.host_fields(host), "throughput_model": model, **predict.input_limit(frame, host)}
+    return frame, {**host_fields(host), "throughput_model": model, **inputlimit.input_limit(frame, host)}
 
 
 def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
@@ -239,8 +244,6 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
     """The run's noise scale, its 90% interval and the reasons not to trust it: noise_scale.robust_estimate over
     the per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
     written before steps.csv kept them, the summary's figure, flagged."""
-    from .. import noise_scale as noise
-
     if steps is not None and {"noise_grad_sq", "noise_trace"} <= set(steps.columns):
         est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
         warnings = noise.reliability(est, s.get("final_loss_mean10"), s.get("num_classes"))
@@ -272,8 +275,6 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     find-batch's ``batch_find`` (batch_find.json or its folder); with it a recommendation past ``max_replicas`` GPUs
     reaches its global batch by accumulation (recommend), and the per-replica batch planned with defaults to the
     run's or the cap, whichever is smaller."""
-    from .. import fileio
-
     cap, cap_source = memory_cap(max_per_replica_batch, batch_find)
     s, steps = read_run(run_dir)
     est = estimate(s, steps)
@@ -296,9 +297,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                                recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
                                             rec["accumulate"]))
         if interconnect:
-            from . import predict
-
-            refusal = predict.gpu_forecast_refusal(predict.calibrate_summary(s, "summary.json"), "dedicated")
+            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json"), "dedicated", ADVISE_REMEDY)
             if refusal:
                 time_refused = f"no time-to-loss model over {interconnect}: {refusal}"
                 interconnect = None
@@ -342,9 +341,6 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     if input_frame is not None:
         fileio.write_csv(out / "input_limit.csv", input_frame)
     if figures:
-        from ..plots import batch as bplots
-        from ..plots.theme import save_figure
-
         if usable:
             save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
         if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
@@ -370,7 +366,6 @@ def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tup
 
 def describe(result: dict) -> str:
     """What ``advise`` found, the reasons not to trust it first (before any recommendation), the input limit last."""
-    from .predict import input_lines
 
     rec, cur = result["recommended"], result["current"]
     lines = [f"NOT RELIABLE: {w}" for w in result.get("warnings", [])]

@@ -1,0 +1,56 @@
+"""Candidate servers side by side (notebook 07, choosing hardware): for each, the planner's forecast with its
+interval, the time and energy per epoch, and, with a price, the cost per epoch.
+
+    time per epoch   = examples per epoch / images_per_sec           (its interval from images_per_sec's)
+    energy per epoch = GPUs x TDP x time per epoch                   (TDP from tftoolkit/catalogue/gpus.toml: an
+                                                                       upper bound on the GPUs' draw, no host power)
+    cost per epoch   = GPUs x price per GPU-hour x time per epoch    (when a price is given)
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..errors import ConfigError
+from . import predict
+from .planner import Plan
+from .topology import find_gpu, find_system
+
+
+def candidate(spec) -> dict:
+    """A candidate server: a catalogue system name, or a dict with ``gpu`` and ``interconnect`` (and optionally
+    ``name``, ``gpus_per_host``, ``inter_host``, ``images_per_sec``, ``price_per_gpu_hour``)."""
+    if isinstance(spec, str):
+        system = find_system(spec)
+        if system is None or system.generic:
+            raise ConfigError(f"{spec!r} is not a catalogue system with its own GPU; give a dict with gpu and "
+                              "interconnect")
+        return {"name": spec, "gpu": system.gpu, "interconnect": spec, "gpus_per_host": system.gpus}
+    spec = dict(spec)
+    if "gpu" not in spec:
+        raise ConfigError(f"candidate {spec!r} needs a gpu")
+    spec.setdefault("name", f"{spec['gpu']} over {spec.get('interconnect') or 'PCIe'}")
+    return spec
+
+
+def compare(candidates, *, params: int, per_replica_batch: int, replica_counts=(1, 2, 4, 8),
+            examples_per_epoch: int = 1_281_167, precision: str = "float32", forward_flops: float | None = None,
+            model: str | None = None) -> pd.DataFrame:
+    """One row per candidate and GPU count: the forecast with its interval, time, energy and cost per epoch."""
+    frames = []
+    for spec in candidates:
+        c = candidate(spec)
+        plan = Plan(gpu=c["gpu"], per_replica_batch=per_replica_batch, params=params, model=model,
+                    gpus_per_host=c.get("gpus_per_host", 8), interconnect=c.get("interconnect"),
+                    inter_host=c.get("inter_host"), images_per_sec=c.get("images_per_sec"),
+                    forward_flops=forward_flops, precision=precision, replica_counts=replica_counts)
+        df = predict.run_plan(plan)["frame"].assign(candidate=c["name"])
+        tdp = find_gpu(c["gpu"]).tdp_w
+        for col, ips in (("", "images_per_sec"), ("_low", "images_per_sec_high"), ("_high", "images_per_sec_low")):
+            # a faster rate is a shorter epoch: the epoch's low end comes from the rate's high end
+            df["epoch_s" + col] = examples_per_epoch / df[ips]
+        df["energy_kwh_per_epoch"] = df["replicas"] * (tdp or float("nan")) * df["epoch_s"] / 3.6e6
+        price = c.get("price_per_gpu_hour")
+        df["cost_per_epoch"] = df["replicas"] * price * df["epoch_s"] / 3600 if price else float("nan")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,232 @@
+"""The communication model: links (presets and your own), the ring, star and hierarchical all-reduce times, the
+part of an all-reduce hidden behind the backward pass, and the fit of a link to ``tftoolkit bench allreduce``'s
+allreduce.csv.
+
+On one host the ring all-reduce costs 2(N−1)/N · S/B + 2(N−1)·α (nccl-tests' bus factor; the α-β model of
+Thakur, Rabenseifner & Gropp 2005, summed for a ring reduce-scatter + all-gather). Across hosts it is the
+hierarchical all-reduce NCCL and Horovod use: reduce-scatter inside the host, all-reduce of each GPU's 1/G shard
+between hosts, all-gather inside; the G shards leave a host over its ``nics`` NICs together, so that stage moves
+S per host. ``star`` is 2(N−1)·(S/B + α): every buffer through one device, as TensorFlow's reduce_to_one does.
+B is the bandwidth per direction a ring achieves (bus bandwidth), α the latency per ring step.
+
+Link presets (bandwidth per direction in GB/s = 10^9 B/s, α in µs); the source keys are those of the hardware
+reference the figures were taken from. B is what a ring achieves where a measurement is published, else the rated
+figure:
+
+  pcie4    31.5 GB/s  PCIe 4.0 x16 per direction, rated (HN, ML, GK; NCCL itself models Gen3 at 12 of 15.75:
+           expect ~75% of this); α 3.0 µs = 42 µs for an 8-byte all-reduce on 8×RTX 4090 over PCIe (I6) / 14 steps
+  pcie5    63 GB/s    PCIe 5.0 x16 per direction, rated (HN, ML, GK); α 3.0 µs as pcie4 (no PCIe 5 figure published)
+  nvlink3  235 GB/s   measured 8×A100 all-reduce busbw (ML; 300 GB/s rated NVLink 3 per direction);
+           α 0.6 µs = 3.5 µs for a 1 KB all-reduce on 4×H800 NVLink ring (I5) / 6 steps (NCCL's LL NVLink
+           per-step latency is also 0.6 µs, NT)
+  nvlink4  370 GB/s   NCCL lead's application-level target per direction for H100/H200 (I1); 367.6 measured
+           on 8×H200 without NVLS (SB); 450 rated; α 0.6 µs as nvlink3
+  ib100    12.0 GB/s  NCCL's NET_BW labelled "100Gbit" (NT; line rate 12.5 GB/s, ML)
+  ib200    22.6 GB/s  HDR 200 Gb/s: 3 nodes × 4 HDR NICs measured 85–96 GB/s busbw of 100 (I2): 90.5/4 per NIC
+  ib400    47 GB/s    NDR 400 Gb/s: NVIDIA maintainer expects 46–48 GB/s busbw per NIC (I3)
+           α for all IB presets 9.8 µs = 19.5 µs for an 8-byte all-reduce between 2 nodes × 1 GPU over HDR
+           (I8) / 2 steps; no NDR or EDR latency is published at this level (unconfirmed for those).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError, DataError
+
+BACKWARD_SHARE = 2.0 / 3.0  # backward ≈ 2 × forward FLOPs: the most of a step an all-reduce can hide behind
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth_GBps: float  # per direction, as a ring achieves it (bus bandwidth)
+    latency_us: float      # per ring step
+    source: str = ""
+
+    def __post_init__(self):
+        if not (isinstance(self.bandwidth_GBps, (int, float)) and math.isfinite(self.bandwidth_GBps)
+                and self.bandwidth_GBps > 0):
+            raise ConfigError(f"link {self.name!r}: bandwidth must be a finite number of GB/s > 0, got "
+                              f"{self.bandwidth_GBps!r}")
+        if not (isinstance(self.latency_us, (int, float)) and math.isfinite(self.latency_us) and self.latency_us >= 0):
+            raise ConfigError(f"link {self.name!r}: latency must be a finite number of µs >= 0, got {self.latency_us!r}")
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.bandwidth_GBps * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+PRESETS: dict[str, Link] = {
+    "pcie4": Link("pcie4", 31.5, 3.0, "PCIe 4.0 x16 rated per direction (HN, ML, GK); alpha from I6"),
+    "pcie5": Link("pcie5", 63.0, 3.0, "PCIe 5.0 x16 rated per direction (HN, ML, GK); alpha as pcie4"),
+    "nvlink3": Link("nvlink3", 235.0, 0.6, "8xA100 measured busbw (ML); alpha from I5 / NCCL LL (NT)"),
+    "nvlink4": Link("nvlink4", 370.0, 0.6, "H100/H200 app-level target (I1), 367.6 measured 8xH200 (SB)"),
+    "ib100": Link("ib100", 12.0, 9.8, "NCCL NET_BW '100Gbit' (NT); alpha from I8 (HDR)"),
+    "ib200": Link("ib200", 22.6, 9.8, "HDR: 85-96 of 100 GB/s over 4 NICs (I2); alpha from I8"),
+    "ib400": Link("ib400", 47.0, 9.8, "NDR: 46-48 GB/s busbw per NIC (I3); alpha from I8 (unconfirmed for NDR)"),
+}
+INTRA_PRESETS = ("pcie4", "pcie5", "nvlink3", "nvlink4")
+INTER_PRESETS = ("ib100", "ib200", "ib400")
+
+
+def parse_link(text: str) -> Link:
+    """A preset name, or ``NAME=BANDWIDTH_GBps[:LATENCY_us]`` for a link of your own."""
+    text = str(text).strip()
+    if "=" in text:
+        name, _, spec = text.partition("=")
+        bw, _, lat = spec.partition(":")
+        try:
+            bw_v, lat_v = float(bw), float(lat) if lat else 0.0
+        except ValueError:
+            raise ConfigError(f"cannot read link {text!r}; write NAME=GBps[:latency_us], e.g. mylink=25:5") from None
+        return Link(name.strip() or "custom", bw_v, lat_v, "given on the command line")
+    if text not in PRESETS:
+        raise ConfigError(f"unknown interconnect {text!r}; use one of {', '.join(PRESETS)} or NAME=GBps[:latency_us]")
+    return PRESETS[text]
+
+
+# --- the cost model (pinned by tests/science/test_predict.py) -----------------------------------------------------
+def ring_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """2(N−1)/N · S/B + 2(N−1)·α; 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    n = replicas
+    return 2.0 * (n - 1) / n * size_bytes / link.bandwidth_Bps + 2.0 * (n - 1) * link.latency_s
+
+
+def star_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """2(N−1) · (S/B + α): every buffer goes to one device and the sum back to every other, one after another
+    through that device (TensorFlow's reduce_to_one; what CPU replicas use). 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    return 2.0 * (replicas - 1) * (size_bytes / link.bandwidth_Bps + link.latency_s)
+
+
+ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time}
+
+
+def _algorithm(name: str):
+    if name not in ALGORITHMS:
+        raise ConfigError(f"all-reduce algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
+    return ALGORITHMS[name]
+
+
+def allreduce_time(size_bytes: float, gpus_per_host: int, hosts: int, intra: Link, inter: Link | None = None,
+                   nics_per_host: int = 1, algorithm: str = "ring", packs: int = 1) -> float:
+    """Hierarchical all-reduce: ``algorithm`` inside each host, then a ring between hosts over
+    ``nics_per_host`` NICs; in ``packs`` all-reduces of size_bytes / packs each (every one pays the latency)."""
+    size = size_bytes / packs
+    t = _algorithm(algorithm)(size, gpus_per_host, intra)
+    if hosts > 1:
+        if inter is None:
+            raise ConfigError("more than one host needs an inter-host link (e.g. --inter-host ib200)")
+        nic = Link(inter.name, inter.bandwidth_GBps * nics_per_host, inter.latency_us)
+        t += ring_allreduce_time(size, hosts, nic)
+    return packs * t
+
+
+def hidden_time(allreduce_s: float, backward_s: float, overlap: float | None = None, packs: int = 1) -> float:
+    """The part of the all-reduce that runs while the backward pass (``backward_s``) still computes.
+
+    ``overlap`` given: that fraction of the all-reduce, at most the backward pass. Otherwise modelled from the
+    ``packs`` (equal bytes, last layers first, finished evenly over the backward pass, sent one after another):
+    pack i is ready at i/P of the backward pass, so the last one finishes at max(backward + t/P, backward/P + t),
+    and what is hidden is (P−1)/P · min(t_allreduce, backward)."""
+    if overlap is not None:
+        return min(overlap * allreduce_s, backward_s)
+    return (packs - 1) / packs * min(allreduce_s, backward_s)
+
+
+def step_time(compute_s: float, allreduce_s: float, overlap: float | None = 0.0, *, packs: int = 1,
+              backward_s: float | None = None) -> float:
+    """compute + all-reduce − hidden_time; the backward pass is ⅔ of ``compute_s`` unless ``backward_s`` says."""
+    backward = BACKWARD_SHARE * compute_s if backward_s is None else backward_s
+    return compute_s + allreduce_s - hidden_time(allreduce_s, backward, overlap, packs)
+
+
+
+def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = None,
+             algorithm: str = "ring") -> tuple[Link, dict]:
+    """(α, B) of the ring (or star) model fitted to ``allreduce.csv`` rows by least squares on relative error.
+
+    Ring: t = α·2(N−1) + (1/B)·2(N−1)/N·S; star: t = α·2(N−1) + (1/B)·2(N−1)·S; over every usable row (status ok, N > 1, finite time; single buffers
+    when the table has them) of one implementation (``impl``, default: the one with the highest median busbw). Returns the link and a dict
+    with the fit's rows and its median absolute relative error.
+    """
+    need = ["impl", "replicas", "size_bytes", "time_s"]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise DataError(f"allreduce.csv lacks column(s) {', '.join(missing)}; write it with `tftoolkit bench allreduce`")
+    df = frame.copy()
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    if "payload" in df.columns and (df["payload"] == "buffer").any():
+        # One buffer per size: the S/B + alpha shape. A model's gradient set (payload grads:NAME) adds a cost
+        # per tensor that the model does not have; compare it with the prediction instead (check_gradient_sets).
+        df = df[df["payload"] == "buffer"]
+    df = df[(pd.to_numeric(df["replicas"], errors="coerce") > 1)]
+    df = df[np.isfinite(pd.to_numeric(df["time_s"], errors="coerce")) & (pd.to_numeric(df["size_bytes"], errors="coerce") > 0)]
+    if df.empty:
+        raise DataError("allreduce.csv has no usable rows (status ok, replicas > 1, a finite time)")
+    if impl is None:
+        busbw = df["busbw_GBps"] if "busbw_GBps" in df.columns else df["size_bytes"] / df["time_s"]
+        impl = str(df.assign(_b=busbw).groupby("impl")["_b"].median().idxmax())
+    df = df[df["impl"] == impl]
+    if df.empty:
+        raise DataError(f"allreduce.csv has no usable rows for implementation {impl!r}")
+    n = df["replicas"].astype(float).to_numpy()
+    size = df["size_bytes"].astype(float).to_numpy()
+    t = df["time_s"].astype(float).to_numpy()
+    cost = _algorithm(algorithm)
+    factor = 2 * (n - 1) / n if algorithm == "ring" else 2 * (n - 1)
+    a = np.column_stack([2 * (n - 1), factor * size]) / t[:, None]  # rows scaled by 1/t: relative error
+    coef, *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    alpha, inv_b = float(coef[0]), float(coef[1])
+    if inv_b <= 0:
+        raise DataError(f"allreduce.csv ({impl}): time does not grow with size, so no bandwidth can be fitted; "
+                        "include larger sizes (e.g. --sizes 64KiB..64MiB)")
+    alpha = max(alpha, 0.0)
+    link = Link(name or f"measured:{impl}", 1.0 / inv_b / 1e9, alpha * 1e6,
+                f"{algorithm} model fitted to allreduce.csv ({impl})")
+    fitted = np.array([cost(s_, int(n_), link) for s_, n_ in zip(size, n)])
+    err = fitted / t - 1
+    return link, {"impl": impl, "algorithm": algorithm, "rows": int(len(t)), "replicas": sorted({int(x) for x in n}),
+                  "median_abs_rel_error": float(np.median(np.abs(err))), "max_abs_rel_error": float(np.abs(err).max())}
+
+
+def check_gradient_sets(frame: pd.DataFrame, link: Link, algorithm: str = "ring") -> pd.DataFrame:
+    """The ring model against the timed all-reduce of real models' gradient sets (``payload`` grads:NAME rows
+    of allreduce.csv): predicted time from their total bytes, and the relative error."""
+    if "payload" not in frame.columns:
+        return pd.DataFrame()
+    df = frame[frame["payload"].astype(str).str.startswith("grads:")]
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    df = df[["impl", "replicas", "payload", "tensors", "size_bytes", "time_s"]].copy()
+    cost = _algorithm(algorithm)
+    df["predicted_s"] = [cost(float(s_), int(n), link) for s_, n in zip(df["size_bytes"], df["replicas"])]
+    df["error"] = df["predicted_s"] / df["time_s"] - 1
+    return df.reset_index(drop=True)
+
+
+def read_allreduce_csvs(paths) -> pd.DataFrame:
+    frames = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            p = p / "allreduce.csv"
+        if not p.exists():
+            raise DataError(f"{p} does not exist; write it with `tftoolkit bench allreduce --out DIR`")
+        frames.append(pd.read_csv(p))
+    return pd.concat(frames, ignore_index=True)
+

@@ -1,0 +1,200 @@
+"""The planner checked against published rows, and the interval every forecast carries.
+
+validation/published.csv (fitted to) and validation/heldout.csv (only checked) hold one row per published point:
+``baseline`` (the rows of one configuration at several GPU counts), ``gpus``, ``images_per_sec`` (published), and
+the planner's inputs (``system`` or ``interconnect``, ``gpu``, ``inter_host``, ``gpus_per_host``, ``model``,
+``per_gpu_batch``, ``precision``, ``allreduce``); validation/README.md describes every column.
+
+Each row is forecast the way the CLI does (planner.Plan, planner.forecast), in two cases:
+
+- **rate**: the case's own 1-GPU published rate given (``--images-per-sec``), forecast at its other GPU counts;
+- **flops**: no rate, the 1-GPU rate from FLOPs over the peak (the achieved fraction fitted per model family and
+  GPU generation on published.csv's 1-GPU rows: the median of published / peak-implied rate).
+
+The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
+interval is [forecast · e^q5, forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by
+construction on the rows it was made from; heldout.csv says how it holds on rows it was not). The flops case's
+residuals are wider: it is wider.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError, DataError
+from .planner import Plan, forecast
+from .topology import find_gpu
+
+ROOT = Path(__file__).resolve().parents[2] / "validation"
+PUBLISHED = ROOT / "published.csv"
+HELDOUT = ROOT / "heldout.csv"
+QUANTILES = (0.05, 0.95)
+NEEDS = ("baseline", "gpus", "images_per_sec", "gpu", "per_gpu_batch")
+PARAMS = {"resnet50": 25_636_712, "resnet50v1.5": 25_636_712, "resnet152": 60_419_944, "inceptionv3": 23_851_784,
+          "inceptionv4": 42_679_816, "vgg16": 138_357_544, "alexnet": 61_100_840}
+# Forward FLOPs per example counted by the toolkit's own counter on the keras.applications models (measure.flops:
+# TensorFlow's profiler; 224 px, InceptionV3 at 299; tests/science/test_modelsize.py recounts ResNet-50). Only
+# the models it counted: AlexNet and InceptionV4 are not in keras.applications, and ResNet-50 v1.5 (a stride
+# moved) is not its v1. Parameters above: counted the same way where keras.applications has the model, else the
+# tf_cnn_benchmarks definitions' published counts (alexnet, inceptionv4: unconfirmed here).
+FORWARD_GFLOPS = {"resnet50": 7.755, "resnet152": 22.646, "inceptionv3": 11.469, "vgg16": 30.960}
+PRECISION = {"fp32": "float32", "tf32": "float32", "amp": "mixed_float16"}
+
+
+def family(model: str) -> str:
+    """The model family an achieved fraction is fitted for: resnet, vgg, inception, alexnet, ... (name's letters)."""
+    return "".join(c for c in str(model).lower() if c.isalpha()) or "unknown"
+
+
+def generation(gpu: str) -> str:
+    return find_gpu(gpu).architecture or "unknown"
+
+
+def read(path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p} does not exist")
+    df = pd.read_csv(p)
+    missing = [c for c in NEEDS if c not in df.columns]
+    if missing:
+        raise DataError(f"{p} lacks column(s) {', '.join(missing)}")
+    return df
+
+
+def _get(r, key, default=None):
+    v = r.get(key, default)
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
+    """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
+    all-reduce its source names (parameter server and reduce-to-one: star; NCCL, Horovod, replicated: ring)."""
+    gflops = _get(r, "forward_gflops") or FORWARD_GFLOPS.get(str(r["model"]))
+    ar = str(_get(r, "allreduce", "")).lower()
+    algorithm = "star" if ("parameter_server" in ar or "reduce_to_one" in ar) else "ring"
+    return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_gpu_batch"]), params=PARAMS.get(str(r["model"])),
+                model=_get(r, "model"), gpus_per_host=gpus_per_host,
+                interconnect=_get(r, "system") or _get(r, "interconnect"), inter_host=_get(r, "inter_host"),
+                images_per_sec=rate, forward_flops=gflops * 1e9 if gflops else None,
+                precision=PRECISION.get(str(_get(r, "precision", "fp32")), "float32"), replica_counts=counts,
+                algorithm=algorithm)
+
+
+def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(model family, GPU generation) -> median fraction of peak the published 1-GPU rows reach."""
+    gflops = published["model"].map(FORWARD_GFLOPS)
+    if "forward_gflops" in published.columns:
+        gflops = published["forward_gflops"].fillna(gflops)
+    ones = published[(published["gpus"] == 1) & gflops.notna()]
+    out: dict[tuple[str, str], list[float]] = {}
+    for _, r in ones.iterrows():
+        implied = forecast(plan_of(r, None, (1,), 1), achieved=1.0)[0]["images_per_sec"].iloc[0]
+        out.setdefault((family(_get(r, "model", "")), generation(r["gpu"])), []).append(r["images_per_sec"] / implied)
+    return {k: float(np.median(v)) for k, v in out.items()}
+
+
+def residuals(rows: pd.DataFrame, fractions: dict) -> pd.DataFrame:
+    """One row per published point and case: forecast, ln(published / forecast), efficiency error."""
+    out = []
+    for case_id, g in rows.groupby("baseline", sort=False):
+        g = g.sort_values("gpus")
+        one = g[g["gpus"] == 1]
+        base = float(one["images_per_sec"].iloc[0]) if len(one) else None
+        counts = tuple(int(x) for x in g["gpus"])
+        r0 = g.iloc[0]
+        frac = fractions.get((family(_get(r0, "model", "")), generation(r0["gpu"])))
+        for case, rate in (("rate", base), ("flops", None)):
+            if case == "rate" and base is None:
+                continue
+            if case == "flops" and (frac is None or not (_get(r0, "forward_gflops")
+                                                         or str(r0["model"]) in FORWARD_GFLOPS)):
+                continue
+            try:
+                df, _ = forecast(plan_of(r0, rate, counts, int(g["gpus_per_host"].max())), achieved=frac)
+            except ConfigError:
+                continue
+            for (_, pub), (_, fc) in zip(g.iterrows(), df.iterrows()):
+                if case == "rate" and pub["gpus"] == 1:
+                    continue  # the given rate itself
+                eff_pub = pub["images_per_sec"] / (pub["gpus"] * base) if base else math.nan
+                out.append({"case_id": case_id, "case": case, "gpus": int(pub["gpus"]),
+                            "published": float(pub["images_per_sec"]), "forecast": float(fc["images_per_sec"]),
+                            "log_ratio": math.log(pub["images_per_sec"] / fc["images_per_sec"]),
+                            "efficiency_published": eff_pub, "efficiency_forecast": float(fc["efficiency"]),
+                            "source": _get(pub, "source", "")})
+    res = pd.DataFrame(out)
+    if len(res):
+        res["efficiency_error"] = (res["efficiency_forecast"] - res["efficiency_published"]).abs()
+    return res
+
+
+def bands(res: pd.DataFrame) -> dict[str, tuple[float, float, int]]:
+    """case -> (q10, q90, rows) of the log-ratio residuals."""
+    return {case: (float(np.quantile(g["log_ratio"], QUANTILES[0])), float(np.quantile(g["log_ratio"], QUANTILES[1])),
+                   int(len(g)))
+            for case, g in res.groupby("case")}
+
+
+@functools.cache
+def release() -> dict:
+    """The release's validation: fractions and bands from published.csv, or an empty dict without it."""
+    if not PUBLISHED.exists():
+        return {}
+    pub = read(PUBLISHED)
+    fractions = achieved_fractions(pub)
+    res = residuals(pub, fractions)
+    return {"fractions": fractions, "bands": bands(res), "residuals": res}
+
+
+def summary_line(res: pd.DataFrame, case: str) -> str:
+    g = res[res["case"] == case]
+    err = (g["forecast"] / g["published"] - 1).abs()
+    return (f"checked against {len(g)} published rows: median {err.median():.1%}, 90th percentile "
+            f"{err.quantile(0.9):.1%}")
+
+
+def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame, dict]:
+    """The frame with images_per_sec_low/high (and efficiency_low/high), and how the interval was made."""
+    out = frame.copy()
+    if not v or case not in v["bands"]:
+        out["images_per_sec_low"] = out["images_per_sec_high"] = math.nan
+        return out, {"method": "none: no published validation rows for this case", "checked": "not checked"}
+    lo, hi, n = v["bands"][case]
+    out["images_per_sec_low"] = out["images_per_sec"] * math.exp(lo)
+    out["images_per_sec_high"] = out["images_per_sec"] * math.exp(hi)
+    if case == "rate":  # the given rate at one GPU is not a forecast
+        one = out["replicas"] == 1
+        out.loc[one, "images_per_sec_low"] = out.loc[one, "images_per_sec_high"] = out.loc[one, "images_per_sec"]
+    base = out["images_per_sec"] / out["efficiency"] / out["replicas"]
+    out["efficiency_low"] = out["images_per_sec_low"] / (out["replicas"] * base)
+    out["efficiency_high"] = out["images_per_sec_high"] / (out["replicas"] * base)
+    return out, {"method": f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of ln(published / "
+                           f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
+                           f"x{math.exp(hi):.3f}",
+                 "checked": summary_line(v["residuals"], case)}
+
+
+def table(res: pd.DataFrame, case: str = "rate") -> str:
+    """The validation table as Markdown: published vs forecast vs interval, per row of ``case``."""
+    v = release()
+    lo, hi, _ = v["bands"][case]
+    lines = ["| series | GPUs | published img/s | forecast img/s | interval | error | efficiency published / forecast |",
+             "|---|---|---|---|---|---|---|"]
+    for _, r in res[res["case"] == case].iterrows():
+        lines.append(f"| {r['case_id']} | {r['gpus']} | {r['published']:,.0f} | {r['forecast']:,.0f} | "
+                     f"{r['forecast'] * math.exp(lo):,.0f} .. {r['forecast'] * math.exp(hi):,.0f} | "
+                     f"{r['forecast'] / r['published'] - 1:+.1%} | {r['efficiency_published']:.0%} / "
+                     f"{r['efficiency_forecast']:.0%} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m tftoolkit.science.validation [heldout]: the table docs/benchmarks/planner.md holds
+    import sys
+
+    path = HELDOUT if sys.argv[1:] == ["heldout"] else PUBLISHED
+    print(table(residuals(read(path), release()["fractions"])))
