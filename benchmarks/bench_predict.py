@@ -49,13 +49,13 @@ def mlp(input_shape, num_classes):
 
 def check(model: str, per_replica: int, out: Path, steps: int, image_size: int) -> None:
     import tftoolkit
-    from tftoolkit.measure import allreduce
+    from tftoolkit.measure import allreduce_bench
     from tftoolkit.science import calibration, comms, forecast, predict
 
     csvs = []
     for n in (2, 4):
         csvs.append(out / f"allreduce_r{n}")
-        allreduce.bench(n, sizes="64KiB..16MiB", impls="reduce_to_one", repeats=7, models=(model,),
+        allreduce_bench.bench(n, sizes="64KiB..16MiB", impls="reduce_to_one", repeats=7, models=(model,),
                         image_size=image_size, out=csvs[-1], quiet=True)
     runs = {}
     for n in (1, 2, 4):

@@ -163,9 +163,9 @@ NOT_INPUT_OPTIONS = ("base_lr", "base_batch", "lr_rule", "warmup_epochs", "sched
 
 
 def bench_allreduce(args) -> int:
-    from ..measure import allreduce
+    from ..measure import allreduce_bench
 
-    frame = allreduce.bench(args.replicas, args.sizes, args.impl, repeats=args.repeats, warmup=args.warmup,
+    frame = allreduce_bench.bench(args.replicas, args.sizes, args.impl, repeats=args.repeats, warmup=args.warmup,
                             models=args.models, image_size=args.image_size, num_classes=args.num_classes,
                             max_chain=args.max_chain, out=args.out, quiet=args.quiet, dtypes=args.dtype)
     ok = frame[frame["status"] == "ok"]
