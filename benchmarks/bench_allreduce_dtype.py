@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     setup = devices.init(args.replicas)
     import tensorflow as tf
 
-    from tftoolkit.engine.collectives import DTYPE_BYTES
+    from tftoolkit.config import DTYPE_BYTES
     from tftoolkit.engine.strategy import make_strategy
     from tftoolkit.measure.allreduce import (EXTRA_REPEATS, FLOAT32_BYTES, MAX_CHAIN, chain_length,
                                              model_gradient_set, time_allreduce)
