@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import fileio, rundir
+from .. import fileio, rundir, scaling
 from .. import summary as summary_schema
 from ..errors import DataError
 
@@ -212,95 +212,13 @@ def batch_runs(res: Results) -> pd.DataFrame:
     return res.runs[res.runs["source"].isin(keep)]
 
 
-# Within one source and scaling mode, runs are one configuration at several replica counts when they differ only in
-# these: the replica count itself, what follows from it in that mode (the global batch grows with N in weak scaling;
-# each replica's share shrinks with N in strong scaling), the layout of the replicas over processes, and repeats.
-REPEAT_AXES = ("seed",)        # runs that differ only in these are repeats of one configuration: averaged
-_FOLLOWS_REPLICAS = {"weak": ("global_batch",), "strong": ("per_replica_batch",), "": ("global_batch", "per_replica_batch")}
-_NOT_AN_AXIS = ("replicas", "gpus", "workers", "mode", *REPEAT_AXES)
-
-
-def _axes(g: pd.DataFrame, mode: str) -> tuple[list[str], pd.DataFrame]:
-    """The parameters that tell configurations apart in ``g`` (one source, one mode): a sweep point's parameters, or
-    for run directories outside a sweep their config fields, that take more than one value there."""
-    from ..config import NON_IDENTITY_KEYS
-
-    skip = set(_NOT_AN_AXIS) | set(_FOLLOWS_REPLICAS.get(mode, ())) | set(NON_IDENTITY_KEYS)
-    params = g["point_params"].map(lambda v: json.loads(v) if isinstance(v, str) and v else {}) \
-        if "point_params" in g.columns else pd.Series([{}] * len(g), index=g.index)
-    if params.map(bool).all():
-        table = pd.DataFrame(params.tolist(), index=g.index)
-    else:
-        table = g[[c for c in g.columns if c.startswith("config.")]].rename(columns=lambda c: c[len("config."):])
-    axes = [c for c in table.columns if c not in skip
-            and table[c].map(lambda v: json.dumps(v, sort_keys=True, default=str)).nunique() > 1]
-    return axes, table
-
-
-def _group_labels(g: pd.DataFrame, mode: str) -> pd.Series:
-    """Each run's configuration, as "model=small_cnn, dataset=shapes16k" (what its group varies in), or "" when the
-    runs of ``g`` are one configuration."""
-    axes, table = _axes(g, mode)
-    if not axes:
-        return pd.Series("", index=g.index)
-    return table[axes].apply(lambda r: ", ".join(f"{a}={_one_value(r[a])}" for a in axes), axis=1)
-
-
 def scaling_frame(res: Results) -> pd.DataFrame:
-    """One row per scaling run with speed-up and efficiency within its group: the columns of ``scaling.csv``.
-
-    A group is one configuration measured at several replica counts: the runs of one source and scaling mode that
-    differ only in the replica count (and what follows from it) and in ``REPEAT_AXES`` (seeds). A second grid axis
-    (model, batch, dataset, ...) makes one group per value; its runs are never compared with another group's.
-    ``group`` names it (empty when a source holds one configuration). Repeats at one replica count are averaged:
-    ``group_images_per_sec`` is their mean, ``repeats`` their number, ``images_per_sec_spread`` their standard
-    deviation (NaN for one run). ``speedup`` is the group's mean rate at this count over its mean rate at its
-    smallest count (``baseline_replicas``), so that count's rows have speedup 1.0, and ``efficiency`` =
-    speedup / (N / N_base); ``speedup_uncertainty`` propagates the standard errors of both means."""
+    """One row per scaling run with speed-up and efficiency within its group of points that differ only in the
+    replica count: the columns of ``scaling.csv`` (see ``tftoolkit.scaling.speedups``)."""
     runs = scaling_runs(res)
     if runs.empty:
         return runs
-    from ..measure import stats
-
-    df = runs.copy()
-    if "mode" not in df.columns or df["mode"].isna().all():
-        df["mode"] = "weak" if df.get("per_replica_batch", pd.Series(dtype=float)).nunique() == 1 else "strong"
-    df["mode"] = df["mode"].fillna("")
-    df["uncertainty"] = df.get("images_per_sec_uncertainty", math.nan)
-    df["group"] = ""
-    for col in ("group_images_per_sec", "images_per_sec_spread", "speedup", "speedup_uncertainty", "efficiency",
-                "baseline_replicas"):
-        df[col] = math.nan
-    df["repeats"] = 0
-    for (_, mode), g in df.groupby(["source", "mode"]):
-        df.loc[g.index, "group"] = _group_labels(g, mode)
-    for _, g in df.groupby(["source", "mode", "group"]):
-        ok = g[g["status"].isin(["ok", "diverged"]) & (g["images_per_sec"] > 0)]
-        if ok.empty:
-            continue
-        means = {}
-        for n, at in ok.groupby("replicas"):
-            ips = at["images_per_sec"].astype(float)
-            spread = float(ips.std(ddof=1)) if len(ips) > 1 else math.nan
-            # The mean's standard error: the repeats' spread when there are repeats, else the run's own uncertainty.
-            err = spread / math.sqrt(len(ips)) if len(ips) > 1 else float(pd.to_numeric(at["uncertainty"]).iloc[0])
-            means[int(n)] = (float(ips.mean()), err, spread, len(ips))
-        base_n = min(means)
-        base, base_err = means[base_n][0], means[base_n][1]
-        for i, r in g.iterrows():
-            if int(r["replicas"]) not in means:
-                continue
-            mean, err, spread, count = means[int(r["replicas"])]
-            s = stats.speedup(mean, base)
-            df.loc[i, ["group_images_per_sec", "images_per_sec_spread", "repeats", "baseline_replicas"]] = \
-                [mean, spread, count, base_n]
-            df.loc[i, "speedup"] = s
-            df.loc[i, "speedup_uncertainty"] = 0.0 if int(r["replicas"]) == base_n else \
-                stats.ratio_uncertainty(mean, err, base, base_err)
-            df.loc[i, "efficiency"] = stats.scaling_efficiency(s, int(r["replicas"]), base_n)
-    df["repeats"] = df["repeats"].astype(int)
-    df["baseline_replicas"] = df["baseline_replicas"].astype("Int64")
-    return df.sort_values(["mode", "group", "replicas"]).reset_index(drop=True)
+    return scaling.speedups(runs)
 
 
 def batch_frames(res: Results) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -656,16 +574,10 @@ def run_labels(res: Results) -> pd.Series:
     for _, r in res.runs.iterrows():
         params = json.loads(r["point_params"]) if isinstance(r.get("point_params"), str) else {}
         values = params if params else {k: r.get(f"config.{k}") for k in varied.get(r["source"], [])}
-        text = ", ".join(f"{k}={_one_value(values[k])}" for k in varied.get(r["source"], []) if k in values) \
+        text = ", ".join(f"{k}={scaling.one_value(values[k])}" for k in varied.get(r["source"], []) if k in values) \
             or str(r["run"])
         labels.append(f"{text} in {r['source']}" if several else text)
     return pd.Series(labels, index=res.runs.index)
-
-
-def _one_value(v):
-    """A swept value as a sentence names it: a one-element list (a notebook's list parameter, one per point) as its
-    element, "replicas=4" rather than "replicas=[4]"."""
-    return v[0] if isinstance(v, list) and len(v) == 1 else v
 
 
 def points_frame(res: Results) -> pd.DataFrame:
