@@ -161,6 +161,53 @@ def test_seeds_alone_are_repeats_of_one_configuration(tmp_path):
     assert set(df["group"]) == {""}
 
 
+def test_step_breakdown_and_communication_are_drawn_per_group(tmp_path):
+    # replicas x model x seed: each model is a configuration with its own step breakdown; seeds are its repeats.
+    # Averaging every run at one replica count mixed small_vgg's 90 ms compute with small_cnn's 10 ms.
+    times = {"small_cnn": (0.010, 0.002), "small_vgg": (0.090, 0.030)}   # (compute, all-reduce) at 2 replicas
+    points = []
+    for m, (compute, allreduce) in times.items():
+        for seed in (0, 1):
+            for n in (1, 2):
+                points.append((f"{len(points):02d}_{m}-{seed}-{n}", {"replicas": [n], "seed": seed, "model": m,
+                                                                        "mode": "weak"},
+                               {"status": "ok", "replicas": n, "global_batch": 64 * n, "per_replica_batch": 64,
+                                "train_examples": 6400, "images_per_sec": 1000.0 * n, "device_kind": "GPU",
+                                "images_per_sec_uncertainty": 2.0, "input_wait_s": 0.0,
+                                # the seeds' repeats differ by +-1 ms of compute: their mean is the time above
+                                "compute_time_s": compute + (0.001 if seed else -0.001),
+                                "allreduce_time_s": allreduce * (n - 1),
+                                "allreduce_direct_time_s": allreduce * (n - 1)}))
+    res = report.load([_sweep(tmp_path / "sc", "01_data_parallel_scaling.ipynb", points)])
+    df = report.scaling_frame(res)
+    from tftoolkit.plots import comm, scaling as scaling_plots
+
+    long = scaling_plots.breakdown_frame(df)
+    ms = long.set_index(["group", "replicas", "part"])["ms"]
+    assert set(long["group"]) == {"weak scaling, model=small_cnn", "weak scaling, model=small_vgg"}
+    assert ms[("weak scaling, model=small_vgg", 2, "compute")] == pytest.approx(90.0)
+    assert ms[("weak scaling, model=small_cnn", 2, "compute")] == pytest.approx(10.0)
+    assert ms[("weak scaling, model=small_vgg", 2, "gradient all-reduce")] == pytest.approx(30.0)
+    fig = scaling_plots.plot_step_breakdown(df)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 3 * 2 * 2                       # 3 parts x 2 counts x 2 configurations
+    tops = sorted(round(p.get_y() + p.get_height(), 6) for p in ax.patches)
+    assert tops[-1] == pytest.approx(120.0)                  # small_vgg at 2 replicas: 90 + 30 + 0 ms
+    texts = {t.get_text() for t in ax.texts}
+    assert {"weak scaling, model=small_cnn", "weak scaling, model=small_vgg"} <= texts
+
+    table = comm.comm_frame(df)
+    vgg = table[table["group"] == "weak scaling, model=small_vgg"].set_index("replicas")
+    assert vgg.loc[2, "compute_time_s"] == pytest.approx(0.090)
+    assert vgg.loc[2, "communication_share"] == pytest.approx(30 / 120 * 100)
+    fig = comm.plot_comm_vs_compute(df)
+    left, right = fig.axes
+    shares = {ln.get_label(): list(ln.get_ydata()) for ln in right.get_lines() if "model=" in ln.get_label()}
+    assert shares == {"weak scaling, model=small_cnn": pytest.approx([0.0, 2 / 12 * 100]),
+                      "weak scaling, model=small_vgg": pytest.approx([0.0, 30 / 120 * 100])}
+    assert "compute (no all-reduce) (weak scaling, model=small_vgg)" in {ln.get_label() for ln in left.get_lines()}
+
+
 # The overview's columns for the two sweeps: what varied (mode did not: every scaling point is weak), status, the
 # error, and the figures a reader compares.
 COMPARED = ["source", "id", "replicas", "global_batches", "lr_rules", "status", "error", "images/sec", "val accuracy",
