@@ -305,9 +305,9 @@ def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_cod
 @pytest.mark.slow
 def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
     """Run after 01-03 in the same folder with nothing but -p smoke True, 04 reports on their folders: its first
-    call, report.discover, finds them (rendering those folders is the test above; 04 executing with no
+    call, results.discover, finds them (rendering those folders is the test above; 04 executing with no
     arguments through papermill, the test below)."""
-    from tftoolkit.experiments import report
+    from tftoolkit.experiments.report import results, tables
 
     for name in ("02_batch_and_lr_scaling", "03_communication"):
         _execute(name, out_root)
@@ -316,14 +316,14 @@ def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
     # Its own folder holds results too once it has run (here: an all-reduce table); it is still left out.
     (out_root / "04_default").mkdir(exist_ok=True)
     (out_root / "04_default" / "allreduce.csv").write_bytes((out_root / "03_communication" / "allreduce.csv").read_bytes())
-    found = report.discover([], out_root / "04_default")
+    found = results.discover([], out_root / "04_default")
     assert {"02_batch_and_lr_scaling", "03_communication"} <= {p.name for p in found}
     assert "04_default" not in {p.name for p in found}
     # What the notebook's next cells do with them: load, findings, tables.
-    res = report.load(found)
+    res = results.load(found)
     text = findings.markdown(res)
     assert "What we found" in text and "Best LR rule per global batch" in text
-    runs = pd.read_csv(report.save_tables(res, out_root / "04_default")["runs"])
+    runs = pd.read_csv(tables.save_tables(res, out_root / "04_default")["runs"])
     assert "02_batch_and_lr_scaling" in set(runs["source"])
 
 

@@ -5,7 +5,7 @@ Inputs are tidy frames:
     allreduce.csv (``tftoolkit bench allreduce``): impl, replicas, payload, size_bytes, time_s, busbw_GBps, status
         payload "buffer" rows are the size sweep; "grads:<model>" rows are that model's own gradient set,
         drawn as stars at their total size so they can be read against the sweep.
-    runs (``tftoolkit.experiments.report.scaling_frame``): replicas, compute_time_s, allreduce_time_s,
+    runs (``tftoolkit.experiments.report.results.scaling_frame``): replicas, compute_time_s, allreduce_time_s,
         [allreduce_direct_time_s], [communication_fraction]
 
 Bandwidths follow nccl-tests (busbw = algbw x 2(n-1)/n), so a busbw curve compares directly with a link's

@@ -1,6 +1,6 @@
 """Scaling figures: throughput against the ideal line, efficiency, where each step's time goes, images per replica.
 
-Input is a tidy frame with one row per training run (``tftoolkit.experiments.report.scaling_frame`` builds it from run
+Input is a tidy frame with one row per training run (``tftoolkit.experiments.report.results.scaling_frame`` builds it from run
 directories; ``scaling.csv`` from ``tftoolkit scale`` has the same columns):
 
     replicas, images_per_sec, [images_per_sec_uncertainty | uncertainty], [mode], [device_kind],
