@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-NOTEBOOK_ONLY = "notebook-only"  # the tag tftoolkit.experiments.sweep.write_html drops
+NOTEBOOK_ONLY = "notebook-only"  # the tag tftoolkit.experiments.sweep.html.write_html drops
 
 
 def md(text: str, notebook_only: bool = False):

@@ -215,13 +215,13 @@ def test_03_communication_smoke(out_root):
 
 @pytest.mark.slow
 def test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root):
-    from tftoolkit.experiments import sweep
+    from tftoolkit.experiments.sweep.html import render_report
 
     scaling_out, _ = _execute("01_data_parallel_scaling", out_root)
     batch_out, _ = _execute("02_batch_and_lr_scaling", out_root)
     comm_out, _ = _execute("03_communication", out_root)
     # The way `tftoolkit sweep` and `tftoolkit demo` run it: its own process, then HTML.
-    html, error = sweep.render_report(ROOT / "notebooks" / "04_report.ipynb", [scaling_out, batch_out, comm_out],
+    html, error = render_report(ROOT / "notebooks" / "04_report.ipynb", [scaling_out, batch_out, comm_out],
                                       out_root / "rep", timeout=300)
     assert error is None
     out = out_root / "rep" / "report"
@@ -257,7 +257,7 @@ def test_06_your_fit_smoke(out_root):
 
 def test_06_sweep_spec_runs_it_at_1_2_and_4_replicas(capsys):
     from tftoolkit import cli
-    from tftoolkit.experiments.sweep_spec import load
+    from tftoolkit.experiments.sweep.spec import load
 
     spec = load(ROOT / "sweeps" / "your_fit.yaml")
     assert spec.notebook == ROOT / "notebooks" / "06_your_fit.ipynb"

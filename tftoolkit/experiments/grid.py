@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import fileio
 from .. import summary as summary_schema
 from ..errors import ToolkitError
-from .sweep_spec import combinations, slug
+from .sweep.spec import combinations, slug
 
 log = logging.getLogger("tftoolkit")
 
