@@ -13,6 +13,7 @@ each replica's slice gets too small to keep a device busy.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -208,8 +209,6 @@ def replica_examples_frame(runs: pd.DataFrame) -> pd.DataFrame:
     for _, r in runs.iterrows():
         counts = r["examples_per_replica"]
         if isinstance(counts, str):
-            import json
-
             counts = json.loads(counts)
         if counts is None or (isinstance(counts, float) and math.isnan(counts)):
             continue
