@@ -76,24 +76,34 @@ def scaling(res: results.Results) -> list[str]:
 
 
 def communication(res: results.Results) -> list[str]:
+    """One sentence per group of runs that differ only in replica count (as ``scaling``): where the all-reduce
+    overtakes the compute, or its largest share of the step; repeats (seeds) at one count are averaged."""
     df = results.scaling_frame(res)
     need = {"compute_time_s", "allreduce_time_s", "replicas"}
     if df.empty or not need <= set(df.columns):
         return []
-    g = _ok(df).dropna(subset=list(need))
-    g = g[g["replicas"] > 1].sort_values("replicas")
-    if g.empty:
-        return []
-    over = g[g["allreduce_time_s"] > g["compute_time_s"]]
-    if not over.empty:
-        r = over.iloc[0]
-        return [f"**Communication:** the gradient all-reduce overtakes the compute at {int(r['replicas'])} replicas "
-                f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): past "
-                "that, more replicas buy little. A larger per-replica batch or a faster interconnect moves the point."]
-    frac = (g["allreduce_time_s"] / (g["allreduce_time_s"] + g["compute_time_s"]))
-    worst = g.loc[frac.idxmax()]
-    return [f"**Communication:** the all-reduce never overtakes the compute in these runs; its largest share is "
-            f"{frac.max():.0%} of the step, at {int(worst['replicas'])} replicas."]
+    groups = df.groupby(["mode", "group"], sort=False)
+    out = []
+    for (mode, group), g in groups:
+        g = _ok(g).dropna(subset=list(need))
+        g = g[g["replicas"] > 1]
+        if g.empty:
+            continue
+        at = g.groupby("replicas")[["compute_time_s", "allreduce_time_s"]].mean().sort_index()
+        where = ", ".join(x for x in (mode, group) if x) if groups.ngroups > 1 or group else ""
+        head = f"**Communication ({where}):**" if where else "**Communication:**"
+        over = at[at["allreduce_time_s"] > at["compute_time_s"]]
+        if not over.empty:
+            n, r = over.index[0], over.iloc[0]
+            out.append(f"{head} the gradient all-reduce overtakes the compute at {int(n)} replicas "
+                       f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): "
+                       "past that, more replicas buy little. A larger per-replica batch or a faster interconnect moves "
+                       "the point.")
+            continue
+        frac = at["allreduce_time_s"] / (at["allreduce_time_s"] + at["compute_time_s"])
+        out.append(f"{head} the all-reduce never overtakes the compute in these runs; its largest share is "
+                   f"{frac.max():.0%} of the step, at {int(frac.idxmax())} replicas.")
+    return out
 
 
 def batch_and_lr(res: results.Results) -> list[str]:
