@@ -53,10 +53,11 @@ def defaults(out: Path) -> None:
 
 def batch_study(out: Path) -> None:
     wall = _run(TFTOOLKIT + ["sweep", str(ROOT / "sweeps" / "batch_lr.yaml"), "--out", str(out)])
-    from tftoolkit.experiments import findings, report
+    from tftoolkit.experiments import findings
+    from tftoolkit.experiments.report import results
 
-    res = report.load([out])
-    _, _, runs = report.batch_frames(res)
+    res = results.load([out])
+    _, _, runs = results.batch_frames(res)
     print(f"sweep wall time {wall:.0f} s (less when it resumed finished points)")
     print("| global batch | LR rule | warmup epochs | LR | status | final val_accuracy | noise scale B_simple |")
     print("|---|---|---|---|---|---|---|")

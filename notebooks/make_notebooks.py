@@ -20,7 +20,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-NOTEBOOK_ONLY = "notebook-only"  # the tag tftoolkit.experiments.sweep.write_html drops
+NOTEBOOK_ONLY = "notebook-only"  # the tag tftoolkit.experiments.sweep.html.write_html drops
 
 
 def md(text: str, notebook_only: bool = False):
@@ -68,7 +68,8 @@ out_dir: str = "runs/00_environment"  # where env.json, allreduce.csv and figure
 %matplotlib inline
 import tftoolkit
 from tftoolkit import fileio
-from tftoolkit.experiments import notebook as nb, report
+from tftoolkit.experiments import notebook as nb
+from tftoolkit.experiments.report import figures, results
 from tftoolkit.measure import allreduce, doctor, hardware
 
 out = nb.start(out_dir)
@@ -103,11 +104,11 @@ table = allreduce.bench(replicas, "4KiB,64KiB" if smoke else sizes, impls, repea
 table
 """),
     code("""
-res = report.load([out])
-report.figure(res, "busbw", out / "figures")
+res = results.load([out])
+figures.figure(res, "busbw", out / "figures")
 """),
     code("""
-report.figure(res, "allreduce_time", out / "figures")
+figures.figure(res, "allreduce_time", out / "figures")
 """),
     md("Written: `doctor.json`, `env.json`, `allreduce.csv`, `bench.json` and `figures/` in `out_dir`."),
 ]
@@ -147,7 +148,8 @@ out_dir: str = "runs/01_data_parallel_scaling"  # where runs/, scaling.csv and f
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit.experiments import notebook as nb, report, scale
+from tftoolkit.experiments import notebook as nb, scale
+from tftoolkit.experiments.report import figures, results, tables
 
 replicas = nb.smoke_values(nb.as_list(replicas, int, "replicas"), smoke, "replicas")  # -p passes '[1, 2]' as text
 tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
@@ -172,11 +174,11 @@ table
 Error bars: the standard error of the mean images/sec over timed steps. Percentages: scaling efficiency.
 """),
     code("""
-res = report.load([out])
-report.figure(res, "throughput", out / "figures")
+res = results.load([out])
+figures.figure(res, "throughput", out / "figures")
 """),
     code("""
-report.figure(res, "efficiency", out / "figures")
+figures.figure(res, "efficiency", out / "figures")
 """),
     md("""
 ## Where each step's time goes
@@ -185,18 +187,18 @@ Compute is the step with the gradient all-reduce removed; the all-reduce is what
 input wait is the training step's time beyond the same step on a batch already in memory.
 """),
     code("""
-report.figure(res, "step_breakdown", out / "figures")
+figures.figure(res, "step_breakdown", out / "figures")
 """),
     md("## Images per replica (equal bars: every replica trained on the same share)"),
     code("""
-report.figure(res, "images_per_replica", out / "figures")
+figures.figure(res, "images_per_replica", out / "figures")
 """),
     md("## Hardware monitor: the largest run (GPUs, or the host's CPUs for simulated replicas)"),
     code("""
-report.figure(res, "monitor", out / "figures")
+figures.figure(res, "monitor", out / "figures")
 """),
     code("""
-report.save_tables(res, out)
+tables.save_tables(res, out)
 """),
 ]
 
@@ -245,7 +247,8 @@ out_dir: str = "runs/02_batch_and_lr_scaling"  # where runs/, results.csv and fi
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit.experiments import grid, notebook as nb, report
+from tftoolkit.experiments import grid, notebook as nb
+from tftoolkit.experiments.report import figures, results, tables
 
 global_batches = nb.smoke_values(nb.as_list(global_batches, int, "global_batches"), smoke, "global_batches")
 lr_rules = nb.smoke_values(nb.as_list(lr_rules, str, "lr_rules"), smoke, "lr_rules")  # -p passes lists as text
@@ -269,19 +272,19 @@ table.filter(items=["run", "global_batch", "accumulate", "per_replica_batch", "l
 """),
     md("## Training loss"),
     code("""
-res = report.load([out])
-report.figure(res, "loss_curves", out / "figures")
+res = results.load([out])
+figures.figure(res, "loss_curves", out / "figures")
 """),
     md("## Validation accuracy after each epoch"),
     code("""
-report.figure(res, "val_accuracy", out / "figures")
+figures.figure(res, "val_accuracy", out / "figures")
 """),
     md("## Final accuracy against global batch, per rule"),
     code("""
-report.figure(res, "final_accuracy", out / "figures")
+figures.figure(res, "final_accuracy", out / "figures")
 """),
     code("""
-report.save_tables(res, out)
+tables.save_tables(res, out)
 """),
 ]
 
@@ -310,7 +313,8 @@ out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures
     code("""
 %matplotlib inline
 import tftoolkit
-from tftoolkit.experiments import notebook as nb, report, scale
+from tftoolkit.experiments import notebook as nb, scale
+from tftoolkit.experiments.report import figures, results, tables
 from tftoolkit.measure import allreduce
 
 replicas = nb.as_list(replicas, int, "replicas")  # papermill's -p passes '[1, 2]' as text
@@ -321,11 +325,11 @@ out = nb.start(out_dir)
     code("""
 table = allreduce.bench(max(replicas), "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
                         models=(model,), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
-res = report.load([out])
-report.figure(res, "allreduce_time", out / "figures")
+res = results.load([out])
+figures.figure(res, "allreduce_time", out / "figures")
 """),
     code("""
-report.figure(res, "busbw", out / "figures")
+figures.figure(res, "busbw", out / "figures")
 """),
     md("## The model's own gradient all-reduce (all its gradient tensors, as the training step packs them)"),
     code("""
@@ -345,11 +349,11 @@ steps_table = scale.scale(config, nb.smoke_values(replicas, smoke, "replicas"), 
 steps_table[["replicas", "step_time_s", "compute_time_s", "allreduce_time_s", "communication_fraction"]]
 """),
     code("""
-res = report.load([out])
-report.figure(res, "comm_vs_compute", out / "figures")
+res = results.load([out])
+figures.figure(res, "comm_vs_compute", out / "figures")
 """),
     code("""
-report.save_tables(res, out)
+tables.save_tables(res, out)
 """),
 ]
 
@@ -376,36 +380,37 @@ smoke: bool = False  # no effect: the report only reads files (kept so every not
     code("""
 %matplotlib inline
 from IPython.display import Markdown
-from tftoolkit.experiments import findings, notebook as nb, report
+from tftoolkit.experiments import findings, notebook as nb
+from tftoolkit.experiments.report import results, sections, tables
 
 out = nb.start(out_dir)
-res = report.load(report.discover(nb.as_list(sweep_dirs, str, "sweep_dirs") if sweep_dirs else [], out))
+res = results.load(results.discover(nb.as_list(sweep_dirs, str, "sweep_dirs") if sweep_dirs else [], out))
 """),
     code("""
 Markdown(findings.markdown(res))
 """),
     md("## Every point: its status and key figures"),
     code("""
-report.status_counts(res)
+tables.status_counts(res)
 """),
     code("""
-report.overview(res).fillna("")  # blank where a column is not that sweep's parameter or figure
+tables.overview(res).fillna("")  # blank where a column is not that sweep's parameter or figure
 """),
     code("""
-report.section(res, "scaling", out / "figures")
+sections.section(res, "scaling", out / "figures")
 """),
     code("""
-report.section(res, "communication", out / "figures")
+sections.section(res, "communication", out / "figures")
 """),
     code("""
-report.section(res, "batch", out / "figures")
+sections.section(res, "batch", out / "figures")
 """),
     code("""
-report.section(res, "recorded", out / "figures")
+sections.section(res, "recorded", out / "figures")
 """),
     md("## Tables (written to `out_dir`: runs.csv, points.csv, scaling.csv)"),
     code("""
-report.save_tables(res, out)
+tables.save_tables(res, out)
 """),
 ]
 
@@ -586,7 +591,8 @@ out_dir: str = "runs/06_your_fit"  # where run/ (the recorded fit), the tables a
 import keras
 import tftoolkit
 from tftoolkit import summary
-from tftoolkit.experiments import notebook as nb, report, your_fit
+from tftoolkit.experiments import notebook as nb, your_fit
+from tftoolkit.experiments.report import figures, results, tables
 
 setup = tftoolkit.init_devices(replicas, nb.as_list(gpus, int, "gpus") if gpus else None)  # first: before TensorFlow
 out = nb.start(out_dir)
@@ -622,11 +628,11 @@ result = summary.read(out / "run")
 """),
     md("## The hardware monitor over the fit (GPUs, or the host's CPUs for simulated replicas)"),
     code("""
-res = report.load([out])
-report.figure(res, "monitor", out / "figures")
+res = results.load([out])
+figures.figure(res, "monitor", out / "figures")
 """),
     code("""
-report.save_tables(res, out)
+tables.save_tables(res, out)
 """),
     md("Written to `out_dir`: `run/` (config.json, summary.json, steps.csv, evals.csv, monitor.csv, env.json, "
        "tensorboard/), `runs.csv`, `points.csv` and `figures/`. `tftoolkit tensorboard OUT_DIR/run` shows the "

@@ -7,7 +7,7 @@ The demo itself (several minutes) is `make demo`; here only what decides what it
 import pytest
 
 from tftoolkit.experiments import demo
-from tftoolkit.experiments.sweep_spec import load as load_spec
+from tftoolkit.experiments.sweep.spec import load as load_spec
 
 from helpers import ROOT
 

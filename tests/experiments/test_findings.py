@@ -2,11 +2,12 @@
 
 import pandas as pd
 
-from tftoolkit.experiments import findings, report
+from tftoolkit.experiments import findings
+from tftoolkit.experiments.report import results
 
 
-def _res(runs: list[dict], points: list[dict] | None = None) -> report.Results:
-    return report.Results([], pd.DataFrame(points or []), pd.DataFrame(runs))
+def _res(runs: list[dict], points: list[dict] | None = None) -> results.Results:
+    return results.Results([], pd.DataFrame(points or []), pd.DataFrame(runs))
 
 
 def _run(**kw):
@@ -45,7 +46,7 @@ def test_the_batch_study_s_result_in_words():
 def test_failures_are_listed_and_nothing_to_report_is_said():
     points = [{"id": "00_a", "status": "ok", "error": None}, {"id": "01_b", "status": "failed", "error": "ValueError: x"}]
     assert "1 of 2 did not finish normally:** 01_b (failed: ValueError: x)" in findings.failures(_res([], points))[0]
-    empty = report.Results([], pd.DataFrame(), pd.DataFrame())
+    empty = results.Results([], pd.DataFrame(), pd.DataFrame())
     assert "Nothing to report yet" in findings.markdown(empty)
 
 

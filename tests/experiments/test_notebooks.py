@@ -215,13 +215,13 @@ def test_03_communication_smoke(out_root):
 
 @pytest.mark.slow
 def test_04_report_on_the_other_notebooks_outputs_as_a_sweep_renders_it(out_root):
-    from tftoolkit.experiments import sweep
+    from tftoolkit.experiments.sweep.html import render_report
 
     scaling_out, _ = _execute("01_data_parallel_scaling", out_root)
     batch_out, _ = _execute("02_batch_and_lr_scaling", out_root)
     comm_out, _ = _execute("03_communication", out_root)
     # The way `tftoolkit sweep` and `tftoolkit demo` run it: its own process, then HTML.
-    html, error = sweep.render_report(ROOT / "notebooks" / "04_report.ipynb", [scaling_out, batch_out, comm_out],
+    html, error = render_report(ROOT / "notebooks" / "04_report.ipynb", [scaling_out, batch_out, comm_out],
                                       out_root / "rep", timeout=300)
     assert error is None
     out = out_root / "rep" / "report"
@@ -270,7 +270,7 @@ def test_07_choosing_hardware_smoke(out_root):
 
 def test_06_sweep_spec_runs_it_at_1_2_and_4_replicas(capsys):
     from tftoolkit import cli
-    from tftoolkit.experiments.sweep_spec import load
+    from tftoolkit.experiments.sweep.spec import load
 
     spec = load(ROOT / "sweeps" / "your_fit.yaml")
     assert spec.notebook == ROOT / "notebooks" / "06_your_fit.ipynb"
@@ -318,9 +318,9 @@ def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_cod
 @pytest.mark.slow
 def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
     """Run after 01-03 in the same folder with nothing but -p smoke True, 04 reports on their folders: its first
-    call, report.discover, finds them (rendering those folders is the test above; 04 executing with no
+    call, results.discover, finds them (rendering those folders is the test above; 04 executing with no
     arguments through papermill, the test below)."""
-    from tftoolkit.experiments import report
+    from tftoolkit.experiments.report import results, tables
 
     for name in ("02_batch_and_lr_scaling", "03_communication"):
         _execute(name, out_root)
@@ -329,14 +329,14 @@ def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
     # Its own folder holds results too once it has run (here: an all-reduce table); it is still left out.
     (out_root / "04_default").mkdir(exist_ok=True)
     (out_root / "04_default" / "allreduce.csv").write_bytes((out_root / "03_communication" / "allreduce.csv").read_bytes())
-    found = report.discover([], out_root / "04_default")
+    found = results.discover([], out_root / "04_default")
     assert {"02_batch_and_lr_scaling", "03_communication"} <= {p.name for p in found}
     assert "04_default" not in {p.name for p in found}
     # What the notebook's next cells do with them: load, findings, tables.
-    res = report.load(found)
+    res = results.load(found)
     text = findings.markdown(res)
     assert "What we found" in text and "Best LR rule per global batch" in text
-    runs = pd.read_csv(report.save_tables(res, out_root / "04_default")["runs"])
+    runs = pd.read_csv(tables.save_tables(res, out_root / "04_default")["runs"])
     assert "02_batch_and_lr_scaling" in set(runs["source"])
 
 

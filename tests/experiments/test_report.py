@@ -1,4 +1,4 @@
-"""tftoolkit.report: reads sweep folders and run directories (files only, no TensorFlow) into tidy frames and
+"""tftoolkit.experiments.report: reads sweep folders and run directories (files only, no TensorFlow) into tidy frames and
 figures. The folders here are written by hand in the layout sweeps and notebooks produce.
 """
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tftoolkit.experiments import report
+from tftoolkit.experiments.report import figures, results, sections, tables
 from tftoolkit.errors import DataError
 
 from helpers import assert_no_tensorflow
@@ -73,7 +73,7 @@ def sweeps(tmp_path):
 
 
 def test_load_reads_points_runs_and_curves(sweeps):
-    res = report.load(list(sweeps))
+    res = results.load(list(sweeps))
     assert len(res.points) == 3 + 4
     assert len(res.runs) == 3 + 3  # the failed point wrote no run directory; it is still in the points
     assert res.point_params == {"scaling": ["replicas", "mode"], "batch_lr": ["global_batches", "lr_rules"]}
@@ -86,8 +86,8 @@ def test_load_reads_points_runs_and_curves(sweeps):
 
 
 def test_scaling_frame_uses_only_sources_that_vary_replicas(sweeps):
-    res = report.load(list(sweeps))
-    df = report.scaling_frame(res)
+    res = results.load(list(sweeps))
+    df = results.scaling_frame(res)
     assert df["replicas"].tolist() == [1, 2, 4] and set(df["source"]) == {"scaling"}
     assert df["speedup"].tolist() == pytest.approx([1.0, 1.8, 3.2])
     assert df["efficiency"].tolist() == pytest.approx([1.0, 0.9, 0.8])
@@ -108,8 +108,8 @@ def test_scaling_is_computed_within_each_group_of_points_that_differ_only_in_rep
     rates = {("small_cnn", 0, 1): 1000.0, ("small_cnn", 1, 1): 1100.0, ("small_cnn", 0, 2): 1900.0,
              ("small_cnn", 1, 2): 2100.0, ("small_vgg", 0, 1): 400.0, ("small_vgg", 1, 1): 420.0,
              ("small_vgg", 0, 2): 600.0, ("small_vgg", 1, 2): 660.0}
-    res = report.load([_two_axis_sweep(tmp_path / "sc", rates)])
-    df = report.scaling_frame(res)
+    res = results.load([_two_axis_sweep(tmp_path / "sc", rates)])
+    df = results.scaling_frame(res)
     vgg = df[df["point_params"].str.contains("small_vgg")].sort_values("replicas")
     assert vgg["speedup"].tolist() == pytest.approx([1.0, 1.0] + [630 / 410] * 2)
     assert set(df["group"]) == {"model=small_cnn", "model=small_vgg"}
@@ -136,7 +136,7 @@ def test_scaling_is_computed_within_each_group_of_points_that_differ_only_in_rep
     assert "**Scaling (weak, model=small_vgg):** 2 replicas ran at 630 images/s" in text and "77% scaling" in text
 
     # scaling.csv says the same; and the figures draw one line per group, at the group's mean.
-    written = report.save_tables(res, tmp_path / "out")
+    written = tables.save_tables(res, tmp_path / "out")
     csv = pd.read_csv(written["scaling"])
     assert csv.groupby("group")["speedup"].min().tolist() == [1.0, 1.0]
     from tftoolkit.plots import scaling as scaling_plots
@@ -154,11 +154,67 @@ def test_scaling_is_computed_within_each_group_of_points_that_differ_only_in_rep
 def test_seeds_alone_are_repeats_of_one_configuration(tmp_path):
     rates = {("small_cnn", 0, 1): 1000.0, ("small_cnn", 1, 1): 1100.0, ("small_cnn", 0, 2): 1900.0,
              ("small_cnn", 1, 2): 2100.0}
-    df = report.scaling_frame(report.load([_two_axis_sweep(tmp_path / "sc", rates)]))
+    df = results.scaling_frame(results.load([_two_axis_sweep(tmp_path / "sc", rates)]))
     # The second seed's 1-replica point is the baseline's repeat, not a 1.1x "speed-up" over the first seed's.
     assert df.loc[df["replicas"] == 1, "speedup"].tolist() == [1.0, 1.0]
     assert df.loc[df["replicas"] == 2, "speedup"].tolist() == pytest.approx([2000 / 1050] * 2)
     assert set(df["group"]) == {""}
+
+
+def test_step_breakdown_and_communication_are_drawn_per_group(tmp_path):
+    # replicas x model x seed: each model is a configuration with its own step breakdown; seeds are its repeats.
+    # Averaging every run at one replica count mixed small_vgg's 90 ms compute with small_cnn's 10 ms.
+    times = {"small_cnn": (0.010, 0.002), "small_vgg": (0.090, 0.030)}   # (compute, all-reduce) at 2 replicas
+    points = []
+    for m, (compute, allreduce) in times.items():
+        for seed in (0, 1):
+            for n in (1, 2):
+                points.append((f"{len(points):02d}_{m}-{seed}-{n}", {"replicas": [n], "seed": seed, "model": m,
+                                                                        "mode": "weak"},
+                               {"status": "ok", "replicas": n, "global_batch": 64 * n, "per_replica_batch": 64,
+                                "train_examples": 6400, "images_per_sec": 1000.0 * n, "device_kind": "GPU",
+                                "images_per_sec_uncertainty": 2.0, "input_wait_s": 0.0,
+                                # the seeds' repeats differ by +-1 ms of compute: their mean is the time above
+                                "compute_time_s": compute + (0.001 if seed else -0.001),
+                                "allreduce_time_s": allreduce * (n - 1),
+                                "allreduce_direct_time_s": allreduce * (n - 1)}))
+    res = results.load([_sweep(tmp_path / "sc", "01_data_parallel_scaling.ipynb", points)])
+    df = results.scaling_frame(res)
+    from tftoolkit.plots import comm, scaling as scaling_plots
+
+    long = scaling_plots.breakdown_frame(df)
+    ms = long.set_index(["group", "replicas", "part"])["ms"]
+    assert set(long["group"]) == {"weak scaling, model=small_cnn", "weak scaling, model=small_vgg"}
+    assert ms[("weak scaling, model=small_vgg", 2, "compute")] == pytest.approx(90.0)
+    assert ms[("weak scaling, model=small_cnn", 2, "compute")] == pytest.approx(10.0)
+    assert ms[("weak scaling, model=small_vgg", 2, "gradient all-reduce")] == pytest.approx(30.0)
+    fig = scaling_plots.plot_step_breakdown(df)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 3 * 2 * 2                       # 3 parts x 2 counts x 2 configurations
+    tops = sorted(round(p.get_y() + p.get_height(), 6) for p in ax.patches)
+    assert tops[-1] == pytest.approx(120.0)                  # small_vgg at 2 replicas: 90 + 30 + 0 ms
+    texts = {t.get_text() for t in ax.texts}
+    assert {"weak scaling, model=small_cnn", "weak scaling, model=small_vgg"} <= texts
+
+    table = comm.comm_frame(df)
+    vgg = table[table["group"] == "weak scaling, model=small_vgg"].set_index("replicas")
+    assert vgg.loc[2, "compute_time_s"] == pytest.approx(0.090)
+    assert vgg.loc[2, "communication_share"] == pytest.approx(30 / 120 * 100)
+    fig = comm.plot_comm_vs_compute(df)
+    left, right = fig.axes
+    shares = {ln.get_label(): list(ln.get_ydata()) for ln in right.get_lines() if "model=" in ln.get_label()}
+    assert shares == {"weak scaling, model=small_cnn": pytest.approx([0.0, 2 / 12 * 100]),
+                      "weak scaling, model=small_vgg": pytest.approx([0.0, 30 / 120 * 100])}
+    assert "compute (no all-reduce) (weak scaling, model=small_vgg)" in {ln.get_label() for ln in left.get_lines()}
+
+    # The findings say it per group too: small_cnn's all-reduce is 2 of 12 ms, small_vgg's 30 of 120 ms.
+    from tftoolkit.experiments import findings
+
+    assert findings.communication(res) == [
+        "**Communication (weak, model=small_cnn):** the all-reduce never overtakes the compute in these runs; its "
+        "largest share is 17% of the step, at 2 replicas.",
+        "**Communication (weak, model=small_vgg):** the all-reduce never overtakes the compute in these runs; its "
+        "largest share is 25% of the step, at 2 replicas."]
 
 
 # The overview's columns for the two sweeps: what varied (mode did not: every scaling point is weak), status, the
@@ -168,25 +224,25 @@ COMPARED = ["source", "id", "replicas", "global_batches", "lr_rules", "status", 
 
 
 def test_overview_lists_every_point_with_status_and_error(sweeps):
-    res = report.load(list(sweeps))
-    ov = report.overview(res)
+    res = results.load(list(sweeps))
+    ov = tables.overview(res)
     assert list(ov.columns) == COMPARED
     failed = ov[ov["status"] == "failed"]
     assert len(failed) == 1 and failed["error"].iloc[0] == "ValueError: boom"
-    counts = report.status_counts(res)
+    counts = tables.status_counts(res)
     assert counts.set_index(["source", "status"])["count"].to_dict() == {
         ("batch_lr", "diverged"): 1, ("batch_lr", "failed"): 1, ("batch_lr", "ok"): 2, ("scaling", "ok"): 3}
 
 
 def test_figures_come_from_the_right_sources_and_are_saved(sweeps, tmp_path):
-    res = report.load(list(sweeps))
-    figs = report.all_figures(res, tmp_path / "figures")
+    res = results.load(list(sweeps))
+    figs = figures.all_figures(res, tmp_path / "figures")
     assert {"throughput", "efficiency", "step_breakdown", "images_per_replica", "comm_vs_compute", "loss_curves",
             "val_accuracy", "final_accuracy"} <= set(figs)
     assert "allreduce_time" not in figs and "monitor" not in figs  # no allreduce.csv, no monitor.csv: skipped
     assert (tmp_path / "figures" / "throughput.png").exists() and (tmp_path / "figures" / "loss_curves.svg").exists()
     # A weak-scaling study's global batch grows with its replicas: it is not a batch-size study.
-    assert set(report.batch_frames(res)[2]["source"]) == {"batch_lr"}
+    assert set(results.batch_frames(res)[2]["source"]) == {"batch_lr"}
     assert {t.get_text() for t in figs["loss_curves"].legends[0].get_texts()} == {
         "global batch 64", "global batch 512", "diverged / failed (run stopped)"}
     # The batch/LR runs (4 replicas each) do not leak into the scaling figure.
@@ -199,7 +255,7 @@ def test_show_displays_the_saved_png_at_inline_size_then_the_caption(sweeps, tmp
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
-    report.show(report.load(list(sweeps)), "throughput", tmp_path)
+    sections.show(results.load(list(sweeps)), "throughput", tmp_path)
     image, caption = shown
     png = (tmp_path / "throughput.png").read_bytes()
     assert image.data == png and (tmp_path / "throughput.svg").exists()
@@ -207,18 +263,18 @@ def test_show_displays_the_saved_png_at_inline_size_then_the_caption(sweeps, tmp
 
     with Image.open(tmp_path / "throughput.png") as saved:
         assert image.width == round(saved.width * 100 / 150)  # savefig.dpi 150, shown at figure.dpi 100
-    assert report.CAPTIONS["throughput"] in caption.data
+    assert figures.CAPTIONS["throughput"] in caption.data
     shown.clear()
-    report.show(report.load(list(sweeps)), "allreduce_time", tmp_path)  # no allreduce.csv here
+    sections.show(results.load(list(sweeps)), "allreduce_time", tmp_path)  # no allreduce.csv here
     assert len(shown) == 1 and "not in these results" in shown[0].data
 
 
 def test_the_points_table_shows_what_a_reader_compares_not_every_column(sweeps):
     import re
 
-    res = report.load(list(sweeps))
+    res = results.load(list(sweeps))
     assert len(res.points.columns) > 25  # results.csv: parameters, status, error and every summary scalar
-    ov = report.overview(res).fillna("")  # as notebook 04 shows it
+    ov = tables.overview(res).fillna("")  # as notebook 04 shows it
     # The HTML table the report page shows: exactly these headers (pandas adds an empty one over the index).
     head = re.search(r"<thead>(.*?)</thead>", ov._repr_html_(), re.S).group(1)
     assert re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", head, re.S) == [""] + COMPARED
@@ -241,7 +297,7 @@ def test_overview_of_run_folders_shows_the_config_that_varied(tmp_path):
     for n in (1, 2):
         _run(tmp_path / "nb01" / f"r{n}", {"status": "ok", "replicas": n, "global_batch": 64 * n, "train_examples": 640,
                                            "images_per_sec": 100.0 * n}, {"replicas": n, "seed": 0, "steps": 10})
-    ov = report.overview(report.load([tmp_path / "nb01"]))
+    ov = tables.overview(results.load([tmp_path / "nb01"]))
     assert list(ov.columns) == ["run", "replicas", "status", "images/sec"]
     assert ov["replicas"].tolist() == [1, 2] and ov["images/sec"].tolist() == ["100", "200"]
 
@@ -252,14 +308,14 @@ def test_another_tasks_runs_show_their_loss_and_given_metrics_by_name(tmp_path):
                                           "images_per_sec": 100.0 * n, "val_accuracy": float("nan"),
                                           "val_loss": 0.25 * n, "val_mae": 0.5 * n, "loss": "mse", "metrics": ["mae"]},
              {"replicas": n, "seed": 0, "steps": 10})
-    ov = report.overview(report.load([tmp_path / "reg"]))
+    ov = tables.overview(results.load([tmp_path / "reg"]))
     assert list(ov.columns) == ["run", "replicas", "status", "images/sec", "val loss", "val mae"]
     assert ov["val mae"].tolist() == ["0.5", "1"] and ov["val loss"].tolist() == ["0.25", "0.5"]
 
 
 def test_save_tables(sweeps, tmp_path):
-    res = report.load(list(sweeps))
-    written = report.save_tables(res, tmp_path / "tables")
+    res = results.load(list(sweeps))
+    written = tables.save_tables(res, tmp_path / "tables")
     assert set(written) == {"runs", "points", "scaling"}
     assert len(pd.read_csv(written["runs"])) == 6
     # The CSVs keep the full tables the overview leaves out: every column of every results.csv, every point.
@@ -272,22 +328,22 @@ def test_save_tables(sweeps, tmp_path):
 
 def test_missing_folder_and_unknown_figure_are_clear_errors(sweeps, tmp_path):
     with pytest.raises(DataError, match="not found"):
-        report.load([tmp_path / "nope"])
+        results.load([tmp_path / "nope"])
     with pytest.raises(DataError, match="unknown figure"):
-        report.figure(report.load(list(sweeps)), "pie_chart")
+        figures.figure(results.load(list(sweeps)), "pie_chart")
 
 
 @pytest.mark.slow
 def test_report_never_imports_tensorflow(sweeps):
     assert_no_tensorflow("""
         import sys
-        from tftoolkit.experiments import report
-        report.all_figures(report.load(sys.argv[1:]))
+        from tftoolkit.experiments.report import figures, results
+        figures.all_figures(results.load(sys.argv[1:]))
     """, *map(str, sweeps))
 
 
 def test_every_figure_has_a_caption():
-    assert set(report.CAPTIONS) == set(report.FIGURES)
+    assert set(figures.CAPTIONS) == set(figures.FIGURES)
 
 
 def test_discover_finds_result_folders_next_to_the_output(tmp_path):
@@ -297,10 +353,10 @@ def test_discover_finds_result_folders_next_to_the_output(tmp_path):
     (tmp_path / "runs" / "sweep" / "sweep.json").write_text("{}")
     (tmp_path / "runs" / "notes").mkdir()
     (tmp_path / "runs" / "04_report").mkdir()
-    found = report.discover([], tmp_path / "runs" / "04_report")
+    found = results.discover([], tmp_path / "runs" / "04_report")
     assert [p.name for p in found] == ["01_scaling", "sweep"]
-    assert report.discover(["a", "b"], tmp_path) == [Path("a"), Path("b")]
-    assert report.discover([], tmp_path / "nowhere" / "x") == []
+    assert results.discover(["a", "b"], tmp_path) == [Path("a"), Path("b")]
+    assert results.discover([], tmp_path / "nowhere" / "x") == []
 
 
 def _foreign_sweep(root: Path) -> Path:
@@ -325,8 +381,8 @@ def _foreign_sweep(root: Path) -> Path:
 def test_a_sweep_of_a_user_notebook_reports_what_it_recorded(tmp_path, monkeypatch):
     from tftoolkit.experiments import findings
 
-    res = report.load([_foreign_sweep(tmp_path / "mine")])
-    table = report.overview(res)
+    res = results.load([_foreign_sweep(tmp_path / "mine")])
+    table = tables.overview(res)
     assert {"lr", "batch", "status", "error", "score", "loss"} <= set(table.columns)
     assert table.loc[table["status"] == "ok", "error"].tolist() == ["", "", ""]  # no NaN where nothing went wrong
     text = findings.markdown(res)
@@ -337,12 +393,12 @@ def test_a_sweep_of_a_user_notebook_reports_what_it_recorded(tmp_path, monkeypat
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
-    for name in report.SECTIONS:
-        report.section(res, name, tmp_path / "figures")
+    for name in sections.SECTIONS:
+        sections.section(res, name, tmp_path / "figures")
     headings = [o.data for o in shown if hasattr(o, "data") and isinstance(o.data, str) and o.data.startswith("## ")]
     assert headings == ["## Recorded results\n\nWhat each point's notebook recorded in `results.json`, by parameter."]
     assert (tmp_path / "figures" / "recorded.png").stat().st_size > 5000
-    written = report.save_tables(res, tmp_path / "tables")
+    written = tables.save_tables(res, tmp_path / "tables")
     assert "PosixPath" not in written._repr_markdown_() and "points.csv" in written._repr_markdown_()
     assert "score" in pd.read_csv(written["points"]).columns
 
@@ -352,13 +408,13 @@ def test_a_tie_is_not_called_a_best_rule(tmp_path):
 
     runs = pd.DataFrame({"global_batch": [32, 32, 32, 256, 256], "lr_rule": ["none", "linear", "sqrt", "none", "linear"],
                          "warmup_epochs": 0.0, "val_accuracy": [0.33, 0.33, 0.33, 0.40, 0.90], "status": "ok"})
-    res = report.Results([], pd.DataFrame(), runs.assign(source="s", run=[f"r{i}" for i in range(5)]))
-    monkey = findings.report.batch_frames
+    res = results.Results([], pd.DataFrame(), runs.assign(source="s", run=[f"r{i}" for i in range(5)]))
+    monkey = findings.results.batch_frames
     try:
-        findings.report.batch_frames = lambda r: (pd.DataFrame(), pd.DataFrame(), runs)
+        findings.results.batch_frames = lambda r: (pd.DataFrame(), pd.DataFrame(), runs)
         line = findings.batch_and_lr(res)[0]
     finally:
-        findings.report.batch_frames = monkey
+        findings.results.batch_frames = monkey
     assert "32: no rule better than another (all 33%)" in line and "256: linear (90%)" in line
 
 
@@ -368,7 +424,7 @@ def test_a_list_parameter_with_one_value_per_point_is_named_by_its_value(tmp_pat
         (f"0{i}_replicas-{n}", {"replicas": [n]}, {"status": "ok", "replicas": n, "global_batch": 64 * n,
                                                   "train_examples": 640, "images_per_sec": 100.0 * n})
         for i, n in enumerate((1, 2))])
-    labels = report.run_labels(report.load([tmp_path / "scaling"]))
+    labels = tables.run_labels(results.load([tmp_path / "scaling"]))
     assert sorted(labels) == ["replicas=1", "replicas=2"]
 
 
@@ -380,6 +436,6 @@ def test_a_point_left_running_by_a_killed_sweep_reads_interrupted_and_a_live_one
     table.loc[1, "status"] = "running"  # as the sweep wrote it while p1 ran, before it was killed
     table.to_csv(root / "results.csv", index=False)
     (root / rundir.LOCK_FILE).write_text(json.dumps({"pid": 1, "host": socket.gethostname()}))  # a dead one's record
-    assert report.load(root).points["status"].tolist() == ["failed", "interrupted"]
+    assert results.load(root).points["status"].tolist() == ["failed", "interrupted"]
     with rundir.lock(root, "sweep folder"):  # a sweep works there now: its point does run
-        assert report.load(root).points["status"].tolist() == ["failed", "running"]
+        assert results.load(root).points["status"].tolist() == ["failed", "running"]

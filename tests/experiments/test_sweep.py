@@ -19,10 +19,12 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from tftoolkit import cli
-from tftoolkit.experiments import sweep
+from tftoolkit.experiments.sweep import folder, local
+from tftoolkit.experiments.sweep import point as point_process
+from tftoolkit.experiments.sweep import results as sweep_results
 from tftoolkit.errors import SweepError
-from tftoolkit.experiments.sweep_spec import check_value, combinations
-from tftoolkit.experiments.sweep_spec import load as load_spec
+from tftoolkit.experiments.sweep.spec import check_value, combinations
+from tftoolkit.experiments.sweep.spec import load as load_spec
 
 FIXTURE_PARAMS = """\
 x: int = 0  # a number the point echoes into its summary
@@ -159,22 +161,22 @@ def test_a_folder_holding_another_sweep_is_refused_unless_force(tmp_path, nb):
     out = tmp_path / "out"
     a = load_spec(spec_dict(grid={"x": [1, 2]}), tmp_path)
     b = load_spec(spec_dict(grid={"x": [1, 3]}), tmp_path)
-    assert sweep.open_dir(a, out, force=False) is False
-    assert sweep.open_dir(a, out, force=False) is True  # the same sweep: resume
+    assert folder.open_dir(a, out, force=False) is False
+    assert folder.open_dir(a, out, force=False) is True  # the same sweep: resume
     with pytest.raises(SweepError, match="holds a different sweep .*--force"):
-        sweep.open_dir(b, out, force=False)
+        folder.open_dir(b, out, force=False)
     (out / "runs").mkdir()
-    assert sweep.open_dir(b, out, force=True) is False
+    assert folder.open_dir(b, out, force=True) is False
     assert not (out / "runs").exists()
     other = tmp_path / "notes"
     other.mkdir()
     (other / "thesis.tex").write_text("keep me")
     with pytest.raises(SweepError, match="not a sweep folder"):
-        sweep.open_dir(a, other, force=True)
+        folder.open_dir(a, other, force=True)
     assert (other / "thesis.tex").exists()
     # The whole command: refused, and the folder left as it was (no lock file of the refused sweep).
     with pytest.raises(SweepError, match="not a sweep folder"):
-        sweep.run(a, other, force=True, quiet=True)
+        local.run(a, other, force=True, quiet=True)
     assert sorted(p.name for p in other.iterdir()) == ["thesis.tex"]
 
 
@@ -194,7 +196,7 @@ def test_failures_are_isolated_recorded_and_resume_skips_finished_points(tmp_pat
     spec = spec_dict(grid={"x": [1]}, zip={"mode": ["ok", "raise", "diverge"]})
     path = write_spec(tmp_path, spec)
     out = tmp_path / "out"
-    s = sweep.run(path, out, quiet=True)
+    s = local.run(path, out, quiet=True)
     assert (s["counts"]["ok"], s["counts"]["failed"], s["counts"]["diverged"], s["counts"]["timeout"]) == (1, 1, 1, 0)
     assert s["new_failures"] == 1
     rows = {r["id"]: r for _, r in results(out).iterrows()}
@@ -211,16 +213,16 @@ def test_failures_are_isolated_recorded_and_resume_skips_finished_points(tmp_pat
     assert params["mode"] == "ok" and params["out_dir"] == str(pdir.resolve())
 
     # Resume: nothing finished runs again; an unfinished point (killed mid-run) does.
-    before = {p.id: sweep.read_record(out, p)["finished"] for p in points}
+    before = {p.id: folder.read_record(out, p)["finished"] for p in points}
     _set_status(out, ok["id"], "running")
-    s2 = sweep.run(path, out, quiet=True)
+    s2 = local.run(path, out, quiet=True)
     assert s2["ran"] == 1 and s2["counts"]["ok"] == 1
     assert s2["new_failures"] == 0  # the kept failure is not this run's: the CLI exits 0 and lists it
-    after = {p.id: sweep.read_record(out, p)["finished"] for p in points}
+    after = {p.id: folder.read_record(out, p)["finished"] for p in points}
     assert [k for k in before if before[k] != after[k]] == [ok["id"]]
 
     # --rerun-failed runs the failed point again, and only it.
-    s3 = sweep.run(path, out, rerun_failed=True, quiet=True)
+    s3 = local.run(path, out, rerun_failed=True, quiet=True)
     assert s3["ran"] == 1
     assert results(out)["status"].tolist() == ["ok", "failed", "diverged"]
 
@@ -230,8 +232,8 @@ def test_a_point_past_the_timeout_is_stopped_with_everything_it_started(tmp_path
     path = write_spec(tmp_path, spec_dict(fixed={"sleep_s": 600.0}, grid={"x": [0]}))
     out = tmp_path / "out"
     t0 = time.time()
-    s = sweep.run(path, out, timeout=3, quiet=True)
-    assert s["counts"]["timeout"] == 1 and time.time() - t0 < 3 + sweep.STOP_GRACE_S + 15
+    s = local.run(path, out, timeout=3, quiet=True)
+    assert s["counts"]["timeout"] == 1 and time.time() - t0 < 3 + point_process.STOP_GRACE_S + 15
     row = results(out).iloc[0]
     assert row["status"] == "timeout" and "--timeout 3" in row["error"]
     assert _procs_in(out) == []  # the point's process group, its kernel included, is gone
@@ -245,13 +247,13 @@ def _set_status(out: Path, pid: str, status: str) -> None:
 def test_plan_runs_unfinished_points_and_failed_ones_only_when_asked(tmp_path, nb):
     spec = load_spec(spec_dict(grid={"x": [0, 1, 2, 3, 4, 5]}), tmp_path)
     out = tmp_path / "out"
-    sweep.open_dir(spec, out, force=False)
+    folder.open_dir(spec, out, force=False)
     for p, status in zip(spec.points[1:], ["running", "ok", "diverged", "failed", "timeout"]):
         (out / "runs" / p.id).mkdir(parents=True)
         _set_status_new(out, p.id, status)
-    todo, status = sweep.plan(spec, out, rerun_failed=False)
+    todo, status = folder.plan(spec, out, rerun_failed=False)
     assert [p.id[:2] for p in todo] == ["00", "01"]  # never started, and killed mid-run
-    todo, _ = sweep.plan(spec, out, rerun_failed=True)
+    todo, _ = folder.plan(spec, out, rerun_failed=True)
     assert [p.id[:2] for p in todo] == ["00", "01", "04", "05"]
     assert status[spec.points[0].id] == "pending"
 
@@ -323,31 +325,31 @@ def test_a_second_sweep_on_the_same_folder_is_refused_and_another_folder_runs(tm
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "sweep folder is locked by pid" in err[0] and str(os.getpid()) in err[0]
         assert not (tmp_path / "busy" / "results.csv").exists()
-        s = sweep.run(path, tmp_path / "free", quiet=True, report=False)
+        s = local.run(path, tmp_path / "free", quiet=True, report=False)
     assert s["counts"]["ok"] == 1
 
 
 # --- GPU slots --------------------------------------------------------------------------------------------
 def test_gpu_slots_are_disjoint_sets():
-    assert sweep.gpu_slots([], 2) == [None]
-    assert sweep.gpu_slots(["0", "1", "2", "3"], None) == [["0", "1", "2", "3"]]
-    assert sweep.gpu_slots(["0", "1", "2", "3", "4"], 2) == [["0", "1"], ["2", "3"]]
+    assert local.gpu_slots([], 2) == [None]
+    assert local.gpu_slots(["0", "1", "2", "3"], None) == [["0", "1", "2", "3"]]
+    assert local.gpu_slots(["0", "1", "2", "3", "4"], 2) == [["0", "1"], ["2", "3"]]
     with pytest.raises(SweepError, match="only 2 GPU"):
-        sweep.gpu_slots(["0", "1"], 3)
+        local.gpu_slots(["0", "1"], 3)
 
 
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
-    assert sweep.visible_gpus() == ["2", "5"]
+    assert local.visible_gpus() == ["2", "5"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert sweep.visible_gpus() == []
+    assert local.visible_gpus() == []
 
 
 @pytest.mark.slow
 def test_gpus_per_run_runs_points_concurrently_on_disjoint_gpu_sets(tmp_path, nb):
     path = write_spec(tmp_path, spec_dict(grid={"x": [0, 1]}, fixed={"sleep_s": 4.0}))
     out = tmp_path / "out"
-    s = sweep.run(path, out, gpus_per_run=2, gpus=["0", "1", "2", "3"], quiet=True)
+    s = local.run(path, out, gpus_per_run=2, gpus=["0", "1", "2", "3"], quiet=True)
     assert s["counts"]["ok"] == 2
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/run/summary.json"))]
     assert sorted(r["gpus"] for r in runs) == ["0,1", "2,3"]
@@ -372,7 +374,7 @@ def test_a_notebook_without_out_dir_runs_in_its_point_folder_and_records_values(
     path = write_spec(tmp_path, {"notebook": "mine.ipynb", "report": None, "grid": {"alpha": [1.5, 2.0]},
                                  "fixed": {"label": "x"}})
     out = tmp_path / "out"
-    s = sweep.run(path, out, quiet=True)
+    s = local.run(path, out, quiet=True)
     assert s["counts"]["ok"] == 2
     df = results(out)
     assert df["alpha"].tolist() == [1.5, 2.0] and df["score"].tolist() == [3.0, 4.0]
@@ -400,9 +402,9 @@ def test_results_csv_keeps_integers_integers_when_a_point_has_no_figures_yet(tmp
     for point, record in ((done, {"status": "ok", "runs": 1, "wall_s": 2.5,
                                   "figures": {"steps": 48, "images_per_sec": 10.5}}),
                           (running, {"status": "running", "started": time.time()})):
-        sweep.point_dir(out, point).mkdir(parents=True)
-        (sweep.point_dir(out, point) / sweep.POINT_JSON).write_text(json.dumps({"id": point.id, **record}))
-    lines = sweep.write_results(spec, out).read_text().splitlines()
+        folder.point_dir(out, point).mkdir(parents=True)
+        (folder.point_dir(out, point) / folder.POINT_JSON).write_text(json.dumps({"id": point.id, **record}))
+    lines = sweep_results.write_results(spec, out).read_text().splitlines()
     header, first = lines[0].split(","), lines[1].split(",")
     row = dict(zip(header, first))
     assert row["steps"] == "48" and row["runs"] == "1" and row["x"] == "1" and row["images_per_sec"] == "10.5"

@@ -77,8 +77,8 @@ def add(sub) -> None:
 
 
 def sweep(args) -> int:
-    from ..experiments import sweep as sweep_mod
-    from ..experiments.sweep_spec import load as load_spec
+    from ..experiments.sweep import local as sweep_mod
+    from ..experiments.sweep.spec import load as load_spec
 
     spec = load_spec(args.spec)
     out = Path(args.out)
@@ -95,7 +95,7 @@ def sweep(args) -> int:
         return 0
     if args.backend == "slurm":
         from ..cluster import slurm
-        from ..experiments import sweep_slurm
+        from ..experiments.sweep import slurm as sweep_slurm
 
         opts = slurm.ArrayOptions(max_concurrent=args.max_concurrent, gpus_per_task=args.gpus_per_run,
                                   time=args.time, partition=args.partition, account=args.account,

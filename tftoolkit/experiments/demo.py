@@ -16,11 +16,20 @@ values are changed to suit them (replica counts, a larger model and batch), and 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from .. import rundir
+import yaml
+
+from .. import logs, rundir
+from ..data.catalog import ensure_shapes16k
+from ..data.home import default_dir
 from ..errors import SweepError, ToolkitError
+from .sweep import local
+from .sweep.html import render_report
+from .sweep.spec import load as load_spec
 
 log = logging.getLogger("tftoolkit")
 
@@ -45,7 +54,6 @@ def replica_counts(gpus: int) -> list[int]:
 
 def specs(gpus: int) -> dict[str, dict]:
     """The demo's two sweep specs: sweeps/scaling.yaml and sweeps/batch_lr.yaml, adjusted to this machine."""
-    import yaml
 
     out = {}
     for name in ("scaling", "batch_lr"):
@@ -67,9 +75,7 @@ def specs(gpus: int) -> dict[str, dict]:
 
 def run(out="runs/demo", *, force: bool = False, quiet: bool = False) -> dict:
     """Run the demo into ``out``; returns {"report": html path, "sweeps": {...}, "wall_s": ...}."""
-    from ..logs import ensure_logging
-
-    ensure_logging(quiet)
+    logs.ensure_logging(quiet)
     out = Path(out)
     # One demo per folder; its sweeps lock their own folders too, so a sweep started by hand there waits its turn.
     with rundir.lock(out, "demo folder"):
@@ -77,11 +83,8 @@ def run(out="runs/demo", *, force: bool = False, quiet: bool = False) -> dict:
 
 
 def _run(out: Path, force: bool, quiet: bool) -> dict:
-    from . import sweep
-    from .sweep_spec import load as load_spec
-
     t0 = time.time()
-    gpus = sweep.visible_gpus()
+    gpus = local.visible_gpus()
     log.info("demo: %s", f"{len(gpus)} GPU(s) visible: scaling over {replica_counts(len(gpus))} replicas" if gpus
              else "no GPU: replicas are simulated as 4 logical CPU devices sharing the host's cores")
     _prepare_data()
@@ -90,7 +93,7 @@ def _run(out: Path, force: bool, quiet: bool) -> dict:
         loaded = load_spec(spec, base_dir=SWEEPS)
         log.info("demo: sweep %s (%d points) -> %s", name, len(loaded.points), out / name)
         try:
-            results[name] = sweep.run(loaded, out / name, timeout=POINT_TIMEOUT_S, force=force, report=False,
+            results[name] = local.run(loaded, out / name, timeout=POINT_TIMEOUT_S, force=force, report=False,
                                       quiet=quiet)
         except SweepError as e:
             if "different sweep" not in str(e):
@@ -101,16 +104,13 @@ def _run(out: Path, force: bool, quiet: bool) -> dict:
     if _bench_allreduce(out / "allreduce", len(gpus) or 4, gpus=bool(gpus), quiet=quiet):
         sources.append(out / "allreduce")
     log.info("demo: report")
-    html, error = sweep.render_report(REPORT_NOTEBOOK, sources, out, timeout=POINT_TIMEOUT_S)
+    html, error = render_report(REPORT_NOTEBOOK, sources, out, timeout=POINT_TIMEOUT_S)
     return {"report": html, "report_error": error, "sweeps": results, "wall_s": time.time() - t0}
 
 
 def _bench_allreduce(out: Path, replicas: int, gpus: bool, quiet: bool) -> bool:
     """All-reduce time and bandwidth per implementation (``tftoolkit bench allreduce``, in its own process so
     this one never imports TensorFlow), for the report's communication figures. Kept when already there."""
-    import subprocess
-    import sys
-
     if (out / "allreduce.csv").exists():
         return True
     sizes = "4KiB..256MiB" if gpus else "4KiB,64KiB,1MiB,16MiB"
@@ -130,9 +130,6 @@ def _bench_allreduce(out: Path, replicas: int, gpus: bool, quiet: bool) -> bool:
 
 
 def _prepare_data() -> None:
-    from ..data.catalog import ensure_shapes16k
-    from ..data.home import default_dir
-
     t0 = time.time()
     ensure_shapes16k()
     log.info("demo: shapes16k ready in %s (%.0f s)", default_dir(), time.time() - t0)

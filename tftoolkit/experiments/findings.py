@@ -1,7 +1,8 @@
 """What a set of results shows, in sentences computed from them: the "what we found" block of a report.
 
-    from tftoolkit.experiments import findings, report
-    res = report.load(["runs/demo/scaling", "runs/demo/batch_lr"])
+    from tftoolkit.experiments import findings
+    from tftoolkit.experiments.report import results
+    res = results.load(["runs/demo/scaling", "runs/demo/batch_lr"])
     findings.markdown(res)      # a short Markdown list, for the top of report.html
 
 One finding per question the results can answer, and none for a question they cannot (no scaling runs: no
@@ -23,10 +24,10 @@ import math
 import pandas as pd
 
 from .. import summary as summary_schema
-from . import report
+from .report import results, tables
 
-# Accuracy points (of 100) within which a large batch "holds" the small batch's accuracy (the issue's, and
-# roughly the run-to-run spread of these short CPU runs).
+# Accuracy points (of 100) within which a large batch "holds" the small batch's accuracy (about the run-to-run
+# spread of these short CPU runs).
 HOLDS_WITHIN = 5.0
 
 
@@ -41,10 +42,10 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"] if "status" in df.columns else df
 
 
-def scaling(res: report.Results) -> list[str]:
-    """One sentence per group of runs that differ only in replica count (report.scaling_frame): its largest count's
+def scaling(res: results.Results) -> list[str]:
+    """One sentence per group of runs that differ only in replica count (results.scaling_frame): its largest count's
     speed-up and efficiency over its smallest, from the mean of its repeats (seeds), with their spread."""
-    df = report.scaling_frame(res)
+    df = results.scaling_frame(res)
     if df.empty or "speedup" not in df.columns:
         return []
     out = []
@@ -74,29 +75,39 @@ def scaling(res: report.Results) -> list[str]:
     return out
 
 
-def communication(res: report.Results) -> list[str]:
-    df = report.scaling_frame(res)
+def communication(res: results.Results) -> list[str]:
+    """One sentence per group of runs that differ only in replica count (as ``scaling``): where the all-reduce
+    overtakes the compute, or its largest share of the step; repeats (seeds) at one count are averaged."""
+    df = results.scaling_frame(res)
     need = {"compute_time_s", "allreduce_time_s", "replicas"}
     if df.empty or not need <= set(df.columns):
         return []
-    g = _ok(df).dropna(subset=list(need))
-    g = g[g["replicas"] > 1].sort_values("replicas")
-    if g.empty:
-        return []
-    over = g[g["allreduce_time_s"] > g["compute_time_s"]]
-    if not over.empty:
-        r = over.iloc[0]
-        return [f"**Communication:** the gradient all-reduce overtakes the compute at {int(r['replicas'])} replicas "
-                f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): past "
-                "that, more replicas buy little. A larger per-replica batch or a faster interconnect moves the point."]
-    frac = (g["allreduce_time_s"] / (g["allreduce_time_s"] + g["compute_time_s"]))
-    worst = g.loc[frac.idxmax()]
-    return [f"**Communication:** the all-reduce never overtakes the compute in these runs; its largest share is "
-            f"{frac.max():.0%} of the step, at {int(worst['replicas'])} replicas."]
+    groups = df.groupby(["mode", "group"], sort=False)
+    out = []
+    for (mode, group), g in groups:
+        g = _ok(g).dropna(subset=list(need))
+        g = g[g["replicas"] > 1]
+        if g.empty:
+            continue
+        at = g.groupby("replicas")[["compute_time_s", "allreduce_time_s"]].mean().sort_index()
+        where = ", ".join(x for x in (mode, group) if x) if groups.ngroups > 1 or group else ""
+        head = f"**Communication ({where}):**" if where else "**Communication:**"
+        over = at[at["allreduce_time_s"] > at["compute_time_s"]]
+        if not over.empty:
+            n, r = over.index[0], over.iloc[0]
+            out.append(f"{head} the gradient all-reduce overtakes the compute at {int(n)} replicas "
+                       f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): "
+                       "past that, more replicas buy little. A larger per-replica batch or a faster interconnect moves "
+                       "the point.")
+            continue
+        frac = at["allreduce_time_s"] / (at["allreduce_time_s"] + at["compute_time_s"])
+        out.append(f"{head} the all-reduce never overtakes the compute in these runs; its largest share is "
+                   f"{frac.max():.0%} of the step, at {int(frac.idxmax())} replicas.")
+    return out
 
 
-def batch_and_lr(res: report.Results) -> list[str]:
-    _, _, runs = report.batch_frames(res)
+def batch_and_lr(res: results.Results) -> list[str]:
+    _, _, runs = results.batch_frames(res)
     if runs.empty or not {"global_batch", "val_accuracy"} <= set(runs.columns):
         return []
     ok = _ok(runs).dropna(subset=["val_accuracy"])
@@ -170,7 +181,7 @@ def _linear_regime(ok: pd.DataFrame, noise_scale: float | None = None) -> list[s
     return sentences
 
 
-def _noise_scale(res: report.Results) -> tuple[str, float] | None:
+def _noise_scale(res: results.Results) -> tuple[str, float] | None:
     """The runs' noise scale (noise_scale.robust_estimate, as summary.json records it), from the reliable runs only;
     when every measured run is unreliable, a sentence that says so and no figure."""
     if res.runs.empty or "noise_scale" not in res.runs.columns:
@@ -202,7 +213,7 @@ def _named(rows: pd.DataFrame, labels: pd.Series) -> str:
     return "; ".join(items[:LIST_AT_MOST]) + (f"; and {more} more" if more > 0 else "")
 
 
-def input_capacity(res: report.Results) -> list[str]:
+def input_capacity(res: results.Results) -> list[str]:
     """Whether and where the runs were input-bound (summary's input_verdict and input_headroom), that every
     measured run was fed, or that these runs did not measure it (written before runs measured their input)."""
     runs = res.runs
@@ -217,7 +228,7 @@ def input_capacity(res: report.Results) -> list[str]:
     if measured.empty:
         return ["**Input capacity:** not measured for these runs (they were written before runs measured it): "
                 "whether the input kept up is not known."]
-    labels, verdict = report.run_labels(res), verdict[measured.index]
+    labels, verdict = tables.run_labels(res), verdict[measured.index]
     bound = measured[verdict == "input-bound"].sort_values("input_headroom")
     near = measured[verdict == "near"].sort_values("input_headroom")
     unmeasured = len(runs) - len(measured)
@@ -254,7 +265,7 @@ def _text(v) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)  # results.csv's blank is NaN
 
 
-def failures(res: report.Results) -> list[str]:
+def failures(res: results.Results) -> list[str]:
     df = res.points if not res.points.empty else res.runs
     if df.empty or "status" not in df.columns:
         return []
@@ -267,10 +278,10 @@ def failures(res: report.Results) -> list[str]:
     return [f"**{len(bad)} of {len(df)} did not finish normally:** " + "; ".join(items) + "."]
 
 
-def recorded(res: report.Results) -> list[str]:
+def recorded(res: results.Results) -> list[str]:
     """For a sweep of any notebook: the range of each numeric result it recorded, and the point at each end (which
     end is better is the notebook's to say)."""
-    table = report.recorded(res)
+    table = tables.recorded(res)
     if table.empty:
         return []
     out = []
@@ -291,7 +302,7 @@ def recorded(res: report.Results) -> list[str]:
     return out
 
 
-def all_findings(res: report.Results) -> list[str]:
+def all_findings(res: results.Results) -> list[str]:
     return (scaling(res) + communication(res) + input_capacity(res) + batch_and_lr(res) + recorded(res)
             + failures(res))
 
@@ -300,7 +311,7 @@ NOTHING = ("**Nothing to report yet:** no run, sweep or all-reduce folder was fo
            "sweep (`tftoolkit sweep SPEC --out runs/NAME`) or `make demo`, then this report again.")
 
 
-def markdown(res: report.Results) -> str:
+def markdown(res: results.Results) -> str:
     """The findings as a Markdown list under a heading; a clear sentence when there is nothing to report."""
     found = all_findings(res)
     if not found and res.runs.empty and res.allreduce.empty and res.points.empty:

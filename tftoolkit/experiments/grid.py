@@ -18,10 +18,12 @@ import logging
 import math
 from pathlib import Path
 
-from .. import fileio
+import pandas as pd
+
+from .. import fileio, logs
 from .. import summary as summary_schema
 from ..errors import ToolkitError
-from .sweep_spec import combinations, slug
+from .sweep.spec import combinations, slug
 
 log = logging.getLogger("tftoolkit")
 
@@ -39,12 +41,10 @@ def train_grid(base: dict, grid: dict, out, *, paired: dict | None = None, force
                quiet: bool = True):
     """Train ``base`` updated with every combination of ``grid`` (crossed) and ``paired`` (zipped); returns the
     results frame (also written to ``out/results.csv`` after every run)."""
-    import pandas as pd
-
-    from ..logs import ensure_logging
+    # Deferred: training (TensorFlow's side) starts only when a run does; importing this module must not.
     from ..training import train
 
-    ensure_logging(quiet)
+    logs.ensure_logging(quiet)
     grid = {k: list(v) for k, v in (grid or {}).items()}
     zipped = {k: list(v) for k, v in (paired or {}).items()}
     points = combinations(grid, zipped)

@@ -17,7 +17,12 @@ import logging
 import os
 from pathlib import Path
 
+from .. import logs
+from ..config import accumulation_plan
+from ..data.catalog import ensure_shapes16k
+from ..data.home import SHAPES16K
 from ..errors import ConfigError
+from ..fileio import ensure_dir
 
 log = logging.getLogger("tftoolkit")
 
@@ -79,15 +84,11 @@ def project_root(start: Path | None = None) -> Path | None:
 def start(out_dir: str, quiet: bool = False) -> Path:
     """Work from the repository root (so data/ and runs/ mean the same everywhere), create ``out_dir``,
     and show the toolkit's log lines in the notebook; returns the output folder."""
-    from ..logs import ensure_logging
-
-    ensure_logging(quiet)
+    logs.ensure_logging(quiet)
     root = project_root()
     if root is not None and Path.cwd().resolve() != root:
         os.chdir(root)
         log.info("working directory: %s (the repository root)", root)
-    from ..fileio import ensure_dir
-
     return ensure_dir(out_dir, "out_dir")
 
 
@@ -110,8 +111,6 @@ def batch_points(global_batches: list, replicas: int, accumulate: int = 1, max_p
     "accumulate": the K of each (config.accumulation_plan: the fewest micro-batches, at least ``accumulate``, whose
     per-replica batch is at most ``max_per_replica_batch``, the most a replica holds; 0: no cap). A batch that does
     not divide among the replicas keeps ``accumulate``: its run is refused and recorded like any other."""
-    from ..config import accumulation_plan
-
     ks = []
     for g in global_batches:
         per_replica = g // replicas
@@ -128,8 +127,5 @@ def batch_points(global_batches: list, replicas: int, accumulate: int = 1, max_p
 
 def prepare_data(dataset: str) -> None:
     """Make shapes16k on first use (about 20 s on 2 cores); nothing for other datasets."""
-    from ..data.catalog import ensure_shapes16k
-    from ..data.home import SHAPES16K
-
     if dataset == SHAPES16K:
         ensure_shapes16k()

@@ -25,9 +25,13 @@ import logging
 import math
 from pathlib import Path
 
+import pandas as pd
+
+from .. import fileio, logs
 from .. import summary as summary_schema
 from ..config import DEFAULT_PER_REPLICA_BATCH, RunConfig
 from ..errors import ConfigError
+from ..measure import stats
 
 log = logging.getLogger("tftoolkit")
 
@@ -93,10 +97,6 @@ def configs(base: RunConfig, replicas, mode: str = "weak") -> list[RunConfig]:
 
 def table(rows: list[dict], mode: str):
     """scaling.csv from per-run rows (replicas, global_batch, per_replica_batch + summary fields)."""
-    import pandas as pd
-
-    from ..measure import stats
-
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -118,12 +118,12 @@ def table(rows: list[dict], mode: str):
 def scale(config: RunConfig | dict, replicas, out, mode: str = "weak", *, force: bool = False,
           quiet: bool = False):
     """Run ``config`` at each replica count into ``out/runs/r<N>`` and write ``out/scaling.csv``; returns it."""
-    from .. import fileio
+    # Deferred: the engine and training (TensorFlow's side) start only when a run does; importing this module
+    # (a file reader of scaling.csv) must not.
     from ..engine import devices
-    from ..logs import ensure_logging
     from ..training import train
 
-    ensure_logging(quiet)
+    logs.ensure_logging(quiet)
     if isinstance(config, dict):
         config = RunConfig.from_dict(config)
     runs = configs(config, replicas, mode)

@@ -33,6 +33,7 @@ def example_data(train_images: int, val_images: int, image_size: int, seed: int 
 
 def example_model(image_size: int, num_classes: int = NUM_CLASSES):
     """An uncompiled Keras classifier emitting logits: the model registry's small_cnn (engine.models)."""
+    # Deferred (here and in mirrored): the engine is TensorFlow's side, which the notebook starts with init_devices.
     from ..engine import models
 
     return models.small_cnn((image_size, image_size, 3), num_classes)

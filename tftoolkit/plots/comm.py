@@ -5,7 +5,7 @@ Inputs are tidy frames:
     allreduce.csv (``tftoolkit bench allreduce``): impl, replicas, payload, size_bytes, time_s, busbw_GBps, status
         payload "buffer" rows are the size sweep; "grads:<model>" rows are that model's own gradient set,
         drawn as stars at their total size so they can be read against the sweep.
-    runs (``tftoolkit.experiments.report.scaling_frame``): replicas, compute_time_s, allreduce_time_s,
+    runs (``tftoolkit.experiments.report.results.scaling_frame``): replicas, compute_time_s, allreduce_time_s,
         [allreduce_direct_time_s], [communication_fraction]
 
 Bandwidths follow nccl-tests (busbw = algbw x 2(n-1)/n), so a busbw curve compares directly with a link's
@@ -17,8 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ..errors import DataError
+from .scaling import configurations
 from .theme import IDEAL_STYLE, bytes_axis, footnote, format_bytes, new_figure, replicas_axis, require, themed
 
 IMPL_LABELS = {
@@ -119,8 +121,6 @@ def plot_allreduce_time(df: pd.DataFrame) -> Figure:
 
 def _grad_handles(grad_sets: dict) -> list:
     """Legend entries for the gradient-set stars, in neutral grey (their colour is the implementation's)."""
-    from matplotlib.lines import Line2D
-
     out = []
     for model, g in grad_sets.items():
         tensors = g.get("tensors")
@@ -168,35 +168,68 @@ def plot_busbw(df: pd.DataFrame, rated_GBps: float | None = None) -> Figure:
     return fig
 
 
+COMM_COLUMNS = ("compute_time_s", "allreduce_time_s", "allreduce_direct_time_s")
+
+
+def comm_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration (``group``, as ``plots.scaling.configurations`` labels it) and replica count: the
+    mean compute, all-reduce paid in the step and (when measured) all-reduce timed alone, in seconds, and
+    ``communication_share`` = all-reduce / (compute + all-reduce) in percent."""
+    require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "communication vs compute plot")
+    cols = [c for c in COMM_COLUMNS if c in df.columns]
+    parts = []
+    for name, runs in configurations(df):
+        agg = runs.groupby("replicas")[cols].mean().sort_index().reset_index()
+        parts.append(agg.assign(group=name))
+    out = pd.concat(parts, ignore_index=True)[["group", "replicas", *cols]]
+    if out[["compute_time_s", "allreduce_time_s"]].isna().all().all():
+        raise DataError("communication vs compute plot: compute_time_s / allreduce_time_s are empty (measure off?)")
+    out["communication_share"] = out["allreduce_time_s"] / (out["compute_time_s"] + out["allreduce_time_s"]) * 100
+    return out
+
+
 @themed
 def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
-    """Per-step compute and gradient all-reduce time as replicas grow (left), and communication's share (right).
+    """Per-step compute and gradient all-reduce time as replicas grow (left), and communication's share (right);
+    one set of lines per configuration (``comm_frame``), coloured by configuration when there are several.
 
     Where the all-reduce line crosses the compute line (share above 50%), adding replicas stops paying off.
     """
-    require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "communication vs compute plot")
-    agg = df.groupby("replicas")[[c for c in ("compute_time_s", "allreduce_time_s", "allreduce_direct_time_s")
-                                  if c in df.columns]].mean().sort_index()
-    if agg[["compute_time_s", "allreduce_time_s"]].isna().all().all():
-        raise DataError("communication vs compute plot: compute_time_s / allreduce_time_s are empty (measure off?)")
+    table = comm_frame(df)
+    groups = list(dict.fromkeys(table["group"]))
+    many = len(groups) > 1
     fig, (ax, ax2) = new_figure(ncols=2, width=10.5, height=4.0)
-    n = agg.index.to_numpy()
-    ax.plot(n, agg["compute_time_s"] * 1e3, marker="o", lw=1.8, color="#4c72b0", label="compute (no all-reduce)")
-    ax.plot(n, agg["allreduce_time_s"] * 1e3, marker="s", lw=1.8, color="#dd8452", label="all-reduce paid in the step")
-    if "allreduce_direct_time_s" in agg.columns and agg["allreduce_direct_time_s"].notna().any():
-        ax.plot(n, agg["allreduce_direct_time_s"] * 1e3, marker="^", lw=1.2, ls="--", color="#dd8452",
-                label="gradient all-reduce timed alone")
-    replicas_axis(ax, n)
-    peak = float(np.nanmax(agg.to_numpy(dtype=float))) * 1e3
+    styles = (("compute_time_s", "o", "-", 1.8, "compute (no all-reduce)"),
+              ("allreduce_time_s", "s", "-." if many else "-", 1.8, "all-reduce paid in the step"),
+              ("allreduce_direct_time_s", "^", "--", 1.2, "gradient all-reduce timed alone"))
+    drawn = set()
+    for k, name in enumerate(groups):
+        agg = table[table["group"] == name]
+        n = agg["replicas"].to_numpy()
+        for col, marker, ls, lw, label in styles:
+            if col not in agg.columns or agg[col].isna().all():
+                continue
+            # One colour per configuration when there are several (named in the right panel's legend); else the
+            # compute and all-reduce colours of the step breakdown.
+            colour = f"C{k}" if many else ("#4c72b0" if col == "compute_time_s" else "#dd8452")
+            ax.plot(n, agg[col] * 1e3, marker=marker, lw=lw, ls=ls, color=colour,
+                    label=f"{label} ({name})" if many else label)
+            drawn.add(col)
+        ax2.plot(n, agg["communication_share"].values, marker="o", lw=1.8, color=f"C{k}" if many else "#dd8452",
+                 label=name if many else "all-reduce / (compute + all-reduce)")
+    replicas_axis(ax, table["replicas"])
+    peak = float(np.nanmax(table[[c for c in COMM_COLUMNS if c in table.columns]].to_numpy(dtype=float))) * 1e3
     ax.set_ylim(0, peak * 1.4 if peak > 0 else 1)  # headroom for the legend above the lines
     ax.set_xlabel("replicas (N)")
     ax.set_ylabel("time per training step (ms)")
     ax.set_title("Compute vs communication per step")
-    ax.legend(loc="upper left", fontsize=8)
-    frac = agg["allreduce_time_s"] / (agg["compute_time_s"] + agg["allreduce_time_s"]) * 100
-    ax2.plot(n, frac.values, marker="o", lw=1.8, color="#dd8452", label="all-reduce / (compute + all-reduce)")
+    if many:  # the parts by line style, in grey: the colours are the configurations, named on the right
+        ax.legend(handles=[Line2D([], [], marker=marker, ls=ls, lw=lw, color="0.45", label=label)
+                           for col, marker, ls, lw, label in styles if col in drawn], loc="upper left", fontsize=8)
+    else:
+        ax.legend(loc="upper left", fontsize=8)
     ax2.axhline(50, **IDEAL_STYLE, label="communication = compute")
-    replicas_axis(ax2, n)
+    replicas_axis(ax2, table["replicas"])
     ax2.set_ylim(0, 100)
     ax2.set_xlabel("replicas (N)")
     ax2.set_ylabel("communication share of the step (%)")

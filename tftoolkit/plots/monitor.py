@@ -11,6 +11,7 @@ import re
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import DataError
@@ -106,8 +107,6 @@ def plot_monitor_timeseries(df: pd.DataFrame, metrics=None, *, include_cores: bo
             else:
                 leg.remove()  # the same devices in the same colours: one legend is enough
     if phases:
-        from matplotlib.patches import Patch
-
         fig.legend(handles=[Patch(color=colours[p], alpha=0.5, label=p) for p in phases], title="phase",
                    loc="outside upper center", ncols=min(len(phases), 6), frameon=False)
     return fig

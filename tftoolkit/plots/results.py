@@ -1,7 +1,7 @@
 """What a sweep of any notebook recorded: each numeric result against each swept parameter.
 
 Input: a tidy frame, one row per sweep point, with the swept parameters and the results the point's notebook wrote
-to ``results.json`` (``tftoolkit.experiments.report.recorded``), plus ``status``. One panel per (result, parameter)
+to ``results.json`` (``tftoolkit.experiments.report.tables.recorded``), plus ``status``. One panel per (result, parameter)
 pair; points that did not finish are drawn as red crosses at the bottom of their panel, never dropped.
 """
 

@@ -1,6 +1,6 @@
 """Scaling figures: throughput against the ideal line, efficiency, where each step's time goes, images per replica.
 
-Input is a tidy frame with one row per training run (``tftoolkit.experiments.report.scaling_frame`` builds it from run
+Input is a tidy frame with one row per training run (``tftoolkit.experiments.report.results.scaling_frame`` builds it from run
 directories; ``scaling.csv`` from ``tftoolkit scale`` has the same columns):
 
     replicas, images_per_sec, [images_per_sec_uncertainty | uncertainty], [mode], [device_kind],
@@ -13,6 +13,7 @@ each replica's slice gets too small to keep a device busy.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -34,9 +35,10 @@ def _uncertainty(df: pd.DataFrame) -> pd.Series:
     return pd.Series(np.nan, index=df.index)
 
 
-def _series(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One (label, rows) per line to draw: per scaling mode and, where a frame has them, per group of runs that differ
-    only in replica count (report.scaling_frame's ``group``): configurations are never averaged together."""
+def configurations(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """One (label, rows) per line or bar set to draw: per scaling mode and, where a frame has them, per group of runs
+    that differ only in replica count (``tftoolkit.scaling``'s ``group``): configurations are never averaged
+    together. The label ("weak scaling, model=small_cnn") is "" for a frame without mode or group."""
     keys = [c for c in ("mode", "group") if c in df.columns]
     if not keys:
         return [("", df)]
@@ -82,7 +84,7 @@ def plot_throughput(df: pd.DataFrame) -> Figure:
     if data.empty:
         raise DataError("throughput plot: no run finished with a throughput (all failed?)")
     fig, ax = new_figure(width=6.4, height=4.2)
-    series = _series(data)
+    series = configurations(data)
     markers = ["o", "s", "^", "D"]
     for k, (name, rows) in enumerate(series):
         if rows.empty:
@@ -121,7 +123,7 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
     if data.empty:
         raise DataError("efficiency plot: no run finished with a throughput")
     fig, ax = new_figure(width=6.0, height=3.8)
-    for k, (name, rows) in enumerate(_series(data)):
+    for k, (name, rows) in enumerate(configurations(data)):
         agg = _means(rows)
         if agg.empty:
             continue
@@ -142,7 +144,8 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
 
 
 def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Long frame (replicas, part, ms) of compute / all-reduce / input wait per step, averaged per replica count."""
+    """Long frame (group, replicas, part, ms) of compute / all-reduce / input wait per step, averaged over the runs
+    of one configuration (``configurations``: its label is ``group``) at one replica count."""
     require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "step-time breakdown")
     data = df.copy()
     if "input_wait_s" not in data.columns:
@@ -151,11 +154,13 @@ def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
         else:
             data["input_wait_s"] = 0.0
     rows = []
-    for n, g in data.groupby("replicas"):
-        for col, part in BREAKDOWN_PARTS:
-            v = g[col].astype(float).mean()
-            rows.append({"replicas": int(n), "part": part, "ms": float(v) * 1e3 if v == v else math.nan})
-    out = pd.DataFrame(rows)
+    for name, runs in configurations(data):
+        for n, g in runs.groupby("replicas"):
+            for col, part in BREAKDOWN_PARTS:
+                v = g[col].astype(float).mean()
+                rows.append({"group": name, "replicas": int(n), "part": part,
+                             "ms": float(v) * 1e3 if v == v else math.nan})
+    out = pd.DataFrame(rows, columns=["group", "replicas", "part", "ms"])
     if out.loc[out["part"] != "input wait", "ms"].isna().all():
         raise DataError("step-time breakdown: compute_time_s / allreduce_time_s are empty (runs made with measure off?)")
     return out
@@ -163,11 +168,16 @@ def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 @themed
 def plot_step_breakdown(df: pd.DataFrame) -> Figure:
-    """Stacked bars: milliseconds per step spent computing, all-reducing gradients and waiting for input."""
+    """Stacked bars: milliseconds per step spent computing, all-reducing gradients and waiting for input; one set of
+    bars per configuration (named under its bars when there are several)."""
     long = breakdown_frame(df)
-    wide = long.pivot(index="replicas", columns="part", values="ms").fillna(0.0).sort_index()
-    fig, ax = new_figure(width=6.0, height=4.0)
-    x = np.arange(len(wide))
+    wide = long.pivot_table(index=["group", "replicas"], columns="part", values="ms", sort=False).fillna(0.0)
+    groups = list(dict.fromkeys(long["group"]))
+    wide = wide.reindex(pd.MultiIndex.from_tuples(
+        [(g, n) for g in groups for n in sorted(wide.loc[g].index)], names=["group", "replicas"]))
+    # A gap of one bar between configurations, so that each one's bars read as a set.
+    x = np.array([i + groups.index(g) for i, (g, _) in enumerate(wide.index)], dtype=float)
+    fig, ax = new_figure(width=max(6.0, 0.9 * len(x) + 2.0), height=4.0)
     bottom = np.zeros(len(wide))
     for _, part in BREAKDOWN_PARTS:
         vals = wide[part].to_numpy() if part in wide.columns else np.zeros(len(wide))
@@ -176,7 +186,13 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
     for xi, total in zip(x, bottom):
         ax.annotate(f"{total:.1f} ms", (xi, total), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{n}" for n in wide.index])
+    ax.set_xticklabels([f"{n}" for _, n in wide.index])
+    if len(groups) > 1:
+        for g in groups:
+            at = x[[k for k, (gg, _) in enumerate(wide.index) if gg == g]]
+            ax.annotate(g, (float(at.mean()), 0), xycoords=("data", "axes fraction"), xytext=(0, -28),
+                        textcoords="offset points", ha="center", va="top", fontsize=8)
+        ax.xaxis.labelpad = 18
     ax.set_xlabel("replicas (N)")
     ax.set_ylabel("time per training step (ms)")
     ax.set_ylim(0, bottom.max() * 1.15 if bottom.max() > 0 else 1)
@@ -193,8 +209,6 @@ def replica_examples_frame(runs: pd.DataFrame) -> pd.DataFrame:
     for _, r in runs.iterrows():
         counts = r["examples_per_replica"]
         if isinstance(counts, str):
-            import json
-
             counts = json.loads(counts)
         if counts is None or (isinstance(counts, float) and math.isnan(counts)):
             continue

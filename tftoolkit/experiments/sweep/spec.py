@@ -29,11 +29,14 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SweepError
+import yaml
+
+from ...errors import SweepError
 
 SPEC_KEYS = ("notebook", "report", "fixed", "grid", "zip", "description")
 OUT_PARAM = "out_dir"
@@ -82,8 +85,6 @@ def default_report() -> Path:
 # --- loading -------------------------------------------------------------------------------------------
 def _unique_keys_loader():
     """yaml.SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
-    import yaml
-
     class UniqueKeyLoader(yaml.SafeLoader):
         pass
 
@@ -111,8 +112,6 @@ def load(spec, base_dir: str | Path | None = None) -> Spec:
         path = Path(spec)
         if not path.is_file():
             raise SweepError(f"sweep spec {path} not found")
-        import yaml
-
         try:
             raw = yaml.load(path.read_text(), Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as e:
@@ -193,8 +192,8 @@ def _resolve(base: Path, value, what: str, source: str) -> Path:
 
 def declared_parameters(notebook: Path) -> dict:
     """The notebook's parameters as papermill infers them from the cell tagged ``parameters``."""
-    import logging
-
+    # Deferred: papermill and nbformat take about a second to import (startup.py); only checking a spec against its
+    # notebook needs them, and grid (in notebook 02's kernel) imports this module for combinations and slug.
     import nbformat
     import papermill
 
@@ -357,9 +356,10 @@ def check_value(name: str, value, declared: dict, source: str = "spec"):
                      f"{name}: {want}" + (f" of {elem.__name__}" if list in allowed and elem else "") + hint)
 
 
-def describe(point: Point) -> str:
+def point_label(point: Point) -> str:
+    """A point's parameters as a sentence names them: "replicas=2, model='small_cnn'"."""
     return ", ".join(f"{k}={v!r}" for k, v in point.params.items())
 
 
 __all__ = ["Spec", "Point", "load", "expand", "combinations", "check_value", "parse_type", "declared_parameters",
-           "default_report", "describe", "slug"]
+           "default_report", "point_label", "slug"]

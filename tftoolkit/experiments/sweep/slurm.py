@@ -1,12 +1,12 @@
 """``tftoolkit sweep SPEC --out DIR --backend slurm``: the points still to run, as one Slurm job array.
 
     DIR/slurm/jobs.json          every submission: job id, its array file, the point of each task index
-    DIR/slurm/array-<n>.json     what task i of submission n runs (sweep_task reads it)
+    DIR/slurm/array-<n>.json     what task i of submission n runs (task reads it)
     DIR/slurm/array-<n>.sbatch   the script that was submitted (cluster.slurm.array_script)
     DIR/slurm/<job>_<i>.out      each task's Slurm log
 
 Each array task runs exactly one point into DIR/runs/<id>/ through the local backend's own functions
-(``sweep_task``), so statuses, failure isolation, the timeout and results.csv are the same. The folder must be
+(``task``), so statuses, failure isolation, the timeout and results.csv are the same. The folder must be
 on a filesystem the nodes share (checked where it can be: cluster.slurm.check_shared).
 
 Resume: every run of the command first *reconciles*: a task that left Slurm's queue without writing its result
@@ -25,12 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fileio, logs, rundir
-from ..cluster import slurm
-from ..errors import SweepError
-from . import sweep
-from .sweep_spec import OUT_PARAM, Spec
-from .sweep_spec import load as load_spec
+from ... import fileio, logs, rundir
+from ...cluster import slurm
+from ...errors import SweepError
+from . import folder
+from .html import render_report
+from .results import write_results
+from .spec import OUT_PARAM, Spec
+from .spec import load as load_spec
 
 log = logging.getLogger("tftoolkit")
 
@@ -39,7 +41,7 @@ POLL_S = float(os.environ.get("TFTOOLKIT_SLURM_POLL_S", "2.0"))
 
 
 def _jobs_path(out: Path) -> Path:
-    return out / sweep.SLURM_JOBS
+    return out / folder.SLURM_JOBS
 
 
 def load_jobs(out: Path) -> list[dict]:
@@ -68,12 +70,12 @@ def reconcile(spec: Spec, out: Path, jobs: list[dict], active: dict) -> list[str
             point = by_id.get(pid)
             if point is None or (job_id, idx) in active:
                 continue
-            rec = sweep.read_record(out, point)
+            rec = folder.read_record(out, point)
             if rec and not _owned_by(rec, job_id):
                 continue  # a later submission owns this point now
             status = rec.get("status") if rec else "pending"
             refine = status == "cancelled" and not (rec.get("slurm") or {}).get("state")
-            if status in sweep.FINISHED and not refine:
+            if status in folder.FINISHED and not refine:
                 continue
             if states is None:
                 states = slurm.final_states(job_id)
@@ -87,9 +89,9 @@ def reconcile(spec: Spec, out: Path, jobs: list[dict], active: dict) -> list[str
                       "finished": (rec or {}).get("finished") or time.time()}
             record["slurm"] = {**(record.get("slurm") or {}), "job_id": job_id, "task": idx,
                                "state": state["state"] if state else "unknown"}
-            pdir = sweep.point_dir(out, point)
+            pdir = folder.point_dir(out, point)
             pdir.mkdir(parents=True, exist_ok=True)
-            fileio.write_json(pdir / sweep.POINT_JSON, record)
+            fileio.write_json(pdir / folder.POINT_JSON, record)
             changed.append(pid)
     return changed
 
@@ -104,7 +106,7 @@ def _submit(spec: Spec, out: Path, todo, opts: slurm.ArrayOptions, timeout, jobs
         entries.append({"index": p.index, "id": p.id, "params": p.params, "inject": p.inject})
     fileio.write_json(array_json, {"notebook": str(Path(spec.notebook).resolve()), "takes_out_dir": spec.takes_out_dir,
                                    "out_param": OUT_PARAM, "timeout": timeout, "points": entries})
-    command = [sys.executable, "-m", "tftoolkit.experiments.sweep_task", str(out.resolve()), str(array_json.resolve())]
+    command = [sys.executable, "-m", "tftoolkit.experiments.sweep.task", str(out.resolve()), str(array_json.resolve())]
     script = sdir / f"array-{n}.sbatch"
     fileio.atomic_write(script, slurm.array_script(command, len(todo), opts, sdir.resolve(), Path.cwd().resolve()))
     job_id = slurm.submit(script)
@@ -112,12 +114,12 @@ def _submit(spec: Spec, out: Path, todo, opts: slurm.ArrayOptions, timeout, jobs
            "submitted": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     fileio.write_json(_jobs_path(out), {"jobs": jobs + [job]})
     for i, p in enumerate(todo):
-        rec = sweep.read_record(out, p)
+        rec = folder.read_record(out, p)
         if _owned_by(rec, job_id):
             continue  # its task already started and wrote its own record
-        pdir = sweep.point_dir(out, p)
+        pdir = folder.point_dir(out, p)
         pdir.mkdir(parents=True, exist_ok=True)
-        fileio.write_json(pdir / sweep.POINT_JSON, {"id": p.id, "params": p.params, "status": "queued",
+        fileio.write_json(pdir / folder.POINT_JSON, {"id": p.id, "params": p.params, "status": "queued",
                                                     "slurm": {"job_id": job_id, "task": i}})
     return job
 
@@ -126,10 +128,8 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
         rerun_failed: bool = False, force: bool = False, wait: bool = True, report: bool = True,
         quiet: bool = False) -> dict:
     """Submit what is left of the sweep as a job array (and, with ``wait``, collect it); returns a summary dict
-    as ``sweep.run`` does, plus ``jobs`` (the job ids submitted now) and ``in_flight`` (points queued or running)."""
-    from ..logs import ensure_logging
-
-    ensure_logging(quiet)
+    as ``local.run`` does, plus ``jobs`` (the job ids submitted now) and ``in_flight`` (points queued or running)."""
+    logs.ensure_logging(quiet)
     if not isinstance(spec, Spec):
         spec = load_spec(spec)
     opts = opts or slurm.ArrayOptions()
@@ -140,7 +140,7 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
     slurm.require()
     out = rundir.path(out, "sweep folder")  # "" would be the working folder
     with rundir.lock(out, "sweep folder"):
-        resuming = sweep.open_dir(spec, out, force)
+        resuming = folder.open_dir(spec, out, force)
         if not resuming and _jobs_path(out).exists():
             _jobs_path(out).unlink()  # --force started the sweep over
         warning = slurm.check_shared(out, slurm.partition_nodes(opts.partition))
@@ -150,7 +150,7 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
         active = slurm.active_tasks([str(j["job_id"]) for j in jobs])
         reconcile(spec, out, jobs, active)
         in_flight = _points_of(jobs, active)
-        todo, status = sweep.plan(spec, out, rerun_failed)
+        todo, status = folder.plan(spec, out, rerun_failed)
         todo = [p for p in todo if p.id not in in_flight]
         submitted = None
         if todo:
@@ -161,7 +161,7 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
         else:
             log.info("sweep %s: nothing to submit (%d point(s) queued or running in Slurm, the rest finished)",
                      spec.notebook.name, len(in_flight))
-        sweep.write_results(spec, out)
+        write_results(spec, out)
         waiting = set(in_flight) | ({p.id for p in todo} if submitted else set())
     if wait and waiting:
         _wait(spec, out, waiting, quiet)
@@ -169,14 +169,14 @@ def run(spec, out, *, opts: slurm.ArrayOptions | None = None, timeout: float | N
         jobs = load_jobs(out)
         active = slurm.active_tasks([str(j["job_id"]) for j in jobs])
         reconcile(spec, out, jobs, active)
-        results = sweep.write_results(spec, out)
-        final = {p.id: sweep.point_status(out, p) for p in spec.points}
-        summary = {"out": str(out), "points": len(spec.points), "ran": len(todo), "counts": sweep.counts_of(final),
-                   "new_failures": sweep.new_failures(spec, out),
+        results = write_results(spec, out)
+        final = {p.id: folder.point_status(out, p) for p in spec.points}
+        summary = {"out": str(out), "points": len(spec.points), "ran": len(todo), "counts": folder.counts_of(final),
+                   "new_failures": folder.new_failures(spec, out),
                    "results": str(results), "report": None, "report_error": None,
                    "jobs": [submitted["job_id"]] if submitted else [], "in_flight": sorted(_points_of(jobs, active))}
         if report and spec.report is not None and not summary["in_flight"]:
-            summary["report"], summary["report_error"] = sweep.render_report(spec.report, [out], out, timeout=timeout)
+            summary["report"], summary["report_error"] = render_report(spec.report, [out], out, timeout=timeout)
     return summary
 
 
@@ -202,8 +202,8 @@ def _wait(spec: Spec, out: Path, waiting: set[str], quiet: bool) -> None:
             reconcile(spec, out, jobs, active)
             still = _points_of(jobs, active)
             for pid in sorted(left - still):
-                rec = sweep.read_record(out, by_id[pid]) or {}
-                if rec.get("status") not in sweep.FINISHED:
+                rec = folder.read_record(out, by_id[pid]) or {}
+                if rec.get("status") not in folder.FINISHED:
                     continue  # not written yet: the next poll sees it
                 left.discard(pid)
                 line = f"{pid}: {rec['status']}" + (f" ({rec['error']})" if rec.get("error") else "")
@@ -212,7 +212,7 @@ def _wait(spec: Spec, out: Path, waiting: set[str], quiet: bool) -> None:
                     log.info("%s", line)
                 else:
                     bar.write(line)
-            sweep.write_results(spec, out)
+            write_results(spec, out)
             if not still and left:
                 # Ended without any record even after reconciling: nothing more will come.
                 break

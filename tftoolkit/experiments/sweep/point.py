@@ -1,9 +1,10 @@
-"""One sweep point, in its own process: run the notebook with papermill and record how it ended.
+"""One sweep point's process: how the sweep starts and stops it (``spawn``, ``stop``), and what it runs (``main``:
+the notebook with papermill, recording how it ended).
 
-    python -m tftoolkit.experiments.sweep_point NOTEBOOK OUTPUT_NOTEBOOK PARAMETERS_JSON OUTCOME_JSON PARENT_PID
+    python -m tftoolkit.experiments.sweep.point NOTEBOOK OUTPUT_NOTEBOOK PARAMETERS_JSON OUTCOME_JSON PARENT_PID
 
-``tftoolkit.experiments.sweep`` starts this in a new process group (so a timeout can stop it and everything it started)
-and reads OUTCOME_JSON afterwards: ``{"status": "ok" | "failed" | "interrupted", "error": ..., "wall_s": ...}``.
+``spawn`` starts this in a new process group (so a timeout can stop it and everything it started), and the sweep
+reads OUTCOME_JSON afterwards: ``{"status": "ok" | "failed" | "interrupted", "error": ..., "wall_s": ...}``.
 A notebook that raises is ``failed`` with the exception's first line; a kernel that dies (killed by the OS,
 typically out of memory) is ``failed`` with that said. Diverged runs are not failures here: the sweep reads
 their status from the run summaries the notebook wrote.
@@ -16,13 +17,50 @@ orphan still writing into the point's folder.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from .. import fileio
-from ..cluster import procs
+from ... import fileio, gpus
+from ...cluster import procs
+from ..startup import skip_slow_format_checkers
+from .folder import OUTCOME_JSON, PARAMS_JSON
+
+STOP_GRACE_S = 10.0   # after SIGTERM, how long a point gets to shut its kernel down before SIGKILL
+
+
+# --- the sweep's side: start and stop a point's process ------------------------------------------------------
+def child_env(devices: list[str] | None) -> dict:
+    """The point's environment: this one, unbuffered, with only ``devices`` visible (untouched for None)."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    if devices is not None:
+        env.update(gpus.child_env(devices))
+    return env
+
+
+def spawn(notebook: Path, output: Path, params: dict, pdir: Path, gpus, log_file,
+          cwd: Path | None = None) -> subprocess.Popen:
+    """Start ``notebook`` with ``params`` in its own process (``main``), writing into ``pdir``."""
+    params_path = pdir / PARAMS_JSON
+    fileio.write_json(params_path, params)
+    cmd = [sys.executable, "-m", "tftoolkit.experiments.sweep.point", str(Path(notebook).resolve()),
+           str(Path(output).resolve()), str(params_path.resolve()), str((pdir / OUTCOME_JSON).resolve()), str(os.getpid())]
+    # A new session: a timeout stops the point's whole process group, never the sweep itself.
+    return subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=child_env(gpus), start_new_session=True, cwd=cwd)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the point's process group (it shuts its kernel down), SIGKILL what is left after a grace period."""
+    procs.stop_group(proc, STOP_GRACE_S)
+
+
+# --- the point's process ---------------------------------------------------------------------------------------
 
 
 def _first_line(text) -> str:
@@ -36,8 +74,8 @@ def _interrupt(signum, frame):
 
 def run(notebook: str, output: str, parameters: dict) -> dict:
     """Execute ``notebook`` into ``output`` with ``parameters``; never raises, returns the outcome."""
-    import logging
-
+    # Deferred: papermill imports nbformat's validator, which must come after skip_slow_format_checkers() (run
+    # first in this process, see startup.py); the sweep's side (spawn, stop) never needs papermill at all.
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -78,7 +116,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .startup import skip_slow_format_checkers
-
     skip_slow_format_checkers()
     sys.exit(main())

@@ -1,0 +1,236 @@
+"""Reading sweep folders and run directories into ``Results``, and the runs each study compares.
+
+Which runs feed which figure is decided by the data, per source folder: a folder whose runs differ in replica
+count feeds the scaling figures; one whose runs differ in LR rule, or in global batch at one replica count,
+feeds the training-curve figures. A folder with both (or a single study) feeds whatever it can.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ... import fileio, rundir, scaling
+from ... import summary as summary_schema
+from ...errors import DataError
+
+log = logging.getLogger("tftoolkit")
+
+
+@dataclass
+class Results:
+    sources: list[Path]
+    points: pd.DataFrame                 # rows of every results.csv (column 'source' = the sweep folder)
+    runs: pd.DataFrame                   # one row per run directory: summary scalars + config + point params
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    allreduce: pd.DataFrame = field(default_factory=pd.DataFrame)
+    point_params: dict = field(default_factory=dict)   # source -> the parameter columns its sweep set
+    recorded: dict = field(default_factory=dict)       # source -> the result columns its notebook wrote (results.json)
+
+    def __repr__(self) -> str:
+        return (f"Results({len(self.sources)} source(s), {len(self.points)} sweep point(s), {len(self.runs)} run(s), "
+                f"{len(self.allreduce)} all-reduce row(s))")
+
+
+# --- loading ------------------------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict:
+    try:
+        return fileio.read_json(path)
+    except (OSError, ValueError):
+        return {}
+
+
+def _point_params(run_dir: Path, source: Path) -> tuple[str | None, dict]:
+    """The sweep point a run belongs to (nearest folder up with parameters.json) and its parameters."""
+    d = run_dir
+    while d != source and source in d.parents:
+        if (d / "parameters.json").exists():
+            params = _read_json(d / "parameters.json")
+            params.pop("out_dir", None)
+            return d.name, params
+        d = d.parent
+    return None, {}
+
+
+def _mode(run_dir: Path, params: dict) -> str | None:
+    if isinstance(params.get("mode"), str):
+        return params["mode"]
+    for d in list(run_dir.parents)[:3]:
+        if (d / "scaling.csv").exists():
+            try:
+                modes = pd.read_csv(d / "scaling.csv")["mode"].dropna().unique()
+                return str(modes[0]) if len(modes) else None
+            except (OSError, ValueError, KeyError):
+                return None
+    return None
+
+
+def _run_row(run_dir: Path, source: Path) -> dict:
+    try:
+        summary = summary_schema.read(run_dir)
+    except (OSError, ValueError):
+        summary = {}
+    config = _read_json(run_dir / "config.json").get("config", {})
+    point, params = _point_params(run_dir, source)
+    row = {"source": source.name, "run": str(run_dir.relative_to(source)), "run_dir": str(run_dir), "point": point}
+    for k, v in config.items():
+        if not isinstance(v, (list, dict)):
+            row[f"config.{k}"] = v
+    for k in ("warmup_epochs", "base_lr", "base_batch", "optimizer", "model"):
+        if k in config:
+            row[k] = config[k]
+    for k, v in summary.items():
+        if k == "examples_per_replica":
+            row[k] = v
+        elif not isinstance(v, (list, dict)):
+            row[k] = v
+    row.setdefault("status", "failed" if not summary else "ok")
+    row["mode"] = _mode(run_dir, params)
+    row["point_params"] = json.dumps(params) if params else None
+    return row
+
+
+def _csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
+def load(paths) -> Results:
+    """Everything under the given sweep folders / folders of run directories / run directories."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    sources = [Path(p) for p in paths]  # none: an empty Results, which every figure and table skips
+    missing = [str(p) for p in sources if not p.exists()]
+    if missing:
+        raise DataError(f"nothing to report: {', '.join(missing)} not found (run a sweep or a notebook first)")
+    points, runs, steps, evals, allreduce = [], [], [], [], []
+    point_params, recorded = {}, {}
+    for src in sources:
+        src = src.resolve()
+        if (src / "results.csv").exists() and (src / "sweep.json").exists():
+            p = _csv(src / "results.csv")
+            if "status" in p and not rundir.held(src):
+                # A point the sweep was running when it was killed: nothing runs it now (the rerun will).
+                p["status"] = p["status"].replace("running", "interrupted")
+            if not p.empty:
+                cols = list(p.columns)
+                # results.csv puts the point's parameters between 'id' and 'status'.
+                point_params[src.name] = cols[cols.index("id") + 1:cols.index("status")] \
+                    if {"id", "status"} <= set(cols) else []
+                # What each point's notebook wrote to results.json (its point.json names the columns).
+                names = set()
+                for pid in p.get("id", pd.Series(dtype=str)).astype(str):
+                    names |= set(_read_json(src / "runs" / pid / "point.json").get("recorded") or [])
+                recorded[src.name] = [c for c in cols if c in names]
+                points.append(p.assign(source=src.name))
+        run_dirs = sorted({s.parent for s in src.rglob("summary.json") if ".ipynb_checkpoints" not in s.parts})
+        for rd in run_dirs:
+            row = _run_row(rd, src.parent if rd == src else src)
+            runs.append(row)
+            for name, bucket in (("steps.csv", steps), ("evals.csv", evals)):
+                t = _csv(rd / name)
+                if not t.empty:
+                    bucket.append(t.assign(run=row["run"], source=row["source"]))
+        for ar in sorted(src.rglob("allreduce.csv")):
+            t = _csv(ar)
+            if not t.empty:
+                allreduce.append(t.assign(source=src.name, file=str(ar)))
+    runs_df = pd.DataFrame(runs)
+    res = Results(sources, pd.concat(points, ignore_index=True) if points else pd.DataFrame(), runs_df,
+                  _with_run_info(pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), runs_df),
+                  _with_run_info(pd.concat(evals, ignore_index=True) if evals else pd.DataFrame(), runs_df),
+                  pd.concat(allreduce, ignore_index=True) if allreduce else pd.DataFrame(), point_params, recorded)
+    log.info("report: %r", res)
+    return res
+
+
+def _with_run_info(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Attach each run's batch, rule, warmup and status, and the epoch each step/eval falls at."""
+    if frame.empty or runs.empty:
+        return frame
+    cols = [c for c in ("run", "source", "global_batch", "lr_rule", "warmup_epochs", "status", "train_examples",
+                        "replicas") if c in runs.columns]
+    out = frame.merge(runs[cols], on=["run", "source"], how="left")
+    if {"step", "global_batch", "train_examples"} <= set(out.columns):
+        # Epochs = examples seen / training-set size: the axis on which runs with different batches compare.
+        out["epoch_frac"] = out["step"] * out["global_batch"] / out["train_examples"]
+    return out
+
+
+# --- tidy frames for the figures ----------------------------------------------------------------------------
+def _varies(df: pd.DataFrame, col: str) -> bool:
+    return col in df.columns and df[col].dropna().nunique() > 1
+
+
+def scaling_runs(res: Results) -> pd.DataFrame:
+    """Runs from the sources that compare replica counts."""
+    if res.runs.empty or "replicas" not in res.runs.columns:
+        return pd.DataFrame()
+    keep = [s for s, g in res.runs.groupby("source") if _varies(g, "replicas")]
+    if not keep:
+        return pd.DataFrame()
+    return res.runs[res.runs["source"].isin(keep)]
+
+
+def batch_runs(res: Results) -> pd.DataFrame:
+    """Runs from the sources that compare LR rules, or global batches at a fixed replica count (in a weak
+    scaling study the global batch grows with the replicas too: that is not a batch-size study)."""
+    if res.runs.empty:
+        return pd.DataFrame()
+    keep = [s for s, g in res.runs.groupby("source")
+            if _varies(g, "lr_rule") or (_varies(g, "global_batch") and not _varies(g, "replicas"))]
+    if not keep:
+        return pd.DataFrame()
+    return res.runs[res.runs["source"].isin(keep)]
+
+
+def scaling_frame(res: Results) -> pd.DataFrame:
+    """One row per scaling run with speed-up and efficiency within its group of points that differ only in the
+    replica count: the columns of ``scaling.csv`` (see ``tftoolkit.scaling.speedups``)."""
+    runs = scaling_runs(res)
+    if runs.empty:
+        return runs
+    return scaling.speedups(runs)
+
+
+def batch_frames(res: Results) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(steps, evals, finals) of the batch/LR runs."""
+    runs = batch_runs(res)
+    if runs.empty:
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    keys = set(zip(runs["source"], runs["run"]))
+
+    def pick(frame):
+        if frame.empty:
+            return frame
+        return frame[[(s, r) in keys for s, r in zip(frame["source"], frame["run"])]]
+
+    return pick(res.steps), pick(res.evals), runs
+
+
+def discover(paths, out_dir) -> list[Path]:
+    """What to report on: ``paths`` when given, else every folder next to ``out_dir`` that holds results.
+
+    A folder holds results when it is a sweep folder (sweep.json), has run directories (summary.json) or an
+    all-reduce bench (allreduce.csv) in it; ``out_dir`` itself is left out. So 04_report with no arguments
+    reports on notebooks 01-03 run before it in the same ``runs/`` folder, or on every sweep there.
+    """
+    paths = [Path(p) for p in (paths or [])]
+    if paths:
+        return paths
+    out_dir = Path(out_dir).resolve()
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    found = []
+    for d in sorted(p for p in parent.iterdir() if p.is_dir() and p.resolve() != out_dir):
+        if (d / "sweep.json").exists() or next(d.rglob("summary.json"), None) or next(d.rglob("allreduce.csv"), None):
+            found.append(d)
+    return found
