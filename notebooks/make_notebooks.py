@@ -70,7 +70,7 @@ import tftoolkit
 from tftoolkit import fileio
 from tftoolkit.experiments import notebook as nb
 from tftoolkit.experiments.report import figures, results
-from tftoolkit.measure import allreduce, doctor, hardware
+from tftoolkit.measure import allreduce, allreduce_bench, doctor, hardware
 
 out = nb.start(out_dir)
 tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
@@ -99,8 +99,8 @@ Bus bandwidth follows nccl-tests (`busbw = algbw × 2(n−1)/n`), so it compares
 Implementations that cannot run here (NCCL without GPUs) are listed as skipped with the reason.
 """),
     code("""
-table = allreduce.bench(replicas, "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
-                        models=() if smoke else ("small_cnn",), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
+table = allreduce_bench.bench(replicas, "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
+                             models=() if smoke else ("small_cnn",), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
 table
 """),
     code("""
@@ -315,7 +315,7 @@ out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures
 import tftoolkit
 from tftoolkit.experiments import notebook as nb, scale
 from tftoolkit.experiments.report import figures, results, tables
-from tftoolkit.measure import allreduce
+from tftoolkit.measure import allreduce, allreduce_bench
 
 replicas = nb.as_list(replicas, int, "replicas")  # papermill's -p passes '[1, 2]' as text
 tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
@@ -323,8 +323,8 @@ out = nb.start(out_dir)
 """),
     md("## All-reduce time and bus bandwidth against size"),
     code("""
-table = allreduce.bench(max(replicas), "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
-                        models=(model,), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
+table = allreduce_bench.bench(max(replicas), "4KiB,64KiB" if smoke else sizes, impls, repeats=2 if smoke else repeats,
+                             models=(model,), max_chain=2 if smoke else allreduce.MAX_CHAIN, out=out)
 res = results.load([out])
 figures.figure(res, "allreduce_time", out / "figures")
 """),

@@ -150,11 +150,11 @@ def test_the_demo_s_time_is_stated_once_and_the_readme_says_the_same(capsys):
 
 
 def test_a_sweep_rerun_exits_0_when_nothing_new_failed_and_lists_kept_failures(monkeypatch, capsys, tmp_path):
-    from tftoolkit.experiments import sweep as sweep_mod
+    from tftoolkit.experiments.sweep import local as sweep_mod
 
     spec = tmp_path / "s.yaml"
     spec.write_text("notebook: x.ipynb\n")
-    monkeypatch.setattr("tftoolkit.experiments.sweep_spec.load", lambda path: object())
+    monkeypatch.setattr("tftoolkit.experiments.sweep.spec.load", lambda path: object())
     counts = {"ok": 2, "diverged": 0, "failed": 1, "timeout": 0, "cancelled": 0, "pending": 0, "queued": 0,
               "running": 0}
     for new, code in ((0, 0), (1, 1)):

@@ -195,9 +195,9 @@ def test_gpu_names_come_from_tensorflow_s_own_list_under_any_mask(monkeypatch, m
 
 
 def hw_peak(name):
-    from tftoolkit.measure import hardware
+    from tftoolkit.measure import peaks
 
-    return hardware.peak_flops(name, "bf16")
+    return peaks.peak_flops(name, "bf16")
 
 
 class FakeTF:

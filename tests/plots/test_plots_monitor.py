@@ -9,7 +9,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from tftoolkit.errors import DataError
-from tftoolkit.measure.monitor import COLUMNS
+from tftoolkit.measure.monitor.metrics import COLUMNS
 from tftoolkit.plots import monitor as plots
 
 matplotlib.use("Agg")

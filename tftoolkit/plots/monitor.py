@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import DataError
-from ..measure.monitor import METRICS
+from ..measure.monitor.metrics import METRICS
 
 GPU_METRICS = ("util_gpu_pct", "mem_used_bytes", "power_w", "temp_c")
 HOST_METRICS = ("cpu_util_pct", "rss_bytes")

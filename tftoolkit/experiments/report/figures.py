@@ -11,7 +11,7 @@ import matplotlib
 import pandas as pd
 
 from ...errors import DataError
-from ...measure.monitor import read_monitor
+from ...measure.monitor.analysis import read_monitor
 from ...plots import comm, training
 from ...plots import results as results_plots
 from ...plots import scaling as scaling_plots
