@@ -7,7 +7,7 @@
 Loading lists the files and reads nothing else but the headers of HEADER_SAMPLE images, to see whether the
 images share one size: then that size (the shorter side) is the default ``--image-size`` and they are decoded
 whole ("fixed"); images of mixed sizes default to their median shorter side, at most 224
-(stream.choose_image_size; the log says which), and, streamed, are read with Inception-style crops
+(decode.choose_image_size; the log says which), and, streamed, are read with Inception-style crops
 ("inception", data/stream.py). Decoding is tf.data's, in parallel, no Python per image: once into memory when the
 decoded pixels fit ``--data-memory-gb`` (default: a quarter of the RAM available), else while training.
 
@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .decode import choose_image_size
+from .source import from_streams
+from .stream import StreamSplit
 
 log = logging.getLogger("tftoolkit")
 
@@ -86,9 +89,6 @@ def _names(path: Path, files: list[Path]) -> str:
 
 def load(path, config):
     """A DataSource from an image folder; see the module docstring."""
-    from .source import from_streams
-    from .stream import StreamSplit, choose_image_size
-
     path = Path(path)
     split_layout = (path / "train").is_dir() and any((path / v).is_dir() for v in VAL_NAMES)
     train_root = path / "train" if split_layout else path

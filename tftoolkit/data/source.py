@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..fileio import size_text
-from . import store as store_mod
+from . import bad_records, store as store_mod, stream
 from .functions import plain
 
 log = logging.getLogger("tftoolkit")
@@ -334,8 +334,6 @@ def from_streams(name: str, train, val=None, class_names=None, info: dict | None
     """A source over stream.StreamSplits: decoded into memory now when both splits fit ``memory_gb`` (default: a
     quarter of the RAM available), else streamed from their files while training (data/stream.py). ``limit``: the
     first that many training examples only (--train-images), taken before anything is decoded."""
-    from . import stream as stream_mod
-
     if limit is not None:
         if limit > train.n:
             raise DataError(f"--train-images {limit}: {name} has {train.n} training images; give at most {train.n}, "
@@ -356,8 +354,8 @@ def from_streams(name: str, train, val=None, class_names=None, info: dict | None
         log.info("%s: %d images = %s decoded at %dx%d, over the memory budget of %s: streaming them from "
                  "their files (%d decode threads)", name, train.n + (val.n if val is not None else 0), size_text(need),
                  train.size, train.size, size_text(budget), train.threads["decode_threads"])
-        source.train = stream_mod.as_examples(train)
-        source.val = stream_mod.as_examples(val, evaluate=True) if val is not None else None
+        source.train = stream.as_examples(train)
+        source.val = stream.as_examples(val, evaluate=True) if val is not None else None
         return source
     skipped = []
     for split, s in streams.items():
@@ -389,11 +387,11 @@ def read_stream(split, evaluate: bool = False) -> tuple:
     store = store_mod.materialize(split.decoded(evaluate), split.n, split.shape)
     if store.n == split.n:
         return store, []
-    missing = split.missing(store.ids)
+    missing = bad_records.missing(split, store.ids)
     if not split.skip_bad:
         first = missing[0]
         more = f" ({len(missing) - 1} more do not decode either)" if len(missing) > 1 else ""
-        raise DataError(f"cannot use {split.where(*first)}: {split.explain(*first)}{more}; --skip-bad-images skips "
+        raise DataError(f"cannot use {split.where(*first)}: {bad_records.explain(split, *first)}{more}; --skip-bad-images skips "
                         "such images, counts them and names them in summary.json")
     return store, [split.where(*m) for m in missing]
 

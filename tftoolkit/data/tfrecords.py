@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import DataError
 from ..fileio import remove_stale_temps, replacing, write_json
 from .functions import plain
+from .stream import StreamSplit
 
 log = logging.getLogger("tftoolkit")
 
@@ -386,8 +387,6 @@ def stream_split(path, manifest: dict, split: str, size: int, shards: list[dict]
     ``size`` ("fixed": decoded whole, as in memory). Examples are numbered by their place in the files, which is
     what ``DatasetWriter`` stores as their ids; call after ``split_dataset`` has scanned the records."""
     import tensorflow as tf
-
-    from .stream import StreamSplit
 
     path = Path(path)
     spec = manifest["splits"][split]
