@@ -39,8 +39,8 @@ from ..data.service import normalise, reachable
 from ..errors import ConfigError
 from . import spec
 
-# TensorFlow is imported inside the functions that need it: ``tftoolkit data-service``'s option checks (cli/cluster.py) imports this module and must not start
-# TensorFlow (tftoolkit/__init__.py).
+# TensorFlow is imported inside the functions that need it: ``tftoolkit data-service``'s option checks
+# (cli/cluster.py) run before anything needs TensorFlow.
 
 PROTOCOL = "grpc"               # the only protocol TensorFlow's servers speak without extra set-up
 DEFAULT_PORT = 5050             # the dispatcher port TensorFlow's own examples use; --port 0: one the OS picks

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from ..config import RunConfig
 from ..errors import ConfigError
 
-# TensorFlow is imported inside the functions that need it: ``tftoolkit train``'s argument handling (cli/train.py) imports this module and must not start
-# TensorFlow (tftoolkit/__init__.py).
+# TensorFlow is imported inside the functions that need it: ``tftoolkit train``'s argument handling (cli/train.py)
+# imports this module before anything needs TensorFlow.
 
 log = logging.getLogger("tftoolkit")
 

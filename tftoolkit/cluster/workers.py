@@ -28,8 +28,8 @@ from . import procs
 from .spec import (DEFAULT_JOIN_TIMEOUT_S, ENV_JOIN_TIMEOUT, ENV_LAUNCH_DIR, ENV_LAUNCHER_PID, Cluster,
                    check_port_free, is_local)
 
-# TensorFlow is imported inside the functions that need it: the launcher (cluster/launch.py, a parent that never trains) imports this module and must not start
-# TensorFlow (tftoolkit/__init__.py).
+# TensorFlow is imported inside the functions that need it: the launcher (cluster/launch.py, a parent process
+# that never trains) imports this module and must not start TensorFlow.
 
 log = logging.getLogger("tftoolkit")
 
