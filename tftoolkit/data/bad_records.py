@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import first_line
 from ..fileio import atomic_write
-from .decode import JPEG_CUT_SHORT, JPEG_NO_SCAN, MARK, fit_fn
+from .decode import JPEG_BROKEN, JPEG_CUT_SHORT, MARK, fit_fn
 from .functions import plain
 
 # TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
@@ -135,7 +135,7 @@ def skipped(split) -> tuple[int, list[str]]:
     """(how many, their names in the order met) of the examples --skip-bad-images skipped, each counted once
     however many epochs (and pulls) met it, and written to ``skip_log`` (when set), one row per example:
     its name, a tab, and how many were skipped ending with it (1; more where over TAG_HISTORY failed in a row
-    and the first of them are not named). In memory: those source.read_stream left out; streamed: what the
+    and the first of them are not named). In memory: those file_source.read_stream left out; streamed: what the
     pipeline logged, with what ``skip_log`` already held (a resumed run's earlier processes)."""
     rows: list[str] = []
     for where in ([split.raw_log] if not split.in_memory_skips else []) + [split.skip_log]:
@@ -183,9 +183,9 @@ def explain(split, unit: int, rec: int) -> str:
             shift = f", less {split.label_offset}" if split.label_offset else ""
             return f"its label {stored}is out of range (0..{split.num_classes - 1}{shift})"
         if MARK in full and JPEG_CUT_SHORT in full:
-            return "it is a JPEG cut short (no end-of-image marker after its image data: a partial copy or download?)"
-        if MARK in full and JPEG_NO_SCAN in full:
-            return "it is a damaged JPEG (its headers do not reach the image data)"
+            return "it is a JPEG cut short (its data ends before its end-of-image marker: a partial copy or download?)"
+        if MARK in full and JPEG_BROKEN in full:
+            return "it is a damaged JPEG (its headers break off before the image data)"
         return first_line(e).rstrip(".")
     except Exception as e:  # noqa: BLE001 - a reason, whatever it is
         return f"{type(e).__name__}: {e}"

@@ -21,7 +21,7 @@ Transforms (``mode``):
 Randomness is keyed, never drawn from a global state: every example's crop and flip come from a hash of (seed,
 epoch, its position in the files), as in data/pipeline.py (data/pixels.py), so they do not depend on thread timing.
 
-A JPEG cut short (or whose headers never reach its image data) is refused by the toolkit's own check before
+A JPEG cut short (or whose headers break off) is refused by the toolkit's own check before
 TensorFlow's decoder sees it: libjpeg reports such files on the process's stderr ("Improper call to JPEG library
 in state 201", "Input file read error"), in front of the one-line error the run then gives.
 """
@@ -41,7 +41,7 @@ CROP_ATTEMPTS = 10    # boxes tried before the whole image is taken (tf.image.sa
 EVAL_CROP = 0.875     # the centre square's side over the shorter side (224 of 256)
 DEFAULT_IMAGE_SIZE = 224  # --image-size for images of mixed sizes larger than it (ImageNet's)
 MARK = "tftoolkit-bad-example"  # in the error a bad record raises: data.bad_records.explain_error finds it
-JPEG_NO_SCAN = "JPEG headers do not reach the image data"  # the reasons jpeg_structure's check raises
+JPEG_BROKEN = "JPEG headers broken"  # the reasons checked_encoding raises
 JPEG_CUT_SHORT = "JPEG cut short"
 MAX_JPEG_SEGMENTS = 256   # marker segments walked before the first scan (a camera JPEG has about 10-20)
 
@@ -69,7 +69,8 @@ def choose_image_size(given: int | None, sizes) -> tuple[int, str]:
 
 
 def jpeg_structure(encoded):
-    """(the first scan's offset or -1, whether an end-of-image marker follows it) of a JPEG's bytes, in the graph.
+    """(the first scan's offset or -1, whether an end-of-image marker follows it, whether the headers are broken:
+    something other than a marker where one should be) of a JPEG's bytes, in the graph.
 
     The marker segments are walked by their lengths from the start of image to the first start of scan, so an
     EXIF thumbnail (a whole JPEG inside an APP1 segment) is stepped over, not mistaken for the image; after that
@@ -91,13 +92,14 @@ def jpeg_structure(encoded):
         length = pad[p + 2] * 256 + pad[p + 3]
         nxt = tf.where(tf.equal(marker, 0xFF), p + 1, tf.where(standalone, p + 2, p + 2 + length))  # 0xFF: fill
         nxt = tf.where(tf.equal(pad[p], 0xFF), nxt, -1)  # not at a marker: the structure is broken
-        return tf.where(tf.equal(marker, 0xDA), p, -1), tf.where(tf.equal(marker, 0xDA), p, nxt), i + 1
+        sos = tf.equal(marker, 0xDA)
+        return tf.where(sos, p, nxt), tf.where(sos, p, -1), i + 1
 
     start = tf.constant(0, tf.int32)
-    _, scan, _ = tf.while_loop(walking, step, (start, tf.constant(-1, tf.int32), start))
+    p, scan, _ = tf.while_loop(walking, step, (start, tf.constant(-1, tf.int32), start))
     ends = tf.logical_and(tf.equal(b[:-1], 0xFF), tf.equal(b[1:], 0xD9))
     after = tf.range(tf.maximum(n - 1, 0)) > scan
-    return scan, tf.logical_and(scan >= 0, tf.reduce_any(tf.logical_and(ends, after)))
+    return scan, tf.logical_and(scan >= 0, tf.reduce_any(tf.logical_and(ends, after))), p < 0
 
 
 def checked_encoding(encoded):
@@ -105,8 +107,8 @@ def checked_encoding(encoded):
     import tensorflow as tf
 
     def check():
-        scan, ends = jpeg_structure(encoded)
-        headers = tf.debugging.Assert(scan >= 0, [MARK, JPEG_NO_SCAN])
+        _, ends, broken = jpeg_structure(encoded)
+        headers = tf.debugging.Assert(tf.logical_not(broken), [MARK, JPEG_BROKEN])
         with tf.control_dependencies([headers]):
             whole = tf.debugging.Assert(ends, [MARK, JPEG_CUT_SHORT])
         with tf.control_dependencies([whole]):
@@ -128,6 +130,8 @@ def load_fn(split):
             encoded, label = tf.io.read_file(data), tf.gather(labels, unit)
         else:
             encoded, label = split.parse(data)
+        if split.raw_shape is None:
+            encoded = checked_encoding(encoded)
         label = tf.cast(label, tf.int64) - offset
         # Raised here, dropped by ignore_errors, named by the position check (explain says which label).
         check = tf.debugging.Assert(tf.logical_and(label >= 0, label < k), [MARK, "label out of range", label + offset])

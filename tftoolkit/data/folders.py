@@ -23,10 +23,11 @@ import os
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from ..errors import DataError
 from .decode import choose_image_size
-from .source import from_streams
+from .file_source import from_streams
 from .stream import StreamSplit
 
 log = logging.getLogger("tftoolkit")
@@ -69,8 +70,6 @@ def has_class_folders(path: Path) -> bool:
 
 def sizes(files: list[Path], n: int = HEADER_SAMPLE) -> list[tuple[int, int]]:
     """(width, height) of up to ``n`` files spread over the list, from their headers (unreadable ones left out)."""
-    from PIL import Image
-
     picks = files if len(files) <= n else [files[i] for i in np.linspace(0, len(files) - 1, n).astype(int)]
     out = []
     for p in picks:

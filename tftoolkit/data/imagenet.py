@@ -33,9 +33,12 @@ from ..errors import DataError, RunDirError
 from ..fileio import write_json
 from .decode import choose_image_size
 from .home import data_root
-from .source import from_streams
+from .file_source import from_streams
 from .stream import StreamSplit
-from .tfrecords import check_framing
+from .manifest import check_framing
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 log = logging.getLogger("tftoolkit")
 

@@ -15,8 +15,11 @@ from pathlib import Path
 
 from ..errors import DataError
 from .decode import DEFAULT_IMAGE_SIZE
-from .source import from_streams
+from .file_source import from_streams
 from .stream import StreamSplit
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 INFO = "dataset_info.json"
 VALIDATION_SPLITS = ("validation", "val", "test")
