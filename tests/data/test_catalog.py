@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tftoolkit import RunConfig
-from tftoolkit.data import catalog, shapes, tfrecords
+from tftoolkit.data import catalog, manifest as manifest_mod, shapes, tfrecords
 from tftoolkit.errors import DataError
 
 from helpers import examples, load_dataset as load
@@ -109,12 +109,12 @@ def _no_hashing(monkeypatch):
     def refuse(path):
         raise AssertionError(f"hashed {path}")
 
-    monkeypatch.setattr(tfrecords, "sha256", refuse)
+    monkeypatch.setattr(manifest_mod, "sha256", refuse)
 
 
 def test_cached_verification_hashes_a_shard_once_until_it_changes(copy, monkeypatch):
     load(copy)  # first use: every shard hashed, the result recorded beside the manifest
-    recorded = json.loads((copy / tfrecords.VERIFIED).read_text())
+    recorded = json.loads((copy / manifest_mod.VERIFIED).read_text())
     assert sorted(recorded) == sorted(p.name for p in copy.glob("*.tfrecord"))
     with monkeypatch.context() as m:
         _no_hashing(m)
@@ -139,8 +139,8 @@ def test_full_verification_catches_what_size_and_mtime_cannot(copy, monkeypatch)
     data[5000] ^= 0xFF
     f.write_bytes(bytes(data))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime: what cached trusts
-    manifest = tfrecords.read_manifest(copy)
-    tfrecords.verify(copy, manifest, "cached")  # passes: the change is invisible to size and mtime ...
+    manifest = manifest_mod.read_manifest(copy)
+    manifest_mod.verify(copy, manifest, "cached")  # passes: the change is invisible to size and mtime ...
     with pytest.raises(DataError, match=r"cannot read .*train-00001-of-00004\.tfrecord: .*corrupted record"):
         load(copy, verify="cached")  # ... but the record scan reads the damaged record and names its file
     with pytest.raises(DataError, match=r"train-00001-of-00004\.tfrecord does not match the sha256"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tftoolkit import cli
-from tftoolkit.data import shapes, tfrecords
+from tftoolkit.data import manifest as manifest_mod, shapes, tfrecords
 from tftoolkit.errors import DataError
 
 SMALL = dict(images=400, val_images=100, size=32, seed=0, shard_size=100)
@@ -24,7 +24,7 @@ def small(tmp_path_factory):
 
 def _files(path):
     # The dataset's files; verified.json records local modification times, which differ from copy to copy.
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name != tfrecords.VERIFIED}
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name != manifest_mod.VERIFIED}
 
 
 def test_same_seed_gives_byte_identical_files_and_another_seed_does_not(small, tmp_path):
@@ -51,7 +51,7 @@ def test_another_process_writes_the_same_bytes(tmp_path):
 def test_manifest_lists_balanced_classes_shards_and_provenance(small):
     out, m = small
     assert m == json.loads((out / "manifest.json").read_text())
-    assert m["name"] == "shapes16k" and m["format"] == tfrecords.FORMAT
+    assert m["name"] == "shapes16k" and m["format"] == manifest_mod.FORMAT
     assert m["class_names"] == shapes.CLASS_NAMES and m["num_classes"] == 10
     assert m["image_shape"] == [32, 32, 3] and m["image_encoding"] == "raw"
     assert m["splits"]["train"]["per_class"] == {c: 40 for c in shapes.CLASS_NAMES}
@@ -61,8 +61,8 @@ def test_manifest_lists_balanced_classes_shards_and_provenance(small):
     assert [s["records"] for s in train] == [100] * 4 and [s["first_id"] for s in train] == [0, 100, 200, 300]
     assert [s["file"] for s in m["splits"]["val"]["shards"]] == ["val-00000-of-00001.tfrecord"]
     for s in train + m["splits"]["val"]["shards"]:
-        assert tfrecords.sha256(out / s["file"]) == s["sha256"]
-        assert tfrecords.check_framing(out / s["file"]) == s["records"]
+        assert manifest_mod.sha256(out / s["file"]) == s["sha256"]
+        assert manifest_mod.check_framing(out / s["file"]) == s["records"]
     gen = m["generator"]
     assert gen["version"] == shapes.GENERATOR_VERSION and gen["seed"] == 0 and gen["params"]["images"] == 400
     assert gen["command"].startswith("tftoolkit data prepare --images 400 --val-images 100 --size 32 --seed 0")
@@ -102,10 +102,10 @@ def test_interrupted_prepare_leaves_no_manifest_pointing_at_missing_shards(small
         shapes.prepare(out, **{**SMALL, "seed": 5})
     assert not (out / "manifest.json").exists()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
-    assert tfrecords.read_manifest_if_valid(out) is None
+    assert manifest_mod.read_manifest_if_valid(out) is None
     monkeypatch.undo()
     shapes.prepare(out, **{**SMALL, "seed": 5})  # a rerun completes it
-    assert tfrecords.read_manifest_if_valid(out)["generator"]["seed"] == 5
+    assert manifest_mod.read_manifest_if_valid(out)["generator"]["seed"] == 5
 
 
 def test_prepare_rejects_bad_arguments(tmp_path):
@@ -152,4 +152,4 @@ def test_one_data_home_whatever_the_working_directory(tmp_path, monkeypatch, cap
     with caplog.at_level("INFO", logger="tftoolkit"):
         assert home.default_dir() == Path("data") / "shapes16k"
     assert "found in the working directory" in caplog.text
-    assert home.describe()["shapes16k_prepared"] is True
+    assert home.describe_home()["shapes16k_prepared"] is True

@@ -28,6 +28,7 @@ dead worker's share to the others.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import os
 import signal
 import socket
@@ -37,6 +38,9 @@ from ..config import service_address
 from ..data.service import normalise, reachable
 from ..errors import ConfigError
 from . import spec
+
+# TensorFlow is imported inside the functions that need it: ``tftoolkit data-service``'s option checks
+# (cli/cluster.py) run before anything needs TensorFlow.
 
 PROTOCOL = "grpc"               # the only protocol TensorFlow's servers speak without extra set-up
 DEFAULT_PORT = 5050             # the dispatcher port TensorFlow's own examples use; --port 0: one the OS picks
@@ -203,8 +207,6 @@ def stop_servers(service: Service, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     dispatcher that dies during the stop, faulthandler's watchdog (a C thread, no GIL needed) ends the process
     after ``timeout_s`` seconds with its thread dump on stderr and exit code 1.
     """
-    import faulthandler
-
     if not service.local and not reachable(service.address, REACH_TIMEOUT_S):
         return False
     faulthandler.dump_traceback_later(timeout_s, exit=True)

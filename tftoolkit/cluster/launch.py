@@ -33,7 +33,9 @@ import threading
 import time
 from pathlib import Path
 
-from .. import gpus
+from .. import gpus, summary as summary_schema
+from ..config import cli_fields
+from ..engine.devices import host_cores
 from ..errors import ClusterError, ConfigError
 from . import procs, spec, workers as workers_mod
 
@@ -113,8 +115,6 @@ def worker_env(plan_: Plan, k: int, addresses: list[str], launch_dir: str, join_
     else:
         # Workers on one machine share its cores: give each its share of TensorFlow's thread pools
         # (devices._configure_cpu_threads reads these), or K workers oversubscribe the host K times.
-        from ..engine.devices import host_cores
-
         share = max(1, host_cores() // plan_.workers)
         env.setdefault("TFTOOLKIT_INTRA_OP_THREADS", str(share))
         env.setdefault("TFTOOLKIT_INTER_OP_THREADS", str(max(2, share)))
@@ -168,7 +168,8 @@ def after_failure(code: int) -> str:
     return "Run the same command again to resume from the last checkpoint."
 
 
-def describe(code: int) -> str:
+def describe_exit(code: int) -> str:
+    """How a worker process ended, from its return code."""
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -211,10 +212,10 @@ def spawn(commands: list[list[str]], envs: list[dict], launch_dir: str, join_tim
                 # (the first to fail in worker order used to be named: "worker 0 failed (exit code 1)").
                 w, code = min(_failed(workers, codes, marker), key=lambda wc: (wc[1] >= 0, wc[0].k))
                 if not marker("joined", w.k):
-                    raise ClusterError(f"worker {w.k} {describe(code)} before joining the cluster: "
+                    raise ClusterError(f"worker {w.k} {describe_exit(code)} before joining the cluster: "
                                        f"{w.last_words()}")
                 with lock:
-                    err.write(f"tftoolkit launch: worker {w.k} failed ({describe(code)}); stopping the other "
+                    err.write(f"tftoolkit launch: worker {w.k} failed ({describe_exit(code)}); stopping the other "
                               f"workers. {after_failure(code)}\n")
                 return exit_code(code)
             if all(c is not None for c in codes):
@@ -267,8 +268,6 @@ def launch(train_argv: list[str], config, workers: int, replicas_per_worker: int
 
 def config_args(config) -> list[str]:
     """Train options that rebuild ``config`` (fields left at their defaults are not repeated)."""
-    from ..config import cli_fields
-
     args = []
     for f in cli_fields():
         v = getattr(config, f.name)
@@ -287,8 +286,6 @@ def config_args(config) -> list[str]:
 def train_here(config, out, *, force: bool = False, quiet: bool = False) -> dict:
     """``tftoolkit.train`` of a config with workers > 1 and no cluster around: launch them here, wait, and
     return the summary the chief wrote."""
-    from .. import summary as summary_schema
-
     argv = ["train", "--out", str(out), *config_args(config)] + (["--force"] if force else []) \
         + (["--quiet"] if quiet else [])
     code = launch(argv, config, config.workers, join_timeout=workers_mod.join_timeout())

@@ -8,6 +8,7 @@ PR_SET_PDEATHSIG), so a sweep or launcher killed with SIGKILL leaves no orphan w
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -39,8 +40,6 @@ def die_with_parent(parent_pid: int | None = None) -> bool:
     """
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass

@@ -31,7 +31,11 @@ import os
 import socket
 from dataclasses import dataclass
 
+from ..config import RunConfig
 from ..errors import ConfigError
+
+# TensorFlow is imported inside the functions that need it: ``tftoolkit train``'s argument handling (cli/train.py)
+# imports this module before anything needs TensorFlow.
 
 log = logging.getLogger("tftoolkit")
 
@@ -157,7 +161,7 @@ def slurm_tasks(environ=os.environ) -> int:
 
 def cluster_from_slurm(environ=os.environ) -> Cluster:
     """The cluster of this ``srun`` step, through TensorFlow's SlurmClusterResolver."""
-    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as scr
+    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as scr  # deferred: see the top
 
     base_port = int(environ.get(ENV_BASE_PORT, DEFAULT_BASE_PORT))
     try:
@@ -192,8 +196,6 @@ def cluster_from_env(environ=os.environ) -> Cluster | None:
 
 def resolve(config) -> tuple[object, Cluster | None]:
     """The config with ``workers`` fixed for this environment, and this process's cluster (None if single)."""
-    from ..config import RunConfig
-
     if isinstance(config, dict):
         config = RunConfig.from_dict(config)
     cluster = cluster_from_env()

@@ -20,10 +20,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import rundir
+from ..engine import devices
+from ..engine.strategy import make_multiworker_strategy
 from ..errors import ClusterError, ConfigError
 from . import procs
 from .spec import (DEFAULT_JOIN_TIMEOUT_S, ENV_JOIN_TIMEOUT, ENV_LAUNCH_DIR, ENV_LAUNCHER_PID, Cluster,
                    check_port_free, is_local)
+
+# TensorFlow is imported inside the functions that need it: the launcher (cluster/launch.py, a parent process
+# that never trains) imports this module and must not start TensorFlow.
 
 log = logging.getLogger("tftoolkit")
 
@@ -89,12 +95,11 @@ def agree(cluster: Cluster, config, setup, timeout_s: float) -> None:
     Each worker posts what it runs to the coordination service's key-value store and reads everyone's, so
     every worker reaches the same verdict without a collective.
     """
-    from tensorflow.python.eager import context
-
-    from ..rundir import identity
+    from tensorflow.python.eager import context  # deferred: see the note under the imports
 
     ctx = context.context()
-    mine = {"replicas_per_worker": setup.replicas, "device_kind": setup.kind, "config": identity(config.to_dict())}
+    mine = {"replicas_per_worker": setup.replicas, "device_kind": setup.kind, 
+            "config": rundir.identity(config.to_dict())}
     ctx.set_config_key_value(f"tftoolkit/agree/{cluster.worker_id}", json.dumps(mine))
     posts = []
     for k in range(cluster.workers):
@@ -128,10 +133,6 @@ def join(config, cluster: Cluster, out, *, force: bool = False):
     cleared (--force) or reopened it. Only the chief writes there, so the lock is the chief's; the caller
     releases it when the run ends.
     """
-    from .. import rundir
-    from ..engine import devices
-    from ..engine.strategy import make_multiworker_strategy
-
     follow_launcher()
     host, _, port = cluster.address.rpartition(":")
     if is_local(host):

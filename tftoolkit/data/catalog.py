@@ -17,16 +17,21 @@ a split streamed from its files, in stream.py.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import time
 from pathlib import Path
 
 from ..errors import DataError
-from . import tfrecords
+from . import cifar, folders, imagenet, keras_sets, manifest as manifest_mod, shapes, tfds_dir, tfrecords
 from .home import SHAPES16K, data_root, default_dir
+from .file_source import from_streams, memory_budget
 from .functions import plain
 from .source import (DataSource, from_arrays, from_dataset, from_structures, is_dataset, is_images_and_labels, limit,
                      synthetic)
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 log = logging.getLogger("tftoolkit")
 
@@ -50,7 +55,7 @@ def load_source(config, data=None, cache: bool = True, worker: tuple[int, int] |
     else:
         source = load(config, cache=cache, worker=worker if sharded else None)
     if source.streams and not sharded:
-        return source  # its loader took the first train_images before decoding anything (source.from_streams)
+        return source  # its loader took the first train_images before decoding anything (file_source.from_streams)
     return limit(source, config.train_images)
 
 
@@ -86,10 +91,8 @@ def check_sharding(config, data=None, workers: int | None = None) -> None:
     path = default_dir() if config.dataset == SHAPES16K else Path(config.dataset).expanduser()
     if not path.is_dir():
         return  # not prepared, or no such folder: load says so, as for any run
-    from . import imagenet
-
-    if (path / tfrecords.MANIFEST).exists():
-        n = len(tfrecords.read_manifest(path)["splits"]["train"]["shards"])
+    if (path / manifest_mod.MANIFEST).exists():
+        n = len(manifest_mod.read_manifest(path)["splits"]["train"]["shards"])
     elif imagenet.is_layout(path):
         n = len(imagenet.shards(path).get("train", []))
     else:
@@ -106,8 +109,6 @@ def ensure_shapes16k(out=None, **kwargs) -> Path:
 
     The notebooks and the demo call this, so the first run on a new machine makes the data (~10 s).
     """
-    from . import shapes
-
     out = Path(out) if out is not None else default_dir()
     shapes.prepare(out, **kwargs)
     return out
@@ -116,18 +117,14 @@ def ensure_shapes16k(out=None, **kwargs) -> Path:
 def prepared_shapes16k() -> Path:
     """shapes16k's folder, made first if it is not there yet (~10 s), under a lock so that processes starting at
     once (workers, sweep points) make it once."""
-    import fcntl
-
-    from . import shapes
-
     path = default_dir()
-    if (path / tfrecords.MANIFEST).exists():
+    if (path / manifest_mod.MANIFEST).exists():
         return path
     root = data_root()
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".shapes16k.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (path / tfrecords.MANIFEST).exists():
+        if not (path / manifest_mod.MANIFEST).exists():
             log.info("shapes16k is not in the data home yet: making it in %s (once; `tftoolkit data prepare` does "
                      "the same)", path)
             shapes.prepare(path)
@@ -136,13 +133,11 @@ def prepared_shapes16k() -> Path:
 
 def layouts(path: Path) -> list[tuple[str, str]]:
     """(layout, what shows it) for every dataset layout ``path`` holds; more than one is refused by ``load``."""
-    from . import cifar, folders, imagenet, tfds_dir
-
     found = []
-    if (path / tfrecords.MANIFEST).exists():
-        found.append(("manifest", tfrecords.MANIFEST))
+    if (path / manifest_mod.MANIFEST).exists():
+        found.append(("manifest", manifest_mod.MANIFEST))
     shard_names = sorted(f.name for f in path.iterdir() if f.is_file() and imagenet.SHARD.match(f.name))
-    if shard_names and not (path / tfrecords.MANIFEST).exists():
+    if shard_names and not (path / manifest_mod.MANIFEST).exists():
         found.append(("imagenet", f"ImageNet-layout shards ({shard_names[0]}, ...)"))
     if tfds_dir.version_dir(path) is not None:
         found.append(("tfds", f"a TFDS directory ({tfds_dir.INFO})"))
@@ -159,8 +154,6 @@ def layouts(path: Path) -> list[tuple[str, str]]:
 
 def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> DataSource:
     """The source ``config.dataset`` names (``cache``: see load_source)."""
-    from . import cifar, folders, imagenet, keras_sets, tfds_dir
-
     name = config.dataset
     if name == SHAPES16K:
         path = prepared_shapes16k()
@@ -200,7 +193,7 @@ def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> D
         raise DataError(f"{path} is a TFDS data root holding {shown}; give one of them: --dataset "
                         f"{path / tfds_sets[0]}")
     if any(path.glob("*.tfrecord")):
-        raise DataError(f"{path} holds .tfrecord files but no {tfrecords.MANIFEST}; add one (format in "
+        raise DataError(f"{path} holds .tfrecord files but no {manifest_mod.MANIFEST}; add one (format in "
                         "data/README.md) so the shards can be checked, or name them as ImageNet's "
                         "(train-00000-of-00004 ...)")
     return folders.load(path, config)
@@ -209,17 +202,15 @@ def load(config, cache: bool = True, worker: tuple[int, int] | None = None) -> D
 def load_tfrecords(path, image_size: int | None = None, cache: bool = True, verify: str = "cached",
                    worker: tuple[int, int] | None = None, memory_gb: float | None = None, skip_bad: bool = False,
                    limit: int | None = None) -> DataSource:
-    """A verified TFRecord dataset (``verify``: full, cached or off, see tfrecords.verify); images are resized to
+    """A verified TFRecord dataset (``verify``: full, cached or off, see manifest_mod.verify); images are resized to
     ``image_size`` if that differs from the manifest's. Held in memory when its pixels fit ``memory_gb``
-    (source.memory_budget), else streamed from its shards (source.from_streams; ``skip_bad``: --skip-bad-images,
+    (file_source.memory_budget), else streamed from its shards (file_source.from_streams; ``skip_bad``: --skip-bad-images,
     ``limit``: --train-images, taken before anything is read)."""
     import tensorflow as tf
 
-    from .source import from_streams, memory_budget
-
     path = Path(path)
-    manifest = tfrecords.read_manifest(path)
-    verify_s = tfrecords.verify(path, manifest, verify)
+    manifest = manifest_mod.read_manifest(path)
+    verify_s = manifest_mod.verify(path, manifest, verify)
     t0 = time.perf_counter()
     h, w, c = (int(v) for v in manifest["image_shape"])
     sharding = None

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .source import from_arrays, resized
 
 LAYOUTS = {
     "cifar10": (["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"], "test_batch",
@@ -111,8 +112,6 @@ def _images(batch: dict, path: Path, label_key: bytes, k: int):
 
 
 def load(path, config):
-    from .source import from_arrays, resized
-
     path = Path(path)
     name = kind(path)
     train_files, test_file, meta_file, label_key, names_key, k = LAYOUTS[name]

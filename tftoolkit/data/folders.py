@@ -7,7 +7,7 @@
 Loading lists the files and reads nothing else but the headers of HEADER_SAMPLE images, to see whether the
 images share one size: then that size (the shorter side) is the default ``--image-size`` and they are decoded
 whole ("fixed"); images of mixed sizes default to their median shorter side, at most 224
-(stream.choose_image_size; the log says which), and, streamed, are read with Inception-style crops
+(decode.choose_image_size; the log says which), and, streamed, are read with Inception-style crops
 ("inception", data/stream.py). Decoding is tf.data's, in parallel, no Python per image: once into memory when the
 decoded pixels fit ``--data-memory-gb`` (default: a quarter of the RAM available), else while training.
 
@@ -23,8 +23,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from ..errors import DataError
+from .decode import choose_image_size
+from .file_source import from_streams
+from .stream import StreamSplit
 
 log = logging.getLogger("tftoolkit")
 
@@ -66,8 +70,6 @@ def has_class_folders(path: Path) -> bool:
 
 def sizes(files: list[Path], n: int = HEADER_SAMPLE) -> list[tuple[int, int]]:
     """(width, height) of up to ``n`` files spread over the list, from their headers (unreadable ones left out)."""
-    from PIL import Image
-
     picks = files if len(files) <= n else [files[i] for i in np.linspace(0, len(files) - 1, n).astype(int)]
     out = []
     for p in picks:
@@ -86,9 +88,6 @@ def _names(path: Path, files: list[Path]) -> str:
 
 def load(path, config):
     """A DataSource from an image folder; see the module docstring."""
-    from .source import from_streams
-    from .stream import StreamSplit, choose_image_size
-
     path = Path(path)
     split_layout = (path / "train").is_dir() and any((path / v).is_dir() for v in VAL_NAMES)
     train_root = path / "train" if split_layout else path

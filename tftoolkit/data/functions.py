@@ -5,6 +5,9 @@ no function of the toolkit's input paths branches on a tensor in Python. ``plain
 functions it calls, and the datasets it builds, inherit that.
 """
 
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
+
 
 def plain(fn):
     import tensorflow as tf

@@ -51,7 +51,7 @@ def default_dir() -> Path:
     return dataset_dir(SHAPES16K)
 
 
-def describe() -> dict:
+def describe_home() -> dict:
     """The data home as ``tftoolkit env`` reports it."""
     shapes = default_dir()
     return {"data_home": str(data_root().resolve()), "set_by": DATA_DIR_ENV if os.environ.get(DATA_DIR_ENV) else

@@ -31,6 +31,14 @@ from pathlib import Path
 
 from ..errors import DataError, RunDirError
 from ..fileio import write_json
+from .decode import choose_image_size
+from .home import data_root
+from .file_source import from_streams
+from .stream import StreamSplit
+from .manifest import check_framing
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 log = logging.getLogger("tftoolkit")
 
@@ -89,8 +97,6 @@ def _index_shard(f: Path) -> dict:
     """Records (from the length headers), and the first SAMPLE_RECORDS records parsed: labels, names, formats."""
     import tensorflow as tf
 
-    from .tfrecords import check_framing
-
     # The framing first: a shard cut short is named as truncated, however few records it holds. One whose very
     # first record does not fit is not a TFRecord file at all, as TensorFlow says when it reads it.
     try:
@@ -138,8 +144,6 @@ def _index_shard(f: Path) -> dict:
 
 def _index_path(path: Path) -> tuple[Path, Path]:
     """(beside the shards, in the data home): where the index is kept, the first where it can be written."""
-    from .home import data_root
-
     key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
     return path / INDEX, data_root() / "indexes" / f"imagenet-{key}.json"
 
@@ -194,9 +198,6 @@ def _parse(tf):
 def load(path, config, worker: tuple[int, int] | None = None):
     """The DataSource of an ImageNet-layout folder (see the module docstring)."""
     import tensorflow as tf
-
-    from .source import from_streams
-    from .stream import StreamSplit, choose_image_size
 
     path = Path(path)
     found = shards(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DataError
+from .source import from_arrays, resized
 
 CLASS_NAMES = {
     "cifar10": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
@@ -26,7 +27,7 @@ NAMES = tuple(CLASS_NAMES)
 
 def _fetch(name: str):
     """keras.datasets.<name>.load_data(), with the file Keras could not download named."""
-    import keras
+    import keras  # deferred: Keras starts TensorFlow, which ``import tftoolkit`` must not (tftoolkit/__init__.py)
     from keras.src.utils import file_utils
 
     asked: list[tuple[str, str]] = []
@@ -71,8 +72,6 @@ def arrays(name: str):
 
 
 def load(name: str, config):
-    from .source import from_arrays, resized
-
     (x, y), (xv, yv) = arrays(name)
     x, xv = resized(x, config.image_size, name), resized(xv, config.image_size, name)
     k = 100 if name == "cifar100" else 10

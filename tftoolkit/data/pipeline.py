@@ -17,7 +17,7 @@ replica (14, 14, 12 for 40 over 3) and shards differently across workers. Each w
 permutation and gathers only its own replicas' slices.
 
 One iterator serves a whole run, across epochs (``train_input(..., start_step)``): a new distributed iterator
-per epoch cost up to 17 s of idle wall time in its teardown (issue 13, measured in BENCHMARKS.md).
+per epoch cost up to 17 s of idle wall time in its teardown (measured in BENCHMARKS.md).
 
 Elements (what a replica receives each step):
     host placement     (images, labels[, ids])   images uint8 (float32 for float sources), augmented already
@@ -28,12 +28,16 @@ The uint8 -> float conversion happens on the device, in the step (``to_float``):
 from __future__ import annotations
 
 from ..errors import ConfigError
+from . import service
 from .functions import plain
 from .pixels import augment, augment_keys, to_float  # noqa: F401 - the pipeline's transforms, also used from here
 from .source import DataSource
 
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
+
 # Host-side parallelism of the per-batch gather. A fixed, small number instead of AUTOTUNE: the gather is one
-# op per batch, and tf.data's autotuning thread is what made deleting an iterator stall (BENCHMARKS.md, issue 13).
+# op per batch, and tf.data's autotuning thread is what made deleting an iterator stall (BENCHMARKS.md).
 PARALLEL_BATCHES = 2
 PREFETCH = 2  # batches per input pipeline prepared ahead of the step
 
@@ -209,8 +213,6 @@ def served(config, dataset_fn):
     (data/service.py says how a step travels and what the processing mode keeps)."""
     if config.data_service is None:
         return dataset_fn
-    from . import service
-
     def fn(ctx):
         _, local, _ = _layout(ctx)
         return service.through(dataset_fn(ctx), config.data_service, local, service.job_name(ctx.input_pipeline_id),

@@ -4,6 +4,9 @@ index), the same on any device and in any process."""
 
 from __future__ import annotations
 
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
+
 
 def to_float(image):
     """uint8 pixels to [0, 1] floats, other floats to float32; integer inputs (token ids, indices) kept as they

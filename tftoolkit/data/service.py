@@ -44,6 +44,9 @@ import uuid
 from ..config import service_address
 from ..errors import ConfigError
 
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
+
 MODE = "distributed_epoch"
 # Ops that call back into the Python interpreter that built the dataset: a service worker has none.
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
@@ -80,7 +83,7 @@ def check_reachable(address: str) -> None:
 
 def check_pure(ds, what: str = "the training input") -> None:
     """A ConfigError if ``ds`` runs Python per element: the service's workers cannot run it."""
-    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.framework import graph_pb2  # deferred: TensorFlow (see the note under the imports)
 
     graph = graph_pb2.GraphDef.FromString(ds._as_serialized_graph().numpy())  # noqa: SLF001 - tf.data's own use
     ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
@@ -114,7 +117,7 @@ def job_name(pipeline: int) -> str:
     return f"tftoolkit-{uuid.uuid4().hex[:12]}-p{pipeline}"
 
 
-def describe(address: str) -> dict:
+def describe_service(address: str) -> dict:
     """What summary.json records in ``data_service``."""
     return {"address": address, "mode": MODE, "workers": None}
 

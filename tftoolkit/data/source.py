@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import size_text
 from . import store as store_mod
 from .functions import plain
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 log = logging.getLogger("tftoolkit")
 SHOW_SKIPPED = 5  # skipped images named in a warning and in summary.json; all of them are counted
@@ -317,87 +319,6 @@ def _checked(ds, what: str, num_classes: int | None):
     return ds, count, k
 
 
-def memory_budget(gb: float | None) -> int:
-    """Bytes of decoded pixels a dataset may take in memory: ``gb``, or a quarter of the RAM available now."""
-    if gb:
-        return int(gb * 1e9)
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available // 4)
-    except Exception:  # noqa: BLE001
-        return 4 * 10**9
-
-
-def from_streams(name: str, train, val=None, class_names=None, info: dict | None = None,
-                 memory_gb: float | None = None, limit: int | None = None) -> DataSource:
-    """A source over stream.StreamSplits: decoded into memory now when both splits fit ``memory_gb`` (default: a
-    quarter of the RAM available), else streamed from their files while training (data/stream.py). ``limit``: the
-    first that many training examples only (--train-images), taken before anything is decoded."""
-    from . import stream as stream_mod
-
-    if limit is not None:
-        if limit > train.n:
-            raise DataError(f"--train-images {limit}: {name} has {train.n} training images; give at most {train.n}, "
-                            "or leave it out to use them all")
-        train = train.head(limit)
-    info = dict(info or {})
-    budget = memory_budget(memory_gb)
-    need = train.nbytes + (val.nbytes if val is not None else 0)
-    streamed = need > budget
-    info.update({"input_source": "stream" if streamed else "memory", "streamed": streamed, "decoded_bytes": int(need),
-                 "memory_budget_bytes": int(budget), "transform": train.mode,
-                 "input_threads": dict(train.threads)})
-    streams = {"train": train, **({"val": val} if val is not None else {})}
-    source = DataSource(name, None, None, train.n, val.n if val is not None else 0, train.shape, train.num_classes,
-                        list(class_names or [str(i) for i in range(train.num_classes)]), info, streams=streams,
-                        streamed=streamed)
-    if streamed:
-        log.info("%s: %d images = %s decoded at %dx%d, over the memory budget of %s: streaming them from "
-                 "their files (%d decode threads)", name, train.n + (val.n if val is not None else 0), size_text(need),
-                 train.size, train.size, size_text(budget), train.threads["decode_threads"])
-        source.train = stream_mod.as_examples(train)
-        source.val = stream_mod.as_examples(val, evaluate=True) if val is not None else None
-        return source
-    skipped = []
-    for split, s in streams.items():
-        t0 = time.perf_counter()
-        store, lost = read_stream(s, evaluate=split == "val")
-        info[f"{split}_read_s"] = round(time.perf_counter() - t0, 3)
-        source.stores[split] = store
-        s.in_memory_skips = lost  # what a run lists in skipped-<split>.tsv (StreamSplit.skipped)
-        skipped += lost
-    if skipped:
-        info["skipped_images"] = len(skipped)
-        info["skipped_image_examples"] = skipped[:SHOW_SKIPPED]
-        log.warning("skipped %d image(s) that do not decode (--skip-bad-images): %s%s", len(skipped),
-                    ", ".join(skipped[:SHOW_SKIPPED]), ", ..." if len(skipped) > SHOW_SKIPPED else "")
-    source.train_examples = source.stores["train"].n
-    if source.train_examples == 0:
-        raise DataError(f"{name}: none of its {train.n} training images decodes")
-    source.train = _store_examples(source.stores["train"])
-    if "val" in source.stores:
-        source.val_examples = source.stores["val"].n
-        source.val = _store_examples(source.stores["val"])
-    return source
-
-
-def read_stream(split, evaluate: bool = False) -> tuple:
-    """(store.Store of every example of a StreamSplit decoded (whole, or as evaluated: ``StreamSplit.decoded``),
-    [names of those skipped]); an example that does not decode is a DataError naming it, unless the split skips
-    bad examples."""
-    store = store_mod.materialize(split.decoded(evaluate), split.n, split.shape)
-    if store.n == split.n:
-        return store, []
-    missing = split.missing(store.ids)
-    if not split.skip_bad:
-        first = missing[0]
-        more = f" ({len(missing) - 1} more do not decode either)" if len(missing) > 1 else ""
-        raise DataError(f"cannot use {split.where(*first)}: {split.explain(*first)}{more}; --skip-bad-images skips "
-                        "such images, counts them and names them in summary.json")
-    return store, [split.where(*m) for m in missing]
-
-
 def resized(images: np.ndarray, size: int | None, name: str) -> np.ndarray:
     """uint8 images (N, H, W, C) at ``size`` x ``size`` (antialiased bilinear), or as they are when ``size`` is None
     or theirs; a warning says so when they change."""
@@ -412,12 +333,6 @@ def resized(images: np.ndarray, size: int | None, name: str) -> np.ndarray:
         r = tf.image.resize(images[i:i + 1024], [size, size], antialias=True)
         out[i:i + 1024] = tf.cast(tf.clip_by_value(tf.round(r), 0, 255), tf.uint8).numpy()
     return out
-
-
-def _store_examples(st):
-    import tensorflow as tf
-
-    return tf.data.Dataset.from_tensor_slices((st.images, st.labels, st.ids))
 
 
 def synthetic(config) -> DataSource:

@@ -20,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
+
 READ_BATCH = 1024  # examples per batch when a dataset is read into a store (one op per batch, not per image)
 
 

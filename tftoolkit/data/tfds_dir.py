@@ -14,10 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import DataError
+from .decode import DEFAULT_IMAGE_SIZE
+from .file_source import from_streams
+from .stream import StreamSplit
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 INFO = "dataset_info.json"
 VALIDATION_SPLITS = ("validation", "val", "test")
-DEFAULT_IMAGE_SIZE = 224
 
 
 def version_dir(path: Path) -> Path | None:
@@ -41,7 +46,7 @@ def datasets_in_root(path: Path) -> list[str]:
 
 
 def _tfds(path: Path):
-    try:
+    try:  # an optional extra (pip install -e ".[tfds]"), needed only for this format
         import tensorflow_datasets as tfds
     except ImportError:
         raise DataError(f"{path} is a TFDS-prepared directory; reading it needs tensorflow-datasets: "
@@ -62,9 +67,6 @@ def _keys(features, supervised, tfds) -> tuple[str, str]:
 
 def load(path, config):
     import tensorflow as tf
-
-    from .source import from_streams
-    from .stream import StreamSplit
 
     path = Path(path)
     vdir = version_dir(path)

@@ -1,25 +1,21 @@
-"""Image datasets stored as TFRecord shards plus a manifest.json: writing, verifying, reading.
+"""Image datasets stored as TFRecord shards plus a manifest.json (data/manifest.py): writing and reading.
 
 A dataset folder holds ``<split>-<i>-of-<n>.tfrecord`` shards of ``tf.train.Example`` records with the
 features ``image`` (bytes: raw uint8 HWC, or PNG/JPEG when the manifest says so), ``label``, ``id``,
 ``height``, ``width`` and ``channels`` (int64), and a ``manifest.json`` that lists every shard with its
 record count and sha256 (data/README.md documents the format, so other tools can write it too).
 
-Before a dataset is used its shards are checked against the manifest: present, not truncated, the right
-number of records, the right sha256 (``verify``: every run, once per shard until it changes, or not at all);
-then one pass over the records checks labels (in range, and more than one class), ids and image sizes. Anything
-wrong is a DataError naming the file. Only then is the tf.data reader built; a set whose pixels fit ``--data-memory-gb`` is read through it once,
-into memory (data/store.py), so the epochs never touch the files; a larger one streams from its shards while it
+Before a dataset is used its shards are checked against the manifest (manifest.verify); then one pass over the
+records checks labels (in range, and more than one class), ids and image sizes. Anything wrong is a DataError
+naming the file. Only then is the tf.data reader built; a set whose pixels fit ``--data-memory-gb`` is read through
+it once, into memory (data/store.py), so the epochs never touch the files; a larger one streams from its shards while it
 trains like every other file dataset (``stream_split``, data/stream.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import struct
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,26 +23,19 @@ import numpy as np
 from ..errors import DataError
 from ..fileio import remove_stale_temps, replacing, write_json
 from .functions import plain
+from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, VERIFIED, passed_entry, sha256
+from .stream import StreamSplit
+
+# TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
+# (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 log = logging.getLogger("tftoolkit")
 
-MANIFEST = "manifest.json"
-FORMAT = "tftoolkit-tfrecord"
-FORMAT_VERSION = 1
-ENCODINGS = ("raw", "png", "jpeg")
 PARSE_BATCH = 256  # records parsed per parse_example call: batched parsing is several times faster
 
 
 def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --- writing -----------------------------------------------------------------------------------------
@@ -112,131 +101,11 @@ class DatasetWriter:
         write_json(self.out / MANIFEST, manifest)  # atomic: temp file + rename
         keep = {s["file"] for shards in self.splits.values() for s in shards}
         # The shards were hashed as they were written: record that, so the first use does not hash them again.
-        write_json(self.out / VERIFIED, {s["file"]: _passed(self.out / s["file"], s["records"], s["sha256"])
+        write_json(self.out / VERIFIED, {s["file"]: passed_entry(self.out / s["file"], s["records"], s["sha256"])
                                          for shards in self.splits.values() for s in shards})
         for name in self.old_files - keep:
             (self.out / name).unlink(missing_ok=True)
         return manifest
-
-
-# --- reading the manifest and checking the files -----------------------------------------------------
-def _redo_hint(path: Path, manifest: dict) -> str:
-    cmd = (manifest.get("generator") or {}).get("command")
-    return f"re-create it with `{cmd} --out {path} --force`" if cmd else "copy the dataset again from its source"
-
-
-def read_manifest(path) -> dict:
-    path = Path(path)
-    mpath = path / MANIFEST
-    if not mpath.exists():
-        raise DataError(f"{path} has no {MANIFEST}; a TFRecord dataset folder needs one (see data/README.md)")
-    try:
-        manifest = json.loads(mpath.read_text())
-    except ValueError as e:
-        raise DataError(f"{mpath} is not valid JSON ({e}); re-create the dataset") from None
-    missing = [k for k in ("image_shape", "num_classes", "splits") if k not in manifest]
-    if missing or "train" not in manifest.get("splits", {}):
-        raise DataError(f"{mpath} lacks {', '.join(missing) or 'a train split'}; see data/README.md for the format")
-    enc = manifest.get("image_encoding", "raw")
-    if enc not in ENCODINGS:
-        raise DataError(f"{mpath}: image_encoding {enc!r} is not one of {', '.join(ENCODINGS)}")
-    return manifest
-
-
-def check_framing(path: Path) -> int:
-    """Number of records in a TFRecord file; DataError if the file ends inside a record (truncated)."""
-    size = path.stat().st_size
-    n, pos = 0, 0
-    with open(path, "rb") as f:
-        while pos < size:
-            header = f.read(12)  # uint64 length + uint32 masked crc of the length
-            if len(header) < 12:
-                raise DataError(f"{path} is truncated: it ends inside the header of record {n} (at byte {pos} of "
-                                f"{size}); the copy or download was cut short")
-            (length,) = struct.unpack("<Q", header[:8])
-            end = pos + 12 + length + 4  # data + uint32 masked crc of the data
-            if end > size:
-                raise DataError(f"{path} is truncated: record {n} needs bytes up to {end} but the file has {size}; "
-                                "the copy or download was cut short")
-            pos = end
-            f.seek(pos)
-            n += 1
-    return n
-
-
-VERIFY_MODES = ("full", "cached", "off")
-VERIFIED = "verified.json"  # beside the manifest: what the last check of each shard found (size, mtime, sha256)
-
-
-def _stamp(f: Path) -> dict:
-    st = f.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _passed(f: Path, records: int, sha: str | None) -> dict:
-    """What verified.json records of a shard that passed: its size and mtime then, its records and sha256."""
-    return {**_stamp(f), "records": records, "sha256": sha}
-
-
-def verify(path, manifest: dict, mode: str = "cached") -> float:
-    """Check every shard against the manifest; returns seconds. ``mode``:
-
-    full    every shard read: framing (not truncated), record count, sha256;
-    cached  as full, except shards whose size and modification time are those recorded the last time they
-            passed (``verified.json`` in the dataset folder, next to the manifest): a 100-GB dataset is hashed
-            once, not on every run. A shard rewritten in place with the same size and mtime would pass unseen;
-            use ``full`` after copying data with tools that preserve times;
-    off     only that every shard exists (a damaged record still fails the record scan, with its file named).
-    """
-    if mode not in VERIFY_MODES:
-        raise DataError(f"verify: unknown value {mode!r}; choose one of {', '.join(VERIFY_MODES)}")
-    path = Path(path)
-    t0 = time.perf_counter()
-    hint = _redo_hint(path, manifest)
-    try:
-        known = json.loads((path / VERIFIED).read_text()) if mode == "cached" else {}
-    except (OSError, ValueError):
-        known = {}
-    passed, changed = {}, False
-    for split, spec in manifest["splits"].items():
-        for shard in spec["shards"]:
-            f = path / shard["file"]
-            if not f.exists():
-                raise DataError(f"shard {shard['file']} named in {path / MANIFEST} is missing; {hint}")
-            if mode == "off":
-                continue
-            stamp = _stamp(f)
-            entry = known.get(shard["file"])
-            if (entry and {k: entry.get(k) for k in stamp} == stamp and entry.get("sha256") == shard.get("sha256")
-                    and ("records" not in shard or entry.get("records") == shard["records"])):
-                shard["records"] = entry["records"]
-                passed[shard["file"]] = entry
-                continue
-            records = check_framing(f)
-            if "records" in shard and records != shard["records"]:
-                raise DataError(f"shard {f} has {records} records but the manifest says {shard['records']}; {hint}")
-            shard["records"] = records  # a hand-written manifest may leave the counts out
-            if shard.get("sha256") and sha256(f) != shard["sha256"]:
-                raise DataError(f"shard {f} does not match the sha256 in the manifest (changed or corrupt); {hint}")
-            passed[shard["file"]] = _passed(f, records, shard.get("sha256"))
-            changed = True
-    if mode != "off" and (changed or set(passed) != set(known)):
-        try:
-            write_json(path / VERIFIED, passed)
-        except OSError as e:  # a read-only dataset folder: check in full next time, say why once
-            log.info("cannot record the shard check in %s (%s); the next run checks again", path / VERIFIED,
-                     e.strerror or e)
-    return time.perf_counter() - t0
-
-
-def read_manifest_if_valid(path, mode: str = "cached") -> dict | None:
-    """The manifest if ``path`` holds a complete, verified dataset; None otherwise (no error)."""
-    try:
-        manifest = read_manifest(path)
-        verify(path, manifest, mode)
-        return manifest
-    except DataError:
-        return None
 
 
 # --- the tf.data source --------------------------------------------------------------------------------
@@ -386,8 +255,6 @@ def stream_split(path, manifest: dict, split: str, size: int, shards: list[dict]
     ``size`` ("fixed": decoded whole, as in memory). Examples are numbered by their place in the files, which is
     what ``DatasetWriter`` stores as their ids; call after ``split_dataset`` has scanned the records."""
     import tensorflow as tf
-
-    from .stream import StreamSplit
 
     path = Path(path)
     spec = manifest["splits"][split]
