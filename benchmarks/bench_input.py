@@ -44,7 +44,7 @@ def _quiet_tf():
 def pipelines(rounds: int, seconds: float) -> None:
     _quiet_tf()
     from tftoolkit.config import RunConfig
-    from tftoolkit.data import home, tfrecords
+    from tftoolkit.data import home, manifest as manifest_mod, tfrecords
     from tftoolkit.engine import feed as feed_mod, session
     from tftoolkit.measure.inputbench import puller
 
@@ -61,7 +61,7 @@ def pipelines(rounds: int, seconds: float) -> None:
 
     # plain TensorFlow over the same records
     path = home.default_dir()
-    manifest = tfrecords.read_manifest(path)
+    manifest = manifest_mod.read_manifest(path)
     raw, n, _ = tfrecords.split_dataset(path, manifest, "train", cache=False)
     plain = (raw.map(lambda x, y, i: (x, y)).cache().shuffle(n, seed=0).batch(config.global_batch_size,
              drop_remainder=True).map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y)).prefetch(tf.data.AUTOTUNE)

@@ -156,7 +156,7 @@ def data_service(workers: int = 2, timeout: float = 90):
     def running():
         started: list[ServiceProcess] = []
         try:
-            started.append(ServiceProcess("--port", "0", "--workers", "0", "--host", "localhost"))
+            started.append(ServiceProcess("--port", "0", "--service-workers", "0", "--host", "localhost"))
             address = started[0].wait_serving(timeout).address()
             joining = [ServiceProcess("--dispatcher", address, "--host", "localhost") for _ in range(workers)]
             started += joining

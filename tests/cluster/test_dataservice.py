@@ -69,12 +69,12 @@ def test_reachable_is_a_tcp_connect():
 
 # --- bad input: one line, exit 2, before any server starts --------------------------------------------------
 @pytest.mark.parametrize("args, message", [
-    (["--workers", "-1"], "--workers must be an integer >= 0, got -1"),
+    (["--service-workers", "-1"], "--service-workers must be an integer >= 0, got -1"),
     (["--port", "70000"], "--port must be from 0 to 65535"),
     (["--worker-timeout", "0"], "--worker-timeout must be > 0 seconds"),
     (["--dispatcher", "node1"], "--dispatcher 'node1' is not HOST:PORT"),
     (["--dispatcher", "http://node1:5050"], "uses protocol 'http'"),
-    (["--dispatcher", "node1:5050", "--workers", "0"], "--workers 0 with --dispatcher starts nothing"),
+    (["--dispatcher", "node1:5050", "--service-workers", "0"], "--service-workers 0 with --dispatcher starts nothing"),
     (["--dispatcher", "node1:5050", "--work-dir", "j"], "--work-dir is the dispatcher's journal"),
     (["--host", "a:b"], "--host must be a host name"),
 ])
@@ -114,7 +114,7 @@ def test_an_unreachable_dispatcher_exits_2_naming_it():
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_start_prints_the_address_and_stops_cleanly_on_a_signal(tmp_path, sig):
     journal = tmp_path / "journal"
-    p = ServiceProcess("--port", "0", "--workers", "2", "--work-dir", str(journal))
+    p = ServiceProcess("--port", "0", "--service-workers", "2", "--work-dir", str(journal))
     try:
         p.wait_serving()
         host = dataservice.this_host()
@@ -191,7 +191,7 @@ def test_a_worker_whose_dispatcher_died_still_stops_on_sigterm():
 
     from helpers import env_with_tests_on_path
 
-    dispatcher = ServiceProcess("--port", "0", "--workers", "0", "--host", "localhost")
+    dispatcher = ServiceProcess("--port", "0", "--service-workers", "0", "--host", "localhost")
     worker = reader = None
     try:
         address = dispatcher.wait_serving().address()

@@ -27,14 +27,14 @@ from helpers import FAST_ARGS, ROOT, checkpoint_variables, checkpointed_step, en
 def test_array_script_maps_every_option_onto_sbatch(tmp_path):
     opts = slurm.ArrayOptions(max_concurrent=2, gpus_per_task=4, time="30", partition="gpu", account="proj",
                               extra=["--mem=16G", "--constraint=a100"])
-    text = slurm.array_script(["/env/bin/python", "-m", "tftoolkit.experiments.sweep_task", "/s", "/s/a.json"], 5,
+    text = slurm.array_script(["/env/bin/python", "-m", "tftoolkit.experiments.sweep.task", "/s", "/s/a.json"], 5,
                               opts, tmp_path / "logs", tmp_path)
     lines = text.splitlines()
     for want in ("#SBATCH --array=0-4%2", "#SBATCH --gres=gpu:4", "#SBATCH --time=30", "#SBATCH --partition=gpu",
                  "#SBATCH --account=proj", "#SBATCH --mem=16G", "#SBATCH --constraint=a100", "#SBATCH --ntasks=1",
                  f"#SBATCH --output={tmp_path / 'logs'}/%A_%a.out", f"#SBATCH --chdir={tmp_path}"):
         assert want in lines, want
-    assert lines[-1] == ('exec /env/bin/python -m tftoolkit.experiments.sweep_task /s /s/a.json '
+    assert lines[-1] == ('exec /env/bin/python -m tftoolkit.experiments.sweep.task /s /s/a.json '
                          '"$SLURM_ARRAY_TASK_ID"')
     assert "%" not in slurm.array_script(["x"], 3, slurm.ArrayOptions(), tmp_path, tmp_path).split("--array=")[1][:6]
 
@@ -132,12 +132,12 @@ def test_slurm_options_without_the_slurm_backend_are_refused(tmp_path, capsys):
 
 def test_a_cancel_at_the_time_limit_becomes_timeout_when_collected(tmp_path, monkeypatch):
     # The task writes "cancelled" on SIGTERM (it cannot tell scancel from the time limit); collecting asks Slurm.
-    from tftoolkit.experiments import sweep, sweep_slurm
-    from tftoolkit.experiments.sweep_spec import load
+    from tftoolkit.experiments.sweep import folder, slurm as sweep_slurm
+    from tftoolkit.experiments.sweep.spec import load
 
     spec = load(_spec(tmp_path, "s", {"x": [1, 2]}))
     out = tmp_path / "out"
-    sweep.open_dir(spec, out, force=False)
+    folder.open_dir(spec, out, force=False)
     a, b = spec.points
     for p in (a, b):
         (out / "runs" / p.id).mkdir(parents=True)
@@ -148,22 +148,22 @@ def test_a_cancel_at_the_time_limit_becomes_timeout_when_collected(tmp_path, mon
               1: {"state": "CANCELLED", "reason": "None"}}
     monkeypatch.setattr(slurm, "final_states", lambda job: states)
     sweep_slurm.reconcile(spec, out, [{"job_id": "7", "points": [a.id, b.id]}], active={})
-    ra, rb = sweep.read_record(out, a), sweep.read_record(out, b)
+    ra, rb = folder.read_record(out, a), folder.read_record(out, b)
     assert ra["status"] == "timeout" and "time limit (00:01:00" in ra["error"]
     assert rb["status"] == "cancelled" and rb["slurm"]["state"] == "CANCELLED"
 
 
 def test_the_local_backend_refuses_a_folder_submitted_to_slurm(tmp_path):
-    from tftoolkit.experiments import sweep
-    from tftoolkit.experiments.sweep_spec import load
+    from tftoolkit.experiments.sweep import folder, local
+    from tftoolkit.experiments.sweep.spec import load
 
     spec = load(_spec(tmp_path, "s", {"x": [1]}))
     out = tmp_path / "out"
-    sweep.open_dir(spec, out, force=False)
+    folder.open_dir(spec, out, force=False)
     (out / "slurm").mkdir()
     (out / "slurm" / "jobs.json").write_text('{"jobs": []}')
     with pytest.raises(SweepError, match="continue it with --backend slurm"):
-        sweep.run(spec, out, report=False, quiet=True)
+        local.run(spec, out, report=False, quiet=True)
 
 
 # --- a real Slurm ------------------------------------------------------------------------------------------------

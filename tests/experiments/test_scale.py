@@ -93,7 +93,7 @@ def test_weak_scaling_study_on_one_and_two_replicas(tmp_path):
 
 @pytest.mark.slow
 def test_strong_scaling_cli_on_two_and_four_replicas(tmp_path, capsys):
-    args = ["scale", "--replicas", "2,4", "--mode", "strong", "--global-batch", "16", "--no-measure", "--quiet",
+    args = ["scale", "--replica-counts", "2,4", "--mode", "strong", "--global-batch", "16", "--no-measure", "--quiet",
             "--out", str(tmp_path)]
     for k, v in TINY.items():
         args += [f"--{k.replace('_', '-')}" if not isinstance(v, bool) else
@@ -109,7 +109,7 @@ def test_strong_scaling_cli_on_two_and_four_replicas(tmp_path, capsys):
 
 @pytest.mark.parametrize("replicas, message", [("0,2", ">= 1"), ("2,2", "more than once")])
 def test_scale_cli_bad_replica_list_is_one_line_and_exit_2(tmp_path, capsys, replicas, message):
-    assert cli.main(["scale", "--replicas", replicas, "--out", str(tmp_path)]) == 2
+    assert cli.main(["scale", "--replica-counts", replicas, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "scaling.csv").exists()

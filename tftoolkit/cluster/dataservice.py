@@ -5,9 +5,9 @@ the input pipeline into worker processes, on this host or on CPU hosts beside it
 to the trainers. This module starts TensorFlow's own servers (``DispatchServer``, ``WorkerServer``); it does not
 build a service of its own. Two set-ups:
 
-    all here          tftoolkit data-service start --workers 2
-    workers beside    on the GPU server:  tftoolkit data-service start --workers 0
-                      on each CPU host:   tftoolkit data-service start --dispatcher gpu1:5050 --workers 4
+    all here          tftoolkit data-service start --service-workers 2
+    workers beside    on the GPU server:  tftoolkit data-service start --service-workers 0
+                      on each CPU host:   tftoolkit data-service start --dispatcher gpu1:5050 --service-workers 4
                       or from Slurm:      srun -n 4 tftoolkit data-service start --dispatcher gpu1:5050
 
 and the trainers get ``--data-service grpc://gpu1:5050``. parse_address, normalise and reachable check the
@@ -106,7 +106,7 @@ def start(port: int | None = None, workers: int | None = None, dispatcher: str |
     """
     workers = 1 if workers is None else workers
     if not isinstance(workers, int) or workers < 0:
-        raise ConfigError(f"--workers must be an integer >= 0, got {workers!r}")
+        raise ConfigError(f"--service-workers must be an integer >= 0, got {workers!r}")
     if not worker_timeout_s > 0:
         raise ConfigError(f"--worker-timeout must be > 0 seconds, got {worker_timeout_s}")
     host = host or this_host()
@@ -147,7 +147,7 @@ def _join(dispatcher: str, workers: int, port: int | None, work_dir, host: str) 
     """Workers only, for a dispatcher that runs elsewhere; ``port``: the first worker's (default: free ports)."""
     address = normalise(dispatcher, "--dispatcher")  # ConfigError when malformed
     if workers < 1:
-        raise ConfigError(f"--workers {workers} with --dispatcher starts nothing; give --workers 1 or more")
+        raise ConfigError(f"--service-workers {workers} with --dispatcher starts nothing; give --service-workers 1 or more")
     if work_dir:
         raise ConfigError("--work-dir is the dispatcher's journal; give it where the dispatcher starts")
     ports = spec.free_ports(workers)

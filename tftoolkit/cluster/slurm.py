@@ -3,7 +3,7 @@ tasks, scancel; and whether a sweep folder is on a filesystem the nodes share. (
 the allocation a process runs in is measure.hardware.slurm_allocation: it reads environment variables only.)
 
 Why sbatch with a generated script, not submitit: a sweep point is already a command (``python -m
-tftoolkit.experiments.sweep_task``) that writes its own record, so nothing needs pickling; the script lands in
+tftoolkit.experiments.sweep.task``) that writes its own record, so nothing needs pickling; the script lands in
 the sweep folder, where a user can read it, resubmit it by hand or hand it to their site's support; job arrays
 with ``%K`` throttling, ``--gres`` and any pass-through ``--sbatch-arg`` map one to one onto sbatch options; and
 the dependency list stays as it is. submitit's value (pickled closures, its own result files) is what this

@@ -1,6 +1,6 @@
 """Scaling study: the same training at several replica counts, one tidy table (``scaling.csv``).
 
-    tftoolkit scale --replicas 1,2,4 --mode weak --steps 60 --out runs/scale
+    tftoolkit scale --replica-counts 1,2,4 --mode weak --steps 60 --out runs/scale
 
 Each replica count is an ordinary run directory, ``OUT/runs/r<N>/`` (rerunning resumes or reuses them),
 and ``OUT/scaling.csv`` has one row per count:
@@ -55,17 +55,17 @@ def parse_replicas(value) -> list[int]:
         try:
             counts = [int(x) for x in value.split(",") if x.strip()]
         except ValueError:
-            raise ConfigError(f"--replicas: expected comma-separated integers like 1,2,4, got {value!r}") from None
+            raise ConfigError(f"--replica-counts: expected comma-separated integers like 1,2,4, got {value!r}") from None
     else:
         counts = [int(x) for x in value]
     if not counts:
-        raise ConfigError("--replicas: give at least one replica count, e.g. 1,2,4")
+        raise ConfigError("--replica-counts: give at least one replica count, e.g. 1,2,4")
     bad = [n for n in counts if n <= 0]
     if bad:
-        raise ConfigError(f"--replicas: counts must be >= 1, got {bad}")
+        raise ConfigError(f"--replica-counts: counts must be >= 1, got {bad}")
     dupes = sorted({n for n in counts if counts.count(n) > 1})
     if dupes:
-        raise ConfigError(f"--replicas: {dupes} listed more than once; give each count once")
+        raise ConfigError(f"--replica-counts: {dupes} listed more than once; give each count once")
     return sorted(counts)
 
 

@@ -212,7 +212,7 @@ def _slurm_line(alloc: dict | None) -> str:
 
 def _data_home(errors: list) -> dict:
     try:
-        return home.describe()
+        return home.describe_home()
     except Exception as exc:  # noqa: BLE001 - a report never fails on one item
         errors.append({"where": "data.home", "error": nvml_api.error_text(exc)})
         return {}
