@@ -133,7 +133,7 @@ class Feed:
 
     def batch(self, element, resident=None):
         """(images float32, labels) for this replica, inside the replica function."""
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
         from ..data import pipeline
 
@@ -158,7 +158,7 @@ class Feed:
         """One element per replica already on the devices (measure.breakdown's input-free step): the first examples
         of one pass (the global batch, or one micro-batch of it with --accumulate), sliced as the pipeline slices
         them."""
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
         from ..data import pipeline
 
@@ -199,7 +199,7 @@ def pack_words(images):
 def unpack_words(words, shape):
     """The inverse of ``pack_words`` for a gathered batch, on the device: a bitcast, a slice and a reshape."""
     import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     nbytes = int(np.prod(shape))
     flat = tf.reshape(tf.bitcast(words, tf.uint8), [-1, words.shape[1] * WORD_BYTES])
@@ -211,7 +211,7 @@ def unpack_words(words, shape):
 def make(config, setup, strategy, source) -> Feed:
     """The feed ``config.data_placement`` asks for on these devices; device placement copies the split now."""
     import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     store = source.store("train")
     need_gpu = setup.kind == "GPU" and config.data_placement != "host" and config.data_service is None
@@ -248,7 +248,7 @@ def resident_arrays(images, labels):
 def place(host_images, host_labels):
     """This replica's copy of the split, on the device of the enclosing scope (Identity: for int64 and float the
     GPU kernel keeps its output in device memory)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     return tf.identity(host_images), tf.identity(host_labels)
 
@@ -258,7 +258,7 @@ def device_path_graph(shape=(32, 32, 3), augment: bool = True, dtype: str = "uin
     augmentation), traced with the dtypes ``make`` uses: what engine.kernels.gpu_problems checks against the
     GPU kernel registry."""
     import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     images, labels, words = resident_arrays(np.zeros((2, *shape), dtype), np.zeros(2, np.int32))
     f = Feed("device", "check", None, tuple(shape), words, augment, 0)

@@ -73,8 +73,8 @@ def deterministic_effective(config: RunConfig, setup: devices.DeviceSetup, jit: 
 
 def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup, deterministic: bool = True) -> None:
     """Seed, op determinism and the Keras precision policy: process-wide, so set for every run."""
-    import keras
-    import tensorflow as tf
+    import keras  # deferred: tftoolkit.train imports this module; TensorFlow starts with the set-up
+    import tensorflow as tf  # deferred: tftoolkit.train imports this module; TensorFlow starts with the set-up
 
     from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not exported
 
