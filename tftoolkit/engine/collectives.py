@@ -11,6 +11,7 @@ is needed (``all_sum``) it is given explicitly, as the same all-sum.
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 
 
 def all_sum_no_gradient(values, options=None):

@@ -28,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, first_line
+import numpy as np
+
+from ..errors import ConfigError, DataError, first_line
 
 DEFAULT_LOSS = "sparse_categorical_crossentropy (from logits)"
 
@@ -276,3 +278,12 @@ def _shapes(t) -> str:
     return str(shapes)
 
 
+def check_class_labels(source) -> None:
+    """The default loss (classification) on another task's data: its targets must be class indices, one per
+    example, or the cross-entropy would read floats or vectors as classes without a word."""
+    labels = source.store("train").labels
+    if isinstance(labels, (dict, list, tuple)) or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        what = "several arrays" if isinstance(labels, (dict, list, tuple)) else f"{labels.dtype} {labels.shape[1:]}"
+        raise DataError(f"labels must be integers (class indices, one per example) for the default classification "
+                        f"loss, got {what} per example; for other targets give the loss that fits them (loss='mse', "
+                        "a keras.losses object, or --loss)")

@@ -61,7 +61,7 @@ from ..engine.strategy import allreduce_name
 from ..errors import ConfigError, error_line
 from ..logs import ensure_logging
 from ..measure.monitor import Monitor
-from . import summary_build
+from . import keras_facts, summary_build
 from .run_records import EVAL_COLUMNS, write_env
 from .tensorboard import Events, trial_id
 
@@ -122,7 +122,7 @@ class RunRecorder(keras.callbacks.Callback):
             log.warning("the strategy runs %d replica(s) but tftoolkit.init_devices set up %d device(s): this fit is "
                         "recorded at %d; pass the devices to MirroredStrategy to run another count", self._replicas,
                         asked, self._replicas)
-        self._devices, self._gpus = _devices(strategy)
+        self._devices, self._gpus = keras_facts.fit_devices(strategy)
         self._kind = "GPU" if self._gpus else "CPU-simulated"
         self._writes = bool(strategy.extended.should_checkpoint)  # MultiWorkerMirroredStrategy: the chief alone
         self._optimizer = model.optimizer
@@ -168,15 +168,15 @@ class RunRecorder(keras.callbacks.Callback):
             "recorded_with": "tftoolkit.RunRecorder",
             "model": model.name,
             "params": int(model.count_params()),
-            "optimizer": _optimizer_name(opt),
-            "learning_rate": _read_lr(opt),
+            "optimizer": keras_facts.optimizer_name(opt),
+            "learning_rate": keras_facts.read_lr(opt),
             "lr_schedule": type(schedule).__name__
             if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule) else None,
-            "loss": _names(compiled.get("loss")),
-            "metrics": _names(compiled.get("metrics")),
+            "loss": keras_facts.names_of(compiled.get("loss")),
+            "metrics": keras_facts.names_of(compiled.get("metrics")),
             "strategy": "default" if type(strategy).__name__.startswith("_Default") else type(strategy).__name__,
             "replicas": self._replicas,
-            "workers": _workers(strategy),
+            "workers": keras_facts.fit_workers(strategy),
             "global_batch": self.global_batch_given,
             "epochs": self.params.get("epochs"),
             "steps_per_epoch": self.params.get("steps"),
@@ -211,7 +211,7 @@ class RunRecorder(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._mark is None:  # the epoch's first call (the LR is read here, after other callbacks set it)
-            self._epoch_lr = _read_lr(self._optimizer)
+            self._epoch_lr = keras_facts.read_lr(self._optimizer)
             timer.sync()
             self._mark = time.perf_counter()
 
@@ -299,7 +299,7 @@ class RunRecorder(keras.callbacks.Callback):
         first = self._steps - steps
         prev_sum = prev_c = 0.0
         rows = []
-        lrs = _lrs(self._optimizer, self._iter0 + first + np.arange(steps), self._epoch_lr)
+        lrs = keras_facts.lrs_at(self._optimizer, self._iter0 + first + np.arange(steps), self._epoch_lr)
         for i, (n, dt, mean, warm) in enumerate(calls):
             call_loss = (mean * cum[i] - prev_sum) / (cum[i] - prev_c) if cum[i] > prev_c else math.nan
             prev_sum, prev_c = mean * cum[i], cum[i]
@@ -366,7 +366,7 @@ class RunRecorder(keras.callbacks.Callback):
             "device_kind": self._kind, "devices": self._devices,
             "cross_device_ops": allreduce_name(model.distribute_strategy) if replicas > 1 else None,
             "threads": devices_mod.thread_settings(),
-            "device_memory_peak_bytes": _memory_peaks(self._kind, self._devices),
+            "device_memory_peak_bytes": keras_facts.memory_peaks(self._kind, self._devices),
             "model": model.name, "params": int(model.count_params()),
             # What each step all-reduces (trainable variables only, each in its own dtype); predict scales from it.
             "gradient_bytes": collectives.gradient_bytes(model.trainable_variables),
@@ -378,7 +378,7 @@ class RunRecorder(keras.callbacks.Callback):
             steps_per_epoch=self.params.get("steps") or self._epoch_steps, global_batch=self._global_batch,
             loop_times=self.loop_times, rows=self.rows, evals=self.evals, epoch_logs=self._epoch_logs,
             train_examples=self._epoch_examples)
-        if self._writes and (self.out / "monitor.csv").exists():  # this worker's GPUs: its replicas' share
+        if self._writes:  # this worker's GPUs: its replicas' share
             found = summary_build.monitor_fields(self.out / "monitor.csv", loop_times=self.loop_times,
                                                  global_batch=self._global_batch, share=len(self._devices) / replicas)
             if found is not None:
@@ -390,67 +390,3 @@ class RunRecorder(keras.callbacks.Callback):
         level, line = summary_build.recorded_line(self.summary, timed_loops=len(self.loop_times),
                                                   warmup_steps=self.warmup_steps, out=self.out)
         log.log(level, "%s", line)
-
-
-# --- what the strategy, the model and the optimizer say ----------------------------------------------------------
-def _devices(strategy) -> tuple[list[str], list[int]]:
-    """(this worker's devices as train names them, e.g. ['/gpu:0', '/gpu:1'], their TensorFlow GPU numbers)."""
-    try:
-        names = list(strategy.extended.worker_devices)
-    except (RuntimeError, AttributeError):  # the default strategy: wherever TensorFlow places ops
-        names = ["/gpu:0" if tf.config.list_logical_devices("GPU") else "/cpu:0"]
-    specs = [tf.DeviceSpec.from_string(d) for d in names]
-    out = [f"/{(s.device_type or 'cpu').lower()}:{s.device_index or 0}" for s in specs]
-    return out, [int(d.split(":")[1]) for d in out if d.startswith("/gpu:")]
-
-
-def _workers(strategy) -> int:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    try:
-        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    except Exception:  # noqa: BLE001 - no cluster: one worker
-        spec = {}
-    return max(1, sum(len(spec.get(job, [])) for job in ("chief", "worker")))
-
-
-def _memory_peaks(kind: str, devices: list[str]):
-    setup = devices_mod.DeviceSetup(kind, tuple(devices), None, devices_mod.host_cores())
-    return devices_mod.memory_peaks(setup)
-
-
-def _optimizer_name(opt) -> str:
-    """sgd, momentum, adam, ... as train's optimizer field names them (a Keras optimizer's class, lower case)."""
-    opt = getattr(opt, "inner_optimizer", opt)  # under a LossScaleOptimizer
-    name = type(opt).__name__.lower()
-    return "momentum" if name == "sgd" and float(getattr(opt, "momentum", 0) or 0) > 0 else name
-
-
-def _read_lr(opt) -> float:
-    try:
-        return float(keras.ops.convert_to_numpy(opt.learning_rate))
-    except Exception:  # noqa: BLE001 - an optimizer without a readable LR
-        return math.nan
-
-
-def _lrs(opt, iterations, fallback: float) -> np.ndarray:
-    """The LR applied at each optimizer iteration: a schedule evaluated there, else the epoch's value."""
-    schedule = getattr(getattr(opt, "inner_optimizer", opt), "_learning_rate", None)
-    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-        try:
-            return np.asarray(keras.ops.convert_to_numpy(schedule(np.asarray(iterations, np.float32))), float)
-        except Exception:  # noqa: BLE001 - a schedule that takes one step at a time
-            pass
-    return np.full(len(iterations), fallback, float)
-
-
-def _names(spec):
-    """A compiled loss or metrics (Keras' compile config) as names: "mse", ["accuracy", "top2"], {"out": ...}."""
-    if spec is None or isinstance(spec, str):
-        return spec
-    if isinstance(spec, dict) and "class_name" in spec:
-        return (spec.get("config") or {}).get("name") or spec["class_name"]
-    if isinstance(spec, dict):
-        return {k: _names(v) for k, v in spec.items()}
-    if isinstance(spec, (list, tuple)):
-        return [_names(v) for v in spec]
-    return getattr(spec, "name", None) or getattr(spec, "__name__", None) or type(spec).__name__

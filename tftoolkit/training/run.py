@@ -1,9 +1,9 @@
-"""One training run on the host side of the loop: timing, logs, checkpoints, monitor and the summary.
+"""One training run on the host side of the loop: the loop's timing, evaluation, checkpoints and divergence.
 
-The engine (tftoolkit.engine) computes; this module decides when to call it and writes what happened
-into the run directory: config.json (written by ``api.train``), steps.csv, evals.csv, env.json,
-monitor.csv, checkpoints/ and, last, summary.json. In a multi-worker run every worker runs a ``Run``
-(the collectives need all of them) but only the chief writes the run directory's files.
+The engine (tftoolkit.engine) computes; this module decides when to call it and records what happened into the
+run directory: config.json (written by ``api.train``), steps.csv, evals.csv and env.json (run_records), monitor.csv,
+checkpoints/ and, last, summary.json (its fields from summary_build). In a multi-worker run every worker runs a
+``Run`` (the collectives need all of them) but only the chief writes the run directory's files.
 
 Nothing here runs inside the timed region: a loop's time is the call of the compiled loop alone
 (``engine.loop.Chunk.seconds``); rows, counters, the divergence check and checkpoints come after it.
@@ -32,12 +32,12 @@ from ..engine import devices, feed, loop, losses
 from ..engine.checkpoint import Checkpoints
 from ..engine.session import Session
 from ..engine.step import build_engine
-from ..errors import ConfigError, DataError, ToolkitError, error_line
+from ..errors import DataError, ToolkitError, error_line
 from ..measure import breakdown, inputbench
 from ..measure.monitor import Monitor
 from . import run_records, summary_build
 from .summary_build import NOTHING_TRAINED
-from .tensorboard import Events, Profile, trial_id
+from .tensorboard import Events, profile_for_run, trial_id
 
 # TensorFlow is imported where it is used, not here: the CLI imports this module before the run's set-up, and
 # engine.session.start times TensorFlow's import apart (wall_breakdown's import_s). The engine modules above defer
@@ -82,17 +82,6 @@ def stop_on_sigterm():
     finally:
         signal.signal(signal.SIGTERM, previous)
         _Stop.deferring = _Stop.requested = False
-
-
-def _check_class_labels(source) -> None:
-    """The default loss (classification) on another task's data: its targets must be class indices, one per
-    example, or the cross-entropy would read floats or vectors as classes without a word."""
-    labels = source.store("train").labels
-    if isinstance(labels, (dict, list, tuple)) or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        what = "several arrays" if isinstance(labels, (dict, list, tuple)) else f"{labels.dtype} {labels.shape[1:]}"
-        raise DataError(f"labels must be integers (class indices, one per example) for the default classification "
-                        f"loss, got {what} per example; for other targets give the loss that fits them (loss='mse', "
-                        "a keras.losses object, or --loss)")
 
 
 class Run:
@@ -143,7 +132,7 @@ class Run:
                            feed=feed.make(config, setup, strategy, self.source))
         self.engine = eng
         if eng.task.classification and self.source.structured:
-            _check_class_labels(self.source)
+            losses.check_class_labels(self.source)
         if not eng.task.classification or eng.task.metrics:
             # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
             # (the default classification loss fits by construction, but a metric added to it may not).
@@ -171,7 +160,7 @@ class Run:
             self._reload_logs()
             log.info("resuming from step %d (%s)", self.resumed_from, latest)
         if self.chief:
-            self._write_env()
+            run_records.write_env(self.out, setup.kind, setup.devices)
         self._start_tensorboard()
         # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
         # Every worker samples its own host; the chief's file is the run's monitor.csv.
@@ -189,19 +178,14 @@ class Run:
         except ToolkitError:
             raise
         except Exception as e:  # noqa: BLE001 - recorded in the summary (a sweep goes on), then re-raised
-            bad = self._bad_example(e)
+            # A bad image or record a streamed split met (data/stream.py) is named in one line.
+            bad = explain_error(e, list(self.source.streams.values())) if self.source.streamed else None
             self.status, self.error = "failed", bad or error_line(e)
             self._finish()
             if bad:
                 raise DataError(bad) from None
             raise
         return self._finish()
-
-    def _bad_example(self, e: BaseException) -> str | None:
-        """The line that names a bad image or record a streamed split met (data/stream.py), or None."""
-        if not self.source.streamed:
-            return None
-        return explain_error(e, list(self.source.streams.values()))
 
     def _start_tensorboard(self):
         config, total = self.config, self.derived["total_steps"]
@@ -211,20 +195,9 @@ class Run:
             # its directory. Every sweep point's run folder has the same name ("run"), and TensorBoard merges
             # sessions that share a trial id into one row.
             self.events.hparams(config.to_dict(), trial_id(self.out))
-        self.profile = None
-        span = config.profile_range()
-        if span is not None:
-            a, b = span
-            if b > total or a <= self.resumed_from:
-                where = (f"this run has {total} steps" if b > total else
-                         f"this run resumes after step {self.resumed_from}")
-                raise ConfigError(f"profile_steps {a}-{b} is outside the run: {where}; give steps between "
-                                  f"{self.resumed_from + 1} and {total}")
-            # Every worker traces its own devices; the chief's trace is the one in the run directory.
-            self.profile = Profile(self.out / "tensorboard", a, b) if self.chief else None
-
-    def _write_env(self):
-        run_records.write_env(self.out, self.setup.kind, self.setup.devices)
+        # Every worker traces its own devices; the chief's trace is the one in the run directory.
+        self.profile = profile_for_run(config.profile_range(), self.out / "tensorboard", total, self.resumed_from,
+                                       self.chief)
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self):
@@ -305,7 +278,7 @@ class Run:
                 st["dropped"].assign_add(self.source.train_examples - seen)
             if self.status == "ok" and config.eval_every_epoch and (complete or step == total):
                 if self.dist_val is None:
-                    self.dist_val = self._eval_dataset()
+                    self.dist_val = pipeline.eval_input(self.engine.strategy, self.source, config)
                 self.monitor.phase("eval")
                 t0 = time.perf_counter()
                 self._evaluate(self.dist_val, epoch, step)
@@ -407,9 +380,6 @@ class Run:
                 return True
         return False
 
-    def _eval_dataset(self):
-        return pipeline.eval_input(self.engine.strategy, self.source, self.config)
-
     def _evaluate(self, dist_val, epoch, step):
         if dist_val is None:
             return
@@ -454,23 +424,17 @@ class Run:
         t_finish = time.perf_counter()
         self._write_logs()
         step = int(st["step"].numpy())
-        facts = {
-            "replicas": eng.strategy.num_replicas_in_sync,
-            "cross_device_ops": self.session.cross_device_ops or self.session.impl,
+        sess, src = self.session, self.source
+        facts = {  # what the set-up found (summary_build.train_summary names each)
+            "replicas": eng.strategy.num_replicas_in_sync, "cross_device_ops": sess.cross_device_ops or sess.impl,
             "threads": devices.thread_settings(), "params": int(eng.model.count_params()),
-            "gradient_bytes": eng.exchange.bytes(eng.model.trainable_variables),
-            "allreduce_dtype": eng.exchange.dtype,
-            "dataset": self.source.name, "train_examples": self.source.train_examples,
-            "num_classes": self.source.num_classes,
-            "jit_effective": self.session.jit, "deterministic": self.session.deterministic,
-            "deterministic_reason": self.session.deterministic_reason,
-            "device_memory_peak_bytes": devices.memory_peaks(setup),
-            "resumed_from_step": self.resumed_from,
-            "examples_per_replica": [int(c) for c in st["counts"].numpy()],
-            "dropped_examples": int(st["dropped"].numpy()),
-            "data_placement": eng.feed.placement, "data_placement_reason": eng.feed.reason,
-            "loss": eng.task.loss_name,
-        }
+            "gradient_bytes": eng.exchange.bytes(eng.model.trainable_variables), "allreduce_dtype": eng.exchange.dtype,
+            "dataset": src.name, "train_examples": src.train_examples, "num_classes": src.num_classes,
+            "jit_effective": sess.jit, "deterministic": sess.deterministic,
+            "deterministic_reason": sess.deterministic_reason, "device_memory_peak_bytes": devices.memory_peaks(setup),
+            "resumed_from_step": self.resumed_from, "examples_per_replica": [int(c) for c in st["counts"].numpy()],
+            "dropped_examples": int(st["dropped"].numpy()), "data_placement": eng.feed.placement,
+            "data_placement_reason": eng.feed.reason, "loss": eng.task.loss_name}
         streams = self.source.streams  # streamed or read into memory: each split counts and lists its own
         summary = summary_build.train_summary(
             config, setup, facts, status=self.status, error=self.error, steps=step,
@@ -495,11 +459,9 @@ class Run:
             # After the timed loop, on a snapshot: the trained weights stay.
             summary.update(breakdown.summary_fields(eng, config, setup, self.source, summary, hosts=self.hosts,
                                                     parts=getattr(self, "step_parts", None)))
-        summary["monitor"] = {}
-        if (self.out / "monitor.csv").exists():
-            summary["monitor"] = summary_build.monitor_fields(
-                self.out / "monitor.csv", loop_times=self.loop_times, global_batch=config.global_batch_size,
-                share=setup.replicas / eng.strategy.num_replicas_in_sync) or {}
+        summary["monitor"] = summary_build.monitor_fields(
+            self.out / "monitor.csv", loop_times=self.loop_times, global_batch=config.global_batch_size,
+            share=setup.replicas / eng.strategy.num_replicas_in_sync) or {}
         self.wall["measurement_s"] += time.perf_counter() - t_measure
         summary.update(summary_build.wall_fields(summary, wall_time_s=time.time() - self.started, parts=self.wall,
                                                  first_call=self.first_call, resumed_from=self.resumed_from,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -75,6 +76,8 @@ def monitor_fields(samples, *, loop_times, global_batch, share: float = 1.0):
     """monitor.csv (a path or a frame) summarised over the timed phase, or None when it cannot be (the monitor
     never fails a run). ``share``: this host's replicas over all replicas; its GPUs processed only that share of
     every global batch, so dividing all workers' images by its own GPUs' energy would overstate images per joule."""
+    if isinstance(samples, Path) and not samples.exists():
+        return None
     try:
         timed_s = sum(dt for dt, _ in loop_times)
         images = sum(n for _, n in loop_times) * global_batch * share if global_batch else None

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ConfigError
+
 log = logging.getLogger("tftoolkit")
 
 METRICS = ("val_accuracy", "val_loss", "final_loss", "images_per_sec")  # the HParams tab's columns
@@ -87,6 +89,20 @@ class Events:
         for w in (self.train, self.validation):
             w.flush()
             w.close()
+
+
+def profile_for_run(span, logdir: Path, total: int, resumed_from: int, traces: bool = True):
+    """The Profile of ``span`` (profile_steps as (first, last), or None) in a run of ``total`` steps resumed after
+    ``resumed_from``; None without a span or when this process ``traces`` not. A span outside the steps this
+    process trains is a ConfigError."""
+    if span is None:
+        return None
+    a, b = span
+    if b > total or a <= resumed_from:
+        where = f"this run has {total} steps" if b > total else f"this run resumes after step {resumed_from}"
+        raise ConfigError(f"profile_steps {a}-{b} is outside the run: {where}; give steps between "
+                          f"{resumed_from + 1} and {total}")
+    return Profile(logdir, a, b) if traces else None
 
 
 class Profile:
