@@ -4,8 +4,7 @@ import resource
 
 import pytest
 
-from tftoolkit.errors import out_of_memory
-from tftoolkit.training.run import error_line
+from tftoolkit.errors import error_line, out_of_memory
 
 
 class ResourceExhaustedError(Exception):  # named as TensorFlow's: matched by name, without importing TensorFlow

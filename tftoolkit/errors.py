@@ -79,10 +79,33 @@ def out_of_memory(e: BaseException) -> str | None:
 
 def address_space_limit() -> int | None:
     """This process's address-space limit in bytes (``ulimit -v``, RLIMIT_AS), or None when there is none."""
-    import resource
+    import resource  # POSIX only: imported here so the exceptions themselves import anywhere
 
     try:
         cap = resource.getrlimit(resource.RLIMIT_AS)[0]
     except (OSError, ValueError, AttributeError):  # no RLIMIT_AS on this platform
         return None
     return None if cap == resource.RLIM_INFINITY else int(cap)
+
+
+def error_line(e: BaseException) -> str:
+    """One line that says what went wrong (for an exhausted memory: what ran out and what to lower, out_of_memory).
+    A TensorFlow op error's first line is often only "Graph execution error:"; the Python exception raised inside
+    the graph (a file the input pipeline could not decode, say) is in the lines below, so the last
+    "SomeError: ..." line among them is the one that says why."""
+    oom = out_of_memory(e)
+    if oom is not None:
+        return oom
+    text = str(e)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if len(lines) > 1:
+        causes = [line for line in lines[1:] if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+        if causes:
+            return f"{type(e).__name__}: {first} {causes[-1]}"[:500]
+        # An op's own failure (a check in the input pipeline, say) names no Python exception: its message is the
+        # line before the first [[{{node ...}}]].
+        node = next((i for i, line in enumerate(lines) if line.startswith("[[{{node")), 0)
+        if first.endswith("Graph execution error:") and node > 1:
+            return f"{type(e).__name__}: {first} {lines[node - 1]}"[:500]
+    return f"{type(e).__name__}: {first}"

@@ -121,7 +121,7 @@ def atomic_write(path, content: str | bytes | Callable, *, binary: bool | None =
 def jsonable(obj):
     """Plain Python values for strict JSON: NumPy scalars and arrays become numbers and lists, and a number that is
     not finite (NaN for unknown, or an infinite bound) becomes None, since strict JSON has neither."""
-    import numpy as np
+    import numpy as np  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}

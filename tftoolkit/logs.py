@@ -54,11 +54,11 @@ def progress_bar(total: int | None, *, quiet: bool = False, **kw):
     shown = progress_kind(quiet)
     if shown == "notebook":
         try:
-            from tqdm.notebook import tqdm
+            from tqdm.notebook import tqdm  # notebooks only (it needs ipywidgets)
 
             return tqdm(total=total, **kw)
         except ImportError:  # ipywidgets missing (install the lab extra): the text bar, in the cell's stderr
             pass
-    from tqdm import tqdm
+    from tqdm import tqdm  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     return tqdm(total=total, disable=shown is None, dynamic_ncols=True, **kw)

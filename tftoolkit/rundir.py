@@ -22,6 +22,7 @@ taken over after ``STALE_AFTER_S``.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import json
@@ -34,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from .config import AUTO_KEYS, NON_IDENTITY_KEYS
+from .config import AUTO_KEYS, NON_IDENTITY_KEYS, RunConfig
 from .errors import RunDirError
 from .fileio import DISK_ERRNOS, ensure_dir, read_json, remove_stale_temps
 
@@ -60,10 +61,6 @@ def identity(config_dict: dict, like: dict | None = None) -> dict:
 
 def config_defaults() -> dict:
     """Every RunConfig field's default: what a run directory written before a field existed ran with."""
-    import dataclasses
-
-    from .config import RunConfig
-
     return {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
@@ -153,7 +150,7 @@ def clear(folder: Path) -> None:
 def _alive(pid: int, started: float | None) -> bool:
     """Whether process ``pid`` on this host runs, and is the one that started at ``started`` (pids are reused)."""
     try:
-        import psutil
+        import psutil  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
         proc = psutil.Process(pid)
         return started is None or abs(proc.create_time() - started) < 1.0
@@ -167,7 +164,8 @@ def _alive(pid: int, started: float | None) -> bool:
         return True
 
 
-def _describe(record: dict) -> str:
+def _lock_holder(record: dict) -> str:
+    """Who holds a lock, from its record: the process, its host, since when and its command."""
     started = record.get("started_at")
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
     return f"pid {record.get('pid', '?')} on {record.get('host', '?')} since {when} ({record.get('command', '?')})"
@@ -189,7 +187,7 @@ class Lock:
 
     def _record(self) -> dict:
         try:
-            import psutil
+            import psutil  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
             started = psutil.Process().create_time()
         except Exception:  # noqa: BLE001
@@ -259,7 +257,7 @@ class Lock:
                     # look again in a moment rather than name a holder from nothing.
                     time.sleep(0.05)
                     continue
-                who = (f"is locked by {_describe(holder)}" if "pid" in holder else
+                who = (f"is locked by {_lock_holder(holder)}" if "pid" in holder else
                        "is being taken by another process right now (its lock record is not written yet)")
                 raise RunDirError(f"{self.folder} is in use: this {self.what} {who}; wait for it to end or stop that "
                                   "process (--force never breaks a live lock)") from None
@@ -297,17 +295,17 @@ class Lock:
             # Without flock (a filesystem that lacks it) the record is all there is: a live pid holds it.
             if not self._flocked and _alive(int(previous.get("pid", 0)), previous.get("pid_started")):
                 self._close()
-                raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(previous)}")
-            log.warning("%s: taking over the lock of %s, which is no longer running", self.folder, _describe(previous))
+                raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_lock_holder(previous)}")
+            log.warning("%s: taking over the lock of %s, which is no longer running", self.folder, _lock_holder(previous))
             return
         age = time.time() - os.fstat(self._fd).st_mtime
         if age < STALE_AFTER_S:
             self._close()
-            raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_describe(previous)}, whose "
+            raise RunDirError(f"{self.folder} is in use: this {self.what} is locked by {_lock_holder(previous)}, whose "
                               f"record was refreshed {age:.0f} s ago (a holder on another host of a shared filesystem); "
                               f"wait for it to end, or stop it there")
         log.warning("%s: taking over the lock of %s: another host, silent for %.0f s (longer than %.0f s)", self.folder,
-                    _describe(previous), age, STALE_AFTER_S)
+                    _lock_holder(previous), age, STALE_AFTER_S)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

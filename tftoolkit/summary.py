@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import fileio
+
 
 @dataclass(frozen=True)
 class Field:
@@ -298,12 +300,10 @@ def read(path) -> dict:
     A run written before a field existed, or that did not measure it, lacks that field: readers use
     ``.get(name, default)``. A number's null (unknown, or not finite) comes back as NaN.
     """
-    from .fileio import read_json
-
     path = Path(path)
     if path.is_dir():
         path = path / "summary.json"
-    data = read_json(path)
+    data = fileio.read_json(path)
     return {k: _unknowns_as_nan(k, v) for k, v in data.items()} if isinstance(data, dict) else data
 
 

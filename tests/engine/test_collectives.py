@@ -86,7 +86,7 @@ def test_sync_batch_norm_equals_keras_synchronized_batch_norm_with_one_all_reduc
     np.testing.assert_allclose(ours.moving_mean.numpy(), 0.1 * np.concatenate(images).mean(axis=(0, 1, 2)), rtol=1e-5)
 
 
-# --- the gradient exchange: dtype and packs (issue 25) ---------------------------------------------------------
+# --- the gradient exchange: dtype and packs ---------------------------------------------------------------
 def test_packs_go_last_layer_first_in_runs_of_about_equal_bytes():
     from tftoolkit.engine.collectives import pack_plan
 

@@ -271,7 +271,7 @@ def test_every_remainder_at_every_replica_count_trains_and_evaluates_as_one_devi
     assert done.returncode == 0 and "checked 9" in done.stdout, done.stderr[-4000:]
 
 
-# --- gradient accumulation and the gradient exchange (issue 25) ----------------------------------------------
+# --- gradient accumulation and the gradient exchange ----------------------------------------------------
 @pytest.mark.parametrize("replicas, accumulate", [(2, 2), (1, 4)])
 def test_accumulated_micro_batches_equal_one_device_at_the_global_batch(replicas, accumulate):
     # 2 replicas x 2 micro-batches of 12 (and 1 device x 4 of 12) = one device on the global batch of 48: the

@@ -138,7 +138,7 @@ def test_strategies_of_different_sizes_in_one_process_take_fresh_collective_keys
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-# --- the all-reduce dtype on GPUs (issue 25) ------------------------------------------------------------------
+# --- the all-reduce dtype on GPUs ------------------------------------------------------------------------
 @pytest.mark.parametrize("impl", ["nccl", "collective", "collective_nccl", "collective_ring"])
 def test_bfloat16_gradients_are_refused_where_tensorflow_cannot_reduce_them_on_gpus(impl):
     from tftoolkit.engine.strategy import check_allreduce_dtype

@@ -122,7 +122,7 @@ def test_when_no_checkpoint_restores_the_rerun_exits_2_naming_them(tmp_path, cap
     assert len(err) == 1 and "no checkpoint in" in err[0] and "ckpt-4 (" in err[0] and "--force" in err[0]
 
 
-# --- gradient accumulation across a resume (issue 25) ---------------------------------------------------------
+# --- gradient accumulation across a resume ---------------------------------------------------------------
 @pytest.mark.slow  # a training of ~5 s (test-fast's budget; make test runs it)
 def test_accumulating_two_replicas_resumed_mid_epoch_equal_one_device_at_four_times_the_batch(tmp_path):
     # 2 replicas x --accumulate 2 x 8 = one device x 32. Checkpoints fall between optimizer steps (the micro-batches'

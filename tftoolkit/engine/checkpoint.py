@@ -64,7 +64,7 @@ class Checkpoints:
     """Save and restore ``objects`` (a dict of trackables) under ``directory``."""
 
     def __init__(self, directory, objects: dict, *, worker_id: int = 0, keep: int = KEEP):
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
         self.directory = Path(directory)
         self.worker_id, self.keep = worker_id, keep

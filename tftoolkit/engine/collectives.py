@@ -11,13 +11,14 @@ is needed (``all_sum``) it is given explicitly, as the same all-sum.
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 
 
 def all_sum_no_gradient(values, options=None):
     """The SUM all-reduce of ``values`` (a tensor or a list of tensors), for values nothing differentiates
     (gradients, counts): the same result as ``ctx.all_reduce(SUM, values)``. ``options``: CommunicationOptions
     for this call (the all-reduce benchmark asks for RING so)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: see the module's imports
 
     ctx = tf.distribute.get_replica_context()
     return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.nest.map_structure(tf.stop_gradient, values), options=options)
@@ -26,7 +27,7 @@ def all_sum_no_gradient(values, options=None):
 def all_sum(x):
     """The SUM all-reduce of tensor ``x``, differentiable: the gradient of an all-sum is the all-sum of the
     gradients (every replica's output depends on every replica's input)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: see the module's imports
 
     @tf.custom_gradient
     def summed(value):
@@ -45,7 +46,7 @@ def gradient_sizes(variables) -> list[int]:
 def travels_as(own, dtype: str):
     """The dtype a gradient of dtype ``own`` crosses the all-reduce in: ``own`` for float32 (no cast: float64
     gradients stay float64), else the 16-bit ``dtype`` for any wider float."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: see the module's imports
 
     own, target = tf.as_dtype(own), tf.as_dtype(dtype)
     return target if dtype != "float32" and own.is_floating and own.size > target.size else own
@@ -66,8 +67,6 @@ def pack_plan(sizes: list[int], packs: int) -> list[list[int]]:
     call, depending only on its own gradients, which is what ``CommunicationOptions(bytes_per_pack)`` does inside
     CollectiveAllReduce (it too reverses the list first), for every implementation alike.
     """
-    from ..errors import ConfigError
-
     n = len(sizes)
     if not 1 <= packs <= n:
         raise ConfigError(f"--allreduce-packs {packs}: the model has {n} gradient tensors, so at most {n} packs "
@@ -98,7 +97,7 @@ def all_reduce_gradients(grads, dtype: str = "float32", plan: list[list[int]] | 
     was scaled before differentiation), so float16 keeps small gradients in range; LossScaleOptimizer.apply divides
     it out in float32 after the all-reduce, and skips a step whose sum overflowed to inf (lowering the scale).
     """
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: see the module's imports
 
     plan = plan if plan is not None else [list(range(len(grads)))[::-1]]
 

@@ -32,7 +32,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import nvml as nvml_api
+from ..data import pipeline
 from ..errors import ConfigError
 
 log = logging.getLogger("tftoolkit")
@@ -129,9 +132,7 @@ class Feed:
 
     def batch(self, element, resident=None):
         """(images float32, labels) for this replica, inside the replica function."""
-        import tensorflow as tf
-
-        from ..data import pipeline
+        import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
         if resident is None:
             return pipeline.to_float(element[0]), element[1]
@@ -146,17 +147,13 @@ class Feed:
         return images, tf.gather(labels, indices)
 
     def train_input(self, strategy, source, config, start_step: int = 0):
-        from ..data import pipeline
-
         return pipeline.train_input(strategy, source, config, start_step, placement=self.placement)
 
     def replay(self, strategy, source, config):
         """One element per replica already on the devices (measure.breakdown's input-free step): the first examples
         of one pass (the global batch, or one micro-batch of it with --accumulate), sliced as the pipeline slices
         them."""
-        import tensorflow as tf
-
-        from ..data import pipeline
+        import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
         total, n = strategy.num_replicas_in_sync, config.micro_batch_size
         if self.resident is None:
@@ -183,8 +180,6 @@ WORD_BYTES = 8  # int64
 
 def pack_words(images):
     """uint8 images [n, ...] -> int64 words [n, ceil(bytes / 8)], each image's bytes zero-padded to whole words."""
-    import numpy as np
-
     flat = np.ascontiguousarray(images).reshape(len(images), -1)
     pad = -flat.shape[1] % WORD_BYTES
     if pad:
@@ -194,8 +189,7 @@ def pack_words(images):
 
 def unpack_words(words, shape):
     """The inverse of ``pack_words`` for a gathered batch, on the device: a bitcast, a slice and a reshape."""
-    import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     nbytes = int(np.prod(shape))
     flat = tf.reshape(tf.bitcast(words, tf.uint8), [-1, words.shape[1] * WORD_BYTES])
@@ -206,8 +200,7 @@ def unpack_words(words, shape):
 
 def make(config, setup, strategy, source) -> Feed:
     """The feed ``config.data_placement`` asks for on these devices; device placement copies the split now."""
-    import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     store = source.store("train")
     need_gpu = setup.kind == "GPU" and config.data_placement != "host" and config.data_service is None
@@ -235,8 +228,6 @@ def make(config, setup, strategy, source) -> Feed:
 def resident_arrays(images, labels):
     """(images, labels, words) as the devices hold them: uint8 images packed into int64 words, int64 labels
     (int32 would stay in host memory on a GPU); float images as they are."""
-    import numpy as np
-
     words = images.dtype == np.uint8
     return (pack_words(images) if words else images), np.asarray(labels).astype(np.int64), words
 
@@ -244,7 +235,7 @@ def resident_arrays(images, labels):
 def place(host_images, host_labels):
     """This replica's copy of the split, on the device of the enclosing scope (Identity: for int64 and float the
     GPU kernel keeps its output in device memory)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     return tf.identity(host_images), tf.identity(host_labels)
 
@@ -253,8 +244,7 @@ def device_path_graph(shape=(32, 32, 3), augment: bool = True, dtype: str = "uin
     """The graph of one replica's device-placement path (placement, gather, unpacking, float conversion,
     augmentation), traced with the dtypes ``make`` uses: what engine.kernels.gpu_problems checks against the
     GPU kernel registry."""
-    import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the placement rule and the host sizes import without TensorFlow
 
     images, labels, words = resident_arrays(np.zeros((2, *shape), dtype), np.zeros(2, np.int32))
     f = Feed("device", "check", None, tuple(shape), words, augment, 0)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import tensorflow as tf
+from tensorflow.python.framework import kernels  # the registered kernels: not in TensorFlow's public API
+
 SKIP = {"Const", "Placeholder", "NoOp"}
 
 
 @lru_cache(maxsize=None)
 def _gpu_kernels(op_type: str) -> tuple:
-    from tensorflow.python.framework import kernels
-
     out = []
     for k in kernels.get_registered_kernels_for_op(op_type).kernel:
         if k.device_type != "GPU":
@@ -65,8 +66,6 @@ def _constant(tensor) -> bool:
 def gpu_problems(graph) -> list[str]:
     """One line per op of ``graph`` that would run on the CPU, or move a computed tensor through host memory,
     on a GPU."""
-    import tensorflow as tf
-
     problems = []
     for op in graph.get_operations():
         if op.type in SKIP:

@@ -44,9 +44,9 @@ def timed_call(loop_fn, iterator, n: int) -> tuple[Any, float]:
     The clock is engine.timer's: fetching the outputs would wait only for the ops they depend on (the forward
     pass of the last step), not for its backward pass, all-reduce and update, which a GPU may still be running.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
-    from . import timer
+    from . import timer  # imports TensorFlow too
 
     out, seconds = timer.timed(loop_fn, iterator, tf.constant(n, tf.int32))
     return tf.nest.map_structure(lambda t: t.numpy(), out), seconds

@@ -28,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, first_line
+import numpy as np
+
+from ..errors import ConfigError, DataError, first_line
 
 DEFAULT_LOSS = "sparse_categorical_crossentropy (from logits)"
 
@@ -59,7 +61,7 @@ def _name(loss) -> str:
 
 def _one(loss):
     """A single output's loss spec -> fn(y_true, y_pred) giving its unreduced values."""
-    import keras
+    import keras  # deferred: the task names and checks import without TensorFlow
 
     if isinstance(loss, str):
         try:
@@ -77,7 +79,7 @@ def _one(loss):
 
 def _per_example(values):
     """A loss's values -> one float32 per example: the mean over every axis after the batch (see the module)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the task names and checks import without TensorFlow
 
     values = tf.cast(tf.convert_to_tensor(values), tf.float32)
     if values.shape.rank == 0:
@@ -92,7 +94,7 @@ def _per_example(values):
 def _structured(loss, outputs):
     """fn(y_true, y_pred) -> per-example loss for ``loss`` over the model's outputs (``outputs``: their names,
     or None for a single output)."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the task names and checks import without TensorFlow
 
     def cast(y):
         return tf.cast(y, tf.float32) if y.dtype.is_floating else y
@@ -124,7 +126,7 @@ def _structured(loss, outputs):
 
 
 def _accuracy_for(loss_name: str):
-    import keras
+    import keras  # deferred: the task names and checks import without TensorFlow
 
     name = loss_name.lower()
     if "sparse" in name:
@@ -137,7 +139,7 @@ def _accuracy_for(loss_name: str):
 
 
 def _metric(spec, loss_name: str):
-    import keras
+    import keras  # deferred: the task names and checks import without TensorFlow
 
     if isinstance(spec, keras.metrics.Metric):
         # Made again here, in the strategy's scope: a metric made outside it keeps plain variables, which the
@@ -173,8 +175,8 @@ def names_of(text: str | None) -> list[str]:
 def resolve(model, loss=None, metrics=None) -> Task:
     """The task for ``model`` (call inside the strategy's scope: metrics make variables there): ``loss`` and
     ``metrics`` as given, else what the model was compiled with, else the default classification task."""
-    import keras
-    import tensorflow as tf
+    import keras  # deferred: the task names and checks import without TensorFlow
+    import tensorflow as tf  # deferred: the task names and checks import without TensorFlow
 
     compiled = getattr(model, "_compile_loss", None) is not None  # Keras 3 keeps compile()'s arguments here
     if loss is None and compiled:
@@ -210,7 +212,7 @@ def check(task: Task, model, x, y) -> None:
     """The loss and the metrics on a few examples, before training: a loss or metric that does not fit the
     model's outputs, targets of another shape, or a loss without per-example values is a one-line ConfigError
     naming what did not fit (Keras' own message, shortened), not a failure inside the first step."""
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the task names and checks import without TensorFlow
 
     pred = model(x, training=False)
     n = int(tf.nest.flatten(y)[0].shape[0])
@@ -242,7 +244,7 @@ def _fits(target: tuple, output: tuple) -> bool:
 
 
 def _check_shapes(task: Task, model, y, pred) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the task names and checks import without TensorFlow
 
     if task.classification:
         return
@@ -270,9 +272,18 @@ def pick(y, pred, out, model):
 
 
 def _shapes(t) -> str:
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: the task names and checks import without TensorFlow
 
     shapes = tf.nest.map_structure(lambda v: tuple(v.shape), t)
     return str(shapes)
 
 
+def check_class_labels(source) -> None:
+    """The default loss (classification) on another task's data: its targets must be class indices, one per
+    example, or the cross-entropy would read floats or vectors as classes without a word."""
+    labels = source.store("train").labels
+    if isinstance(labels, (dict, list, tuple)) or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        what = "several arrays" if isinstance(labels, (dict, list, tuple)) else f"{labels.dtype} {labels.shape[1:]}"
+        raise DataError(f"labels must be integers (class indices, one per example) for the default classification "
+                        f"loss, got {what} per example; for other targets give the loss that fits them (loss='mse', "
+                        "a keras.losses object, or --loss)")

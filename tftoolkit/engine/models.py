@@ -7,10 +7,12 @@ float32 logits (so mixed precision never computes the loss in half precision).
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from typing import Callable
 
 from ..errors import ModelError
+from .collectives import all_sum
 
 _REGISTRY: dict[str, Callable] = {}
 
@@ -79,8 +81,8 @@ def _standardize_layer():
     """The Standardize layer class (defined on first use: importing this module must not import Keras)."""
     if "Standardize" in _LAYERS:
         return _LAYERS["Standardize"]
-    import keras
-    from keras import ops
+    import keras  # deferred: the model registry imports without Keras
+    from keras import ops  # deferred: the model registry imports without Keras
 
     @keras.saving.register_keras_serializable("tftoolkit")
     class Standardize(keras.layers.Layer):
@@ -109,8 +111,8 @@ def small_vgg(input_shape, num_classes):
     circle, frame and ring stay confused). No batch norm: N replicas compute exactly what one device computes.
     Any image size of at least 4 x 4 and any number of channels.
     """
-    import keras
-    from keras import layers
+    import keras  # deferred: the model registry imports without Keras
+    from keras import layers  # deferred: the model registry imports without Keras
 
     inputs = keras.Input(shape=input_shape)
     x = _standardize_layer()()(inputs)
@@ -129,10 +131,8 @@ def _sync_bn_layer():
     """The SyncBatchNorm layer class (defined on first use, as Standardize)."""
     if "SyncBatchNorm" in _LAYERS:
         return _LAYERS["SyncBatchNorm"]
-    import keras
-    import tensorflow as tf
-
-    from .collectives import all_sum
+    import keras  # deferred: the model registry imports without Keras
+    import tensorflow as tf  # deferred: the model registry imports without Keras
 
     @keras.saving.register_keras_serializable("tftoolkit")
     class SyncBatchNorm(keras.layers.BatchNormalization):
@@ -195,8 +195,8 @@ def small_cnn_bn(input_shape, num_classes):
     to float32 rounding in the variance, as resnet20). Moving-average momentum 0.9, not Keras' 0.99, so the
     statistics used at evaluation settle within a run of a few hundred steps.
     """
-    import keras
-    from keras import layers
+    import keras  # deferred: the model registry imports without Keras
+    from keras import layers  # deferred: the model registry imports without Keras
 
     inputs = keras.Input(shape=input_shape)
     x = _standardize_layer()()(inputs)
@@ -218,8 +218,8 @@ def small_cnn(input_shape, num_classes):
     No batch normalisation or dropout: its N-replica result is exactly the 1-device result, which the
     invariant tests rely on.
     """
-    import keras
-    from keras import layers
+    import keras  # deferred: the model registry imports without Keras
+    from keras import layers  # deferred: the model registry imports without Keras
 
     inputs = keras.Input(shape=input_shape)
     x = layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
@@ -241,8 +241,8 @@ def resnet20(input_shape, num_classes):
     own slice of the batch, and N replicas would no longer compute what one device does on the same
     global batch. The price is one small all-reduce per BN layer per step.
     """
-    import keras
-    from keras import layers
+    import keras  # deferred: the model registry imports without Keras
+    from keras import layers  # deferred: the model registry imports without Keras
 
     def bn():
         return _sync_bn_layer()()
@@ -270,7 +270,7 @@ def resnet20(input_shape, num_classes):
 
 
 def _application(name, input_shape, num_classes):
-    import keras
+    import keras  # deferred: the model registry imports without Keras
 
     cls = getattr(keras.applications, APPLICATIONS[name])
     try:
@@ -296,7 +296,7 @@ def build(name, input_shape, num_classes: int, classifier: bool = True):
     it gives (batch, num_classes) logits, as the default task needs (``check_classifier``); another task's loss is
     checked against the outputs on real examples instead (engine/losses.py).
     """
-    import keras
+    import keras  # deferred: the model registry imports without Keras
 
     label = qualified_name(name) if callable(name) else name
     if callable(name):
@@ -322,8 +322,6 @@ def check_classifier(model, label: str, num_classes: int) -> None:
     if not (isinstance(out, tuple) and out[-1] == num_classes):
         raise ModelError(f"model {label!r} outputs shape {out}; expected (batch, {num_classes}) logits")
     if ends_in_softmax(model):
-        import logging
-
         logging.getLogger("tftoolkit").warning(
             "model %r ends in a softmax, but the loss takes logits (SparseCategoricalCrossentropy(from_logits=True)): "
             "it would train on the log of probabilities, slowly and wrongly scaled; remove the final softmax "
@@ -332,7 +330,7 @@ def check_classifier(model, label: str, num_classes: int) -> None:
 
 def ends_in_softmax(model) -> bool:
     """Whether the layer producing the model's output is a softmax (an activation or a Softmax layer)."""
-    import keras
+    import keras  # deferred: the model registry imports without Keras
 
     layer = model.layers[-1] if getattr(model, "layers", None) else None
     if layer is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 
+import tensorflow as tf
 
 from ..noise_scale import (  # noqa: F401 - the arithmetic, re-exported for the step's callers
     EMA_DECAY, SUMMARY_FIELDS, b_simple, ema, estimate_from_gradients, reliability, robust_estimate, unbiased)
@@ -22,24 +23,18 @@ def _all_layers(model):
 
 
 def _dense(g):
-    import tensorflow as tf
-
     return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
 
 
 def sq_norm(grads):
     """Σ g² over a list of gradient tensors, in float64 (float16 gradients would overflow; float32 sums of
     many terms lose the digits the difference |G_small|² − |G_big|² needs)."""
-    import tensorflow as tf
-
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(_dense(g), tf.float64))) for g in grads if g is not None])
 
 
 def loss_scale(optimizer):
     """The factor the loss (hence every gradient) was multiplied by before differentiation (float16 loss
     scaling); norms are taken of the unscaled gradients."""
-    import tensorflow as tf
-
     return tf.cast(optimizer.scale_loss(tf.constant(1.0)), tf.float64)
 
 
@@ -50,8 +45,6 @@ def two_halves(forward_backward, images, labels, denom):
     Each half's loss is its per-example sum over the *whole* batch's ``denom`` (plus its share of the
     regularisation), so the two gradients add up to the gradient the unsplit step computes.
     """
-    import tensorflow as tf
-
     n = tf.shape(tf.nest.flatten(labels)[0])[0]
     h = n // 2
     share_a = tf.cast(h, tf.float32) / tf.cast(tf.maximum(n, 1), tf.float32)
@@ -75,8 +68,6 @@ class NoiseScale:
     """
 
     def __init__(self, replicas: int, decay: float = EMA_DECAY, model=None, accumulate: int = 1):
-        import tensorflow as tf
-
         if replicas == 1 and accumulate == 1 and model is not None and any(
                 "BatchNormalization" in type(layer).__name__ for layer in _all_layers(model)):
             log.warning("--noise-scale on one replica runs the batch as two halves, so batch norm normalises "
@@ -101,8 +92,6 @@ class NoiseScale:
     def part_sums(self, grads, b, denom, scale):
         """[|mean gradient of the part|², 1/b, 1, usable] for one small batch of ``b`` examples (a replica's batch,
         one of its halves, or one of its micro-batches): additive over the parts of a step."""
-        import tensorflow as tf
-
         denom = tf.cast(denom, tf.float64)
         b = tf.cast(b, tf.float64)
         safe_b = tf.maximum(b, 1.0)
@@ -117,14 +106,10 @@ class NoiseScale:
 
     def replica_sums(self, parts, denom, scale):
         """[Σ|mean gradient of part|², Σ 1/b, parts, parts usable] on this replica, for parts [(grads, b), ...]."""
-        import tensorflow as tf
-
         return tf.add_n([self.part_sums(grads, b, denom, scale) for grads, b in parts])
 
     def estimate(self, sums, reduced_grads, denom, scale):
         """This step's (|G|², tr Σ, valid) from the all-reduced sums and gradients (float64 3-vector)."""
-        import tensorflow as tf
-
         parts = sums[2]
         small_sq, inv_small = sums[0] / parts, sums[1] / parts
         big_sq = sq_norm(reduced_grads) / tf.square(scale)
@@ -133,8 +118,6 @@ class NoiseScale:
         return tf.stack([grad_sq, trace, valid])
 
     def update(self, est):
-        import tensorflow as tf
-
         grad_sq, trace, valid = est[0], est[1], est[2]
         ok = tf.logical_and(valid > 0, tf.logical_and(tf.math.is_finite(grad_sq), tf.math.is_finite(trace)))
         new = self.decay * self.ema + (1.0 - self.decay) * tf.stack([grad_sq, trace])

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import keras
+
 log = logging.getLogger("tftoolkit")
 
 
 def make_optimizer(config, schedule):
-    import keras
-
     wd = config.weight_decay or None
     name = config.optimizer
     if name == "sgd":

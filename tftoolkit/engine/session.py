@@ -20,7 +20,11 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError, address_space_limit
+from ..data import catalog, service
+from ..data.source import SYNTHETIC_TRAIN, SYNTHETIC_VAL
 from . import devices, feed
+from .models import qualified_name
+from .step import jit_effective
 
 log = logging.getLogger("tftoolkit")
 
@@ -42,8 +46,6 @@ def resolve(config: RunConfig | dict) -> RunConfig:
 
 def with_model(config: RunConfig, model) -> RunConfig:
     """``config`` with ``model`` (a callable) named in it: what the run directory records and resumes by."""
-    from .models import qualified_name
-
     if not callable(model):
         raise ConfigError(f"model= takes a callable fn(input_shape, num_classes) -> keras.Model, got "
                           f"{type(model).__name__}; a model name goes in the config (model='small_cnn')")
@@ -73,8 +75,8 @@ def deterministic_effective(config: RunConfig, setup: devices.DeviceSetup, jit: 
 
 def apply_global_settings(config: RunConfig, setup: devices.DeviceSetup, deterministic: bool = True) -> None:
     """Seed, op determinism and the Keras precision policy: process-wide, so set for every run."""
-    import keras
-    import tensorflow as tf
+    import keras  # deferred: start() times TensorFlow's import apart
+    import tensorflow as tf  # deferred: start() times TensorFlow's import apart
 
     from tensorflow.python.framework import config as tf_config  # disable_op_determinism is not exported
 
@@ -135,8 +137,6 @@ def check_memory(config: RunConfig, available: int | None) -> None:
     """A ConfigError, before anything is allocated, when one global batch at ``config.image_size`` (as the float32
     the replicas compute on; its activations take more still) or the synthetic set the config generates (uint8,
     held whole) is larger than the ``available`` bytes of host memory. Unknown ``available``: nothing is checked."""
-    from ..data.source import SYNTHETIC_TRAIN, SYNTHETIC_VAL
-
     size = config.image_size
     if available is None or size is None:
         return
@@ -163,18 +163,15 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache`` is passed to
     data.catalog.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
     """
-    from ..data import catalog
-    from .step import jit_effective
-    from .strategy import check_allreduce_dtype, effective_cross_device_ops, make_strategy
-
     started = time.time()
     importlib.import_module("tensorflow")  # timed apart: every TensorFlow program pays it, not this run's work
 
     import_s = time.time() - started
+    # Deferred: it imports TensorFlow, after the import timed above.
+    from .strategy import check_allreduce_dtype, effective_cross_device_ops, make_strategy
+
     config = resolve(config)
     if config.data_service is not None:
-        from ..data import service
-
         service.check_reachable(config.data_service)  # before the data is read and anything trains
     if model is not None:
         config = with_model(config, model)

@@ -15,7 +15,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from . import collectives
+from ..data.pipeline import to_float
+from . import collectives, losses, models
+from . import feed as feed_mod
 from .collectives import all_sum_no_gradient
 
 log = logging.getLogger("tftoolkit")
@@ -77,7 +79,7 @@ def pad_empty(images, labels):
     every collective. Per-replica batch norm (keras.applications) does see it in that replica's statistics for
     that step. A non-empty batch goes through untouched (a cond, not a copy).
     """
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: session.start times TensorFlow's import
 
     n = tf.shape(tf.nest.flatten(labels)[0])[0]
 
@@ -100,10 +102,9 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     ``loss`` and ``metrics``: the task (engine/losses.py); by default the config's --loss/--metrics, else a compiled
     model's, else classification.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
-    from . import feed as feed_mod, losses, models, noise as noise_mod, schedules
-    from ..data.pipeline import to_float
+    from . import noise as noise_mod, schedules  # these import TensorFlow too
     from .optimizers import make_optimizer
 
     feed = feed if feed is not None else feed_mod.host()

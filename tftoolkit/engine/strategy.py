@@ -9,8 +9,12 @@ from __future__ import annotations
 import logging
 import sys
 
-from .devices import DeviceSetup
+import tensorflow as tf
+from tensorflow.python.distribute import collective_all_reduce_strategy as cars  # multi-worker internals
+from tensorflow.python.distribute import distribute_lib
+
 from ..errors import ConfigError
+from .devices import DeviceSetup
 
 log = logging.getLogger("tftoolkit")
 
@@ -19,8 +23,6 @@ def nccl_available() -> tuple[bool, str]:
     """Whether NcclAllReduce can work here, and why not when it cannot."""
     if not sys.platform.startswith("linux"):
         return False, f"NCCL is Linux-only (this is {sys.platform})"
-    import tensorflow as tf
-
     info = tf.sysconfig.get_build_info()
     if not info.get("is_cuda_build", False):
         return False, "this TensorFlow build has no CUDA (install tensorflow[and-cuda])"
@@ -70,8 +72,6 @@ def choose_cross_device_ops(name: str, setup: DeviceSetup) -> tuple[str, str]:
 
 def cross_device_ops_object(name: str):
     """The CrossDeviceOps for ``name``; None for ``collective`` (MirroredStrategy's own CollectiveAllReduce)."""
-    import tensorflow as tf
-
     if name == "collective":
         return None
     return {
@@ -95,8 +95,6 @@ def mirrored(devices, cross_device_ops=None):
     fresh range, as TensorFlow's own tests do (strategy_combinations.py), moved on again after, so a strategy
     created elsewhere later does not start inside this one's range.
     """
-    import tensorflow as tf
-
     tf.distribute.MirroredStrategy._collective_key_base += 100000
     strategy = tf.distribute.MirroredStrategy(devices=list(devices), cross_device_ops=cross_device_ops)
     tf.distribute.MirroredStrategy._collective_key_base += 100000
@@ -174,10 +172,6 @@ def make_multiworker_strategy(setup: DeviceSetup, cross_device_ops: str = "auto"
     in sync, replica ids 0-3 in worker order, ring all-reduce and initial-value broadcast correct
     (tests/test_multiworker.py checks training end to end against one process with 4 replicas).
     """
-    import tensorflow as tf
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-    from tensorflow.python.distribute import distribute_lib
-
     impl, reason = choose_collective(cross_device_ops, setup)
     log.info("all-reduce: collective %s (%s)", impl, reason)
     kind = "GPU" if setup.kind == "GPU" else "CPU"
@@ -204,8 +198,6 @@ def make_bench_strategy(impl: str, setup: DeviceSetup):
     ``impl``: nccl, hierarchical_copy, reduce_to_one (explicit cross-device ops), collective (CollectiveAllReduce
     with RING, what multi-worker training uses without NCCL) or tf_default (what MirroredStrategy picks itself).
     """
-    import tensorflow as tf
-
     if impl in ("collective", "tf_default"):
         # No cross_device_ops: MirroredStrategy builds a CollectiveAllReduce (RING on CPU, NCCL on real GPUs).
         strategy = mirrored(setup.devices)
@@ -218,7 +210,7 @@ def make_bench_strategy(impl: str, setup: DeviceSetup):
     return strategy, options
 
 
-def describe(strategy, options=None) -> str:
+def allreduce_name(strategy, options=None) -> str:
     """What a strategy really all-reduces with, e.g. ``CollectiveAllReduce(RING)`` (from TF internals; best effort)."""
     ext = strategy.extended
     ops = getattr(ext, "_cross_device_ops", None) or getattr(ext, "_inferred_cross_device_ops", None)

@@ -29,6 +29,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import tensorflow as tf
+from tensorflow.python.eager import context  # this host's address space: not in TensorFlow's public API
+from tensorflow.python.ops import gen_sync_ops
+
 
 def sync() -> None:
     """Block until every device of this process has finished the work queued on it so far.
@@ -38,10 +42,6 @@ def sync() -> None:
     the other workers' devices, where TensorFlow's version fails ("Haven't set up remote eager worker"); each
     worker times its own devices, and the collectives already keep the workers in step.
     """
-    import tensorflow as tf
-    from tensorflow.python.eager import context
-    from tensorflow.python.ops import gen_sync_ops
-
     here = context.context().host_address_space()
     for dev in tf.config.list_logical_devices():
         if "/job:" not in dev.name or dev.name.startswith(here + "/"):

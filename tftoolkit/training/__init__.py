@@ -1,7 +1,11 @@
 """A training run: the engine, measured, with its run directory (single process or one worker of many).
 
     api   ``train(config, out)``: the public entry; resolves the cluster, sets up the session, runs
-    run   ``Run``: the host side of the loop (timing, logs, checkpoints, monitor, summary)
+    run   ``Run``: the host side of the loop (timing, evaluation, checkpoints, divergence)
+    run_records     steps.csv, evals.csv and env.json, for Run and RunRecorder
+    summary_build   summary.json's fields and the last log line, from the records (both kinds of run)
+    recorder        ``RunRecorder``: a user's model.fit into a run directory (keras_facts: what Keras says)
+    tensorboard     events and the profiler
 """
 
 from .api import train

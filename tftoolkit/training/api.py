@@ -45,8 +45,8 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     device (one value per example, averaged over pixels or tokens as Keras does). Names go into the config
     (``loss``, ``metrics``), so they are recorded and reach sweeps and the CLI (``--loss mse``).
     """
-    from ..cluster import spec
-    from ..engine import session
+    from ..cluster import spec  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
+    from ..engine import session  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     ensure_logging(quiet)
     if out is not None:
@@ -57,7 +57,7 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
         config = session.with_model(config, model)  # the run directory records the callable's name
     config, loss, metrics = session.with_task(config, loss, metrics)  # names into the config; objects stay here
     if config.workers > 1:
-        from ..data import catalog
+        from ..data import catalog  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
         catalog.check_sharding(config, data)
         if out is None:
@@ -67,7 +67,7 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
                 raise ConfigError("in-memory data, model callables and loss or metric objects cannot be handed to "
                                   "worker processes; give a dataset name, a model name (or package.module:function) "
                                   "and loss / metric names, or run the workers yourself (TF_CONFIG) with them in each")
-            from ..cluster import launch
+            from ..cluster import launch  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
             return launch.train_here(config, out, force=force, quiet=quiet)
         return _train_worker(config, cluster, out, force=force, quiet=quiet, data=data, model=model, loss=loss,
@@ -83,8 +83,8 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
 
 def _train_worker(config, cluster, out, *, force, quiet, data, model, loss=None, metrics=None) -> dict:
     """This worker's part of a multi-worker run; returns the summary (a non-chief's copy is not written)."""
-    from ..cluster import workers
-    from ..engine import session
+    from ..cluster import workers  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
+    from ..engine import session  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     setup, strategy, out, lock = workers.join(config, cluster, out, force=force)
     try:
@@ -103,7 +103,7 @@ def _train_worker(config, cluster, out, *, force, quiet, data, model, loss=None,
 
 def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, workers: int = 1,
          hosts: int = 1) -> dict:
-    from .run import Run
+    from .run import Run  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     if resuming and (out / "summary.json").exists():
         previous = summary_schema.read(out)

@@ -49,22 +49,27 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import pandas as pd
+import tensorflow as tf
 
 from .. import fileio, rundir
 from .. import summary as summary_schema
 from ..engine import collectives
 from ..engine import devices as devices_mod
 from ..engine import timer
-from ..errors import ConfigError
+from ..engine.strategy import allreduce_name
+from ..errors import ConfigError, error_line
 from ..logs import ensure_logging
-from .run import error_line, write_env
+from ..measure.monitor import Monitor
+from . import keras_facts, summary_build
+from .run_records import EVAL_COLUMNS, write_env
+from .tensorboard import Events, trial_id
 
 log = logging.getLogger("tftoolkit")
 
 # RunConfig's defaults: rundir.prepare compares a folder's config.json with them filled in, so a recorded fit's
 # config (which names none of RunConfig's fields but its own) is compared key by key with what is there.
 DEFAULT_WARMUP_STEPS = rundir.config_defaults()["timing_warmup_steps"]
-EVAL_COLUMNS = ["epoch", "step", "val_loss", "val_accuracy", "val_examples"]  # evals.csv's first columns, as train's
 ABANDONED = ("the fit ended without Keras calling on_train_end: an exception outside a training step, or the "
              "process exited mid-fit")
 
@@ -107,10 +112,6 @@ class RunRecorder(keras.callbacks.Callback):
 
     # --- the fit begins ----------------------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
-        import tensorflow as tf
-
-        from .tensorboard import Events, trial_id
-
         ensure_logging(self.quiet)
         _finish_abandoned(self.out)  # a fit into this folder that raised outside a step: recorded, lock released
         self._started = time.time()
@@ -121,7 +122,7 @@ class RunRecorder(keras.callbacks.Callback):
             log.warning("the strategy runs %d replica(s) but tftoolkit.init_devices set up %d device(s): this fit is "
                         "recorded at %d; pass the devices to MirroredStrategy to run another count", self._replicas,
                         asked, self._replicas)
-        self._devices, self._gpus = _devices(strategy)
+        self._devices, self._gpus = keras_facts.fit_devices(strategy)
         self._kind = "GPU" if self._gpus else "CPU-simulated"
         self._writes = bool(strategy.extended.should_checkpoint)  # MultiWorkerMirroredStrategy: the chief alone
         self._optimizer = model.optimizer
@@ -146,15 +147,13 @@ class RunRecorder(keras.callbacks.Callback):
                 write_env(self.out, self._kind, self._devices)
                 self._events = Events(self.out / "tensorboard")
                 self._events.hparams(self.config, trial_id(self.out))
-                from ..measure.monitor import Monitor
-
                 self._monitor = Monitor(self.out / "monitor.csv", interval_s=self.monitor_interval_s,
                                         gpu_indices=devices_mod.nvml_indices(self._gpus) if self._gpus else None,
                                         phase="warmup").start()
             except BaseException:
                 self._release()
                 raise
-        self._wrap_train_function(tf)
+        self._wrap_train_function()
         self._active = True
         _ACTIVE[str(self.out.resolve())] = self
         log.info("recording this fit into %s: %d replica(s) on %s, %s", self.out, self._replicas,
@@ -169,15 +168,15 @@ class RunRecorder(keras.callbacks.Callback):
             "recorded_with": "tftoolkit.RunRecorder",
             "model": model.name,
             "params": int(model.count_params()),
-            "optimizer": _optimizer_name(opt),
-            "learning_rate": _read_lr(opt),
+            "optimizer": keras_facts.optimizer_name(opt),
+            "learning_rate": keras_facts.read_lr(opt),
             "lr_schedule": type(schedule).__name__
             if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule) else None,
-            "loss": _names(compiled.get("loss")),
-            "metrics": _names(compiled.get("metrics")),
+            "loss": keras_facts.names_of(compiled.get("loss")),
+            "metrics": keras_facts.names_of(compiled.get("metrics")),
             "strategy": "default" if type(strategy).__name__.startswith("_Default") else type(strategy).__name__,
             "replicas": self._replicas,
-            "workers": _workers(strategy),
+            "workers": keras_facts.fit_workers(strategy),
             "global_batch": self.global_batch_given,
             "epochs": self.params.get("epochs"),
             "steps_per_epoch": self.params.get("steps"),
@@ -186,7 +185,7 @@ class RunRecorder(keras.callbacks.Callback):
             "precision": model.dtype_policy.name,
         }
 
-    def _wrap_train_function(self, tf):
+    def _wrap_train_function(self):
         """Route fit's calls through a function that records an exception before it propagates (see above)."""
         inner, rec = self.model.train_function, self
 
@@ -212,7 +211,7 @@ class RunRecorder(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._mark is None:  # the epoch's first call (the LR is read here, after other callbacks set it)
-            self._epoch_lr = _read_lr(self._optimizer)
+            self._epoch_lr = keras_facts.read_lr(self._optimizer)
             timer.sync()
             self._mark = time.perf_counter()
 
@@ -300,7 +299,7 @@ class RunRecorder(keras.callbacks.Callback):
         first = self._steps - steps
         prev_sum = prev_c = 0.0
         rows = []
-        lrs = _lrs(self._optimizer, self._iter0 + first + np.arange(steps), self._epoch_lr)
+        lrs = keras_facts.lrs_at(self._optimizer, self._iter0 + first + np.arange(steps), self._epoch_lr)
         for i, (n, dt, mean, warm) in enumerate(calls):
             call_loss = (mean * cum[i] - prev_sum) / (cum[i] - prev_c) if cum[i] > prev_c else math.nan
             prev_sum, prev_c = mean * cum[i], cum[i]
@@ -341,8 +340,6 @@ class RunRecorder(keras.callbacks.Callback):
                 self._monitor.stop()
             self.summary = self._summary(status, error)
             if self._writes:
-                import pandas as pd
-
                 fileio.write_csv(self.out / "steps.csv", pd.DataFrame(
                     self.rows, columns=["step", "epoch", "loss", "learning_rate", "step_time_s"]))
                 if self.evals:
@@ -363,142 +360,33 @@ class RunRecorder(keras.callbacks.Callback):
         self._lock = self._monitor = self._events = None
 
     def _summary(self, status: str, error: str | None) -> dict:
-        from ..measure import stats
-        from ..measure.monitor import summarize
-
-        B, replicas, steps = self._global_batch, self._replicas, self._steps
-        thr = stats.throughput([dt / n for dt, n in self.loop_times], B if B else math.nan)
-        thr["timed_steps"] = sum(n for _, n in self.loop_times)
-        spe = self.params.get("steps") or self._epoch_steps
-        examples = self._epoch_examples
-        losses = [r["loss"] for r in self.rows]
-        lrs = [r["learning_rate"] for r in self.rows if math.isfinite(r["learning_rate"])]
-        model = self.model
-        summary = {
-            "status": status, "error": error,
-            "replicas": replicas, "workers": self.config["workers"],
-            "replicas_per_worker": len(self._devices), "device_kind": self._kind, "devices": self._devices,
-            "cross_device_ops": _cross_device_ops(model.distribute_strategy) if replicas > 1 else None,
+        model, replicas = self.model, self._replicas
+        facts = {
+            "replicas": replicas, "workers": self.config["workers"], "replicas_per_worker": len(self._devices),
+            "device_kind": self._kind, "devices": self._devices,
+            "cross_device_ops": allreduce_name(model.distribute_strategy) if replicas > 1 else None,
             "threads": devices_mod.thread_settings(),
-            "device_memory_peak_bytes": _memory_peaks(self._kind, self._devices),
+            "device_memory_peak_bytes": keras_facts.memory_peaks(self._kind, self._devices),
             "model": model.name, "params": int(model.count_params()),
-            # What each step all-reduces (trainable variables only, each in its own dtype: Keras casts nothing);
-            # tftoolkit predict scales from it.
+            # What each step all-reduces (trainable variables only, each in its own dtype); predict scales from it.
             "gradient_bytes": collectives.gradient_bytes(model.trainable_variables),
-            # A fit step is one batch (with Keras' gradient_accumulation_steps, one micro-batch): recorded as such.
-            "allreduce_dtype": "float32", "allreduce_packs": 1, "accumulate": 1,
-            "precision": self.config["precision"], "jit": self.config["jit_compile"],
-            "optimizer": self.config["optimizer"], "loss": self.config["loss"], "metrics": self.config["metrics"],
-            "learning_rate": max(lrs) if lrs else self.config["learning_rate"],  # the peak, as train's
-            "lr_rule": "none",  # the fit's own LR: nothing scaled it to the global batch
-            "global_batch": B,
-            # Keras splits each global batch evenly over the replicas (the last replica less, for a partial one).
-            "per_replica_batch": (B // replicas if B % replicas == 0 else B / replicas) if B else None,
-            "steps_per_epoch": spe,
-            "train_examples": int(examples) if examples is not None and math.isfinite(examples) else None,
-            "steps": steps, "epochs": steps / spe if spe else math.nan,
-            **thr,
-            "initial_loss": losses[0] if losses else math.nan,
-            "final_loss": losses[-1] if losses else math.nan,
-            "final_loss_mean10": float(np.mean(losses[-10:])) if losses else math.nan,
-            "val_loss": math.nan, "val_accuracy": math.nan,
+            **{k: self.config[k] for k in ("precision", "jit_compile", "optimizer", "loss", "metrics",
+                                           "learning_rate")},
         }
-        # The metrics: val_<name> after the last evaluation, train_<name> as the last epoch trained (its mean).
-        summary.update({k: float(v) for k, v in (self.evals[-1] if self.evals else {}).items()
-                        if k.startswith("val_") and k != "val_examples"})
-        summary.update({f"train_{k}": float(v) for k, v in self._epoch_logs.items()
-                        if not k.startswith("val_") and k != "loss"})
-        if self._writes and (self.out / "monitor.csv").exists():
-            try:  # this worker's GPUs processed its replicas' share of every global batch
-                share = len(self._devices) / replicas
-                timed_s = sum(dt for dt, _ in self.loop_times)
-                summary["monitor"] = summarize(self.out / "monitor.csv", duration_s=timed_s or None, phase="train",
-                                               images=thr["timed_steps"] * B * share if B else None)
-            except Exception as e:  # noqa: BLE001 - the monitor never fails a run
-                log.warning("monitor summary skipped: %s", e)
+        summary = summary_build.fit_summary(
+            facts, status=status, error=error, steps=self._steps,
+            steps_per_epoch=self.params.get("steps") or self._epoch_steps, global_batch=self._global_batch,
+            loop_times=self.loop_times, rows=self.rows, evals=self.evals, epoch_logs=self._epoch_logs,
+            train_examples=self._epoch_examples)
+        if self._writes:  # this worker's GPUs: its replicas' share
+            found = summary_build.monitor_fields(self.out / "monitor.csv", loop_times=self.loop_times,
+                                                 global_batch=self._global_batch, share=len(self._devices) / replicas)
+            if found is not None:
+                summary["monitor"] = found
         summary["wall_time_s"] = time.time() - self._started
         return summary
 
     def _log_done(self) -> None:
-        s = self.summary
-        if s["status"] != "ok":
-            log.warning("recorded fit %s: %s -> %s", s["status"], s["error"], self.out)
-            return
-        if len(self.loop_times) > 1:
-            rate = f"{s['images_per_sec']:.1f} ± {s['images_per_sec_uncertainty']:.1f} examples/sec"
-        else:
-            rate = (f"examples/sec not measured: {len(self.loop_times)} timed call(s) after {self.warmup_steps} "
-                    "warm-up steps (more steps, or warmup_steps=0, give one)")
-        log.info("recorded: %d steps, %s, final loss %.4f -> %s", s["steps"], rate, s["final_loss"], self.out)
-
-
-# --- what the strategy, the model and the optimizer say ----------------------------------------------------------
-def _devices(strategy) -> tuple[list[str], list[int]]:
-    """(this worker's devices as train names them, e.g. ['/gpu:0', '/gpu:1'], their TensorFlow GPU numbers)."""
-    import tensorflow as tf
-
-    try:
-        names = list(strategy.extended.worker_devices)
-    except (RuntimeError, AttributeError):  # the default strategy: wherever TensorFlow places ops
-        names = ["/gpu:0" if tf.config.list_logical_devices("GPU") else "/cpu:0"]
-    specs = [tf.DeviceSpec.from_string(d) for d in names]
-    out = [f"/{(s.device_type or 'cpu').lower()}:{s.device_index or 0}" for s in specs]
-    return out, [int(d.split(":")[1]) for d in out if d.startswith("/gpu:")]
-
-
-def _workers(strategy) -> int:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    try:
-        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    except Exception:  # noqa: BLE001 - no cluster: one worker
-        spec = {}
-    return max(1, sum(len(spec.get(job, [])) for job in ("chief", "worker")))
-
-
-def _cross_device_ops(strategy) -> str:
-    from ..engine.strategy import describe
-
-    return describe(strategy)
-
-
-def _memory_peaks(kind: str, devices: list[str]):
-    setup = devices_mod.DeviceSetup(kind, tuple(devices), None, devices_mod.host_cores())
-    return devices_mod.memory_peaks(setup)
-
-
-def _optimizer_name(opt) -> str:
-    """sgd, momentum, adam, ... as train's optimizer field names them (a Keras optimizer's class, lower case)."""
-    opt = getattr(opt, "inner_optimizer", opt)  # under a LossScaleOptimizer
-    name = type(opt).__name__.lower()
-    return "momentum" if name == "sgd" and float(getattr(opt, "momentum", 0) or 0) > 0 else name
-
-
-def _read_lr(opt) -> float:
-    try:
-        return float(keras.ops.convert_to_numpy(opt.learning_rate))
-    except Exception:  # noqa: BLE001 - an optimizer without a readable LR
-        return math.nan
-
-
-def _lrs(opt, iterations, fallback: float) -> np.ndarray:
-    """The LR applied at each optimizer iteration: a schedule evaluated there, else the epoch's value."""
-    schedule = getattr(getattr(opt, "inner_optimizer", opt), "_learning_rate", None)
-    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-        try:
-            return np.asarray(keras.ops.convert_to_numpy(schedule(np.asarray(iterations, np.float32))), float)
-        except Exception:  # noqa: BLE001 - a schedule that takes one step at a time
-            pass
-    return np.full(len(iterations), fallback, float)
-
-
-def _names(spec):
-    """A compiled loss or metrics (Keras' compile config) as names: "mse", ["accuracy", "top2"], {"out": ...}."""
-    if spec is None or isinstance(spec, str):
-        return spec
-    if isinstance(spec, dict) and "class_name" in spec:
-        return (spec.get("config") or {}).get("name") or spec["class_name"]
-    if isinstance(spec, dict):
-        return {k: _names(v) for k, v in spec.items()}
-    if isinstance(spec, (list, tuple)):
-        return [_names(v) for v in spec]
-    return getattr(spec, "name", None) or getattr(spec, "__name__", None) or type(spec).__name__
+        level, line = summary_build.recorded_line(self.summary, timed_loops=len(self.loop_times),
+                                                  warmup_steps=self.warmup_steps, out=self.out)
+        log.log(level, "%s", line)

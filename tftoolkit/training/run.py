@@ -1,9 +1,9 @@
-"""One training run on the host side of the loop: timing, logs, checkpoints, monitor and the summary.
+"""One training run on the host side of the loop: the loop's timing, evaluation, checkpoints and divergence.
 
-The engine (tftoolkit.engine) computes; this module decides when to call it and writes what happened
-into the run directory: config.json (written by ``api.train``), steps.csv, evals.csv, env.json,
-monitor.csv, checkpoints/ and, last, summary.json. In a multi-worker run every worker runs a ``Run``
-(the collectives need all of them) but only the chief writes the run directory's files.
+The engine (tftoolkit.engine) computes; this module decides when to call it and records what happened into the
+run directory: config.json (written by ``api.train``), steps.csv, evals.csv and env.json (run_records), monitor.csv,
+checkpoints/ and, last, summary.json (its fields from summary_build). In a multi-worker run every worker runs a
+``Run`` (the collectives need all of them) but only the chief writes the run directory's files.
 
 Nothing here runs inside the timed region: a loop's time is the call of the compiled loop alone
 (``engine.loop.Chunk.seconds``); rows, counters, the divergence check and checkpoints come after it.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -24,17 +25,25 @@ import numpy as np
 
 from .. import fileio, logs
 from .. import summary as summary_schema
-from ..errors import ToolkitError
-from ..engine import devices, loop
+from ..data import pipeline
+from ..data import service as service_mod
+from ..data.stream import explain_error
+from ..engine import devices, feed, loop, losses
 from ..engine.checkpoint import Checkpoints
 from ..engine.session import Session
 from ..engine.step import build_engine
+from ..errors import DataError, ToolkitError, error_line
+from ..measure import breakdown, inputbench
+from ..measure.monitor import Monitor
+from . import run_records, summary_build
+from .summary_build import NOTHING_TRAINED
+from .tensorboard import Events, profile_for_run, trial_id
+
+# TensorFlow is imported where it is used, not here: the CLI imports this module before the run's set-up, and
+# engine.session.start times TensorFlow's import apart (wall_breakdown's import_s). The engine modules above defer
+# it for the same reason (tests/training/test_summary_build.py checks that importing this module leaves it out).
 
 log = logging.getLogger("tftoolkit")
-
-
-# What a resume after the run's last checkpoint measured: its segment trained nothing, so it timed nothing.
-NOTHING_TRAINED = "this process trained no steps: the run was already trained"
 
 
 class Terminated(KeyboardInterrupt):
@@ -75,58 +84,6 @@ def stop_on_sigterm():
         _Stop.deferring = _Stop.requested = False
 
 
-def error_line(e: BaseException) -> str:
-    """One line that says what went wrong (for an exhausted memory: what ran out and what to lower, out_of_memory). A TensorFlow op error's first line is often only "Graph execution
-    error:"; the Python exception raised inside the graph (a file the input pipeline could not decode, say) is in
-    the lines below, so the last "SomeError: ..." line among them is the one that says why."""
-    import re
-
-    from ..errors import out_of_memory
-
-    oom = out_of_memory(e)
-    if oom is not None:
-        return oom
-    text = str(e)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    first = lines[0] if lines else ""
-    if len(lines) > 1:
-        causes = [line for line in lines[1:] if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
-        if causes:
-            return f"{type(e).__name__}: {first} {causes[-1]}"[:500]
-        # An op's own failure (a check in the input pipeline, say) names no Python exception: its message is the
-        # line before the first [[{{node ...}}]].
-        node = next((i for i, line in enumerate(lines) if line.startswith("[[{{node")), 0)
-        if first.endswith("Graph execution error:") and node > 1:
-            return f"{type(e).__name__}: {first} {lines[node - 1]}"[:500]
-    return f"{type(e).__name__}: {first}"
-
-
-def write_env(out: Path, kind: str, device_names) -> None:
-    """env.json: the hardware report, then the toolkit's view of the devices (a run's, or a recorded fit's)."""
-    import tensorflow as tf
-
-    from ..measure import hardware
-
-    env = hardware.collect(tf_info={"version": tf.__version__, **tf.sysconfig.get_build_info()})
-    env["tftoolkit"] = {"device_kind": kind, "devices": list(device_names), "threads": devices.thread_settings()}
-    fileio.write_json(out / "env.json", env)
-
-
-def _check_class_labels(source) -> None:
-    """The default loss (classification) on another task's data: its targets must be class indices, one per
-    example, or the cross-entropy would read floats or vectors as classes without a word."""
-    import numpy as np
-
-    from ..errors import DataError
-
-    labels = source.store("train").labels
-    if isinstance(labels, (dict, list, tuple)) or labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        what = "several arrays" if isinstance(labels, (dict, list, tuple)) else f"{labels.dtype} {labels.shape[1:]}"
-        raise DataError(f"labels must be integers (class indices, one per example) for the default classification "
-                        f"loss, got {what} per example; for other targets give the loss that fits them (loss='mse', "
-                        "a keras.losses object, or --loss)")
-
-
 class Run:
     """One training run of ``session`` into ``out``; ``execute()`` trains and returns the summary dict.
 
@@ -154,7 +111,7 @@ class Run:
         self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: see the note at the imports
 
         config, setup, derived, strategy = self.config, self.setup, self.derived, self.session.strategy
         sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
@@ -166,9 +123,7 @@ class Run:
                  derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
                  config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
                  derived["total_steps"], derived["warmup_steps"])
-        from ..engine import feed
-
-        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (_input_fields)
+        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (summary_build.input_fields)
             for name, split in self.source.streams.items():
                 if split.skip_bad:
                     split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
@@ -177,13 +132,10 @@ class Run:
                            feed=feed.make(config, setup, strategy, self.source))
         self.engine = eng
         if eng.task.classification and self.source.structured:
-            _check_class_labels(self.source)
+            losses.check_class_labels(self.source)
         if not eng.task.classification or eng.task.metrics:
             # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
             # (the default classification loss fits by construction, but a metric added to it may not).
-            from ..data import pipeline
-            from ..engine import losses
-
             losses.check(eng.task, eng.model, *pipeline.first_batch(self.source, min(4, self.source.train_examples)))
         self.state = {
             "step": tf.Variable(0, dtype=tf.int64, trainable=False),
@@ -208,10 +160,8 @@ class Run:
             self._reload_logs()
             log.info("resuming from step %d (%s)", self.resumed_from, latest)
         if self.chief:
-            self._write_env()
+            run_records.write_env(self.out, setup.kind, setup.devices)
         self._start_tensorboard()
-        from ..measure.monitor import Monitor
-
         # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
         # Every worker samples its own host; the chief's file is the run's monitor.csv.
         name = "monitor.csv" if self.chief else f"monitor-worker{self.worker_id}.csv"
@@ -228,59 +178,16 @@ class Run:
         except ToolkitError:
             raise
         except Exception as e:  # noqa: BLE001 - recorded in the summary (a sweep goes on), then re-raised
-            bad = self._bad_example(e)
+            # A bad image or record a streamed split met (data/stream.py) is named in one line.
+            bad = explain_error(e, list(self.source.streams.values())) if self.source.streamed else None
             self.status, self.error = "failed", bad or error_line(e)
             self._finish()
             if bad:
-                from ..errors import DataError
-
                 raise DataError(bad) from None
             raise
         return self._finish()
 
-    def _bad_example(self, e: BaseException) -> str | None:
-        """The line that names a bad image or record a streamed split met (data/stream.py), or None."""
-        if not self.source.streamed:
-            return None
-        from ..data.stream import explain_error
-
-        return explain_error(e, list(self.source.streams.values()))
-
-    def _input_fields(self) -> dict:
-        """How the input was read (memory or stream, threads, transform) and what --skip-bad-images skipped."""
-        from ..data.source import SHOW_SKIPPED
-
-        info = self.source.info
-        count, names = int(info.get("skipped_images", 0)), list(info.get("skipped_image_examples", []))
-        if self.source.streams:  # streamed or read into memory: each split counts and lists its own
-            count, names = 0, []
-            for split in self.source.streams.values():
-                n, found = split.skipped()
-                count, names = count + n, names + found
-        return {"input_source": info.get("input_source", "memory"),
-                "input_threads": info.get("input_threads", {}),
-                "input_transform": (info.get("transform", "") + (" + augment" if self.config.augment else ""))
-                if self.source.streamed else "",
-                "skipped_images": count, "skipped_image_examples": names[:SHOW_SKIPPED]}
-
-    def _input_verdict(self, thr: dict) -> dict:
-        """The summary's input capacity fields: the probe's figures and what they say against the training rate."""
-        from ..measure import inputbench
-
-        nan = float("nan")
-        cap = {"input_capacity_images_per_sec": nan, "input_capacity_method": f"not measured (the run {self.status})",
-               "input_cores": None, "input_capacity_per_core": nan, **self.input_capacity}
-        service = None
-        if self.config.data_service:
-            from ..data import service as service_mod
-
-            service = service_mod.describe(self.config.data_service)
-        return {**cap, **inputbench.verdict(cap["input_capacity_images_per_sec"], thr.get("images_per_sec", nan),
-                                            self.setup.kind), "data_service": service}
-
     def _start_tensorboard(self):
-        from .tensorboard import Events, Profile, trial_id
-
         config, total = self.config, self.derived["total_steps"]
         self.events = Events(self.out / "tensorboard") if self.chief else None
         if self.events is not None and self.resumed_from == 0:
@@ -288,22 +195,9 @@ class Run:
             # its directory. Every sweep point's run folder has the same name ("run"), and TensorBoard merges
             # sessions that share a trial id into one row.
             self.events.hparams(config.to_dict(), trial_id(self.out))
-        self.profile = None
-        span = config.profile_range()
-        if span is not None:
-            a, b = span
-            if b > total or a <= self.resumed_from:
-                from ..errors import ConfigError
-
-                where = (f"this run has {total} steps" if b > total else
-                         f"this run resumes after step {self.resumed_from}")
-                raise ConfigError(f"profile_steps {a}-{b} is outside the run: {where}; give steps between "
-                                  f"{self.resumed_from + 1} and {total}")
-            # Every worker traces its own devices; the chief's trace is the one in the run directory.
-            self.profile = Profile(self.out / "tensorboard", a, b) if self.chief else None
-
-    def _write_env(self):
-        write_env(self.out, self.setup.kind, self.setup.devices)
+        # Every worker traces its own devices; the chief's trace is the one in the run directory.
+        self.profile = profile_for_run(config.profile_range(), self.out / "tensorboard", total, self.resumed_from,
+                                       self.chief)
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self):
@@ -384,7 +278,7 @@ class Run:
                 st["dropped"].assign_add(self.source.train_examples - seen)
             if self.status == "ok" and config.eval_every_epoch and (complete or step == total):
                 if self.dist_val is None:
-                    self.dist_val = self._eval_dataset()
+                    self.dist_val = pipeline.eval_input(self.engine.strategy, self.source, config)
                 self.monitor.phase("eval")
                 t0 = time.perf_counter()
                 self._evaluate(self.dist_val, epoch, step)
@@ -403,9 +297,7 @@ class Run:
         setup_before = self.wall["setup_s"]
         train_loop, self.watchdog = eng.train_loop, None
         if config.data_service:
-            from ..data import service
-
-            self.watchdog = service.Watchdog(config.data_service, config.data_service_timeout, self._service_stalled)
+            self.watchdog = service_mod.Watchdog(config.data_service, config.data_service_timeout, self._service_stalled)
             train_loop = self.watchdog.wrap(eng.train_loop)
         try:
             _Stop.deferring = config.workers == 1
@@ -425,8 +317,6 @@ class Run:
                 with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
                     self._probe_input()
                     if config.measure:  # the breakdown's rounds need the training iterator, released below
-                        from ..measure import breakdown
-
                         self.step_parts = breakdown.measure_parts(
                             eng, config, self.source, self.iterator, self.wall["train_steps_s"],
                             float(np.median([s / n for s, n in self.loop_times] or [math.nan])))
@@ -454,8 +344,6 @@ class Run:
         TensorFlow's client and cannot be joined or interrupted, so the run is recorded here, from the watchdog's
         thread (failed, with what the calls that returned trained), and the process ends. The checkpoints on disk
         stay what a rerun resumes from."""
-        import os
-
         self.status, self.error = "failed", line
         try:
             self._finish()
@@ -471,8 +359,6 @@ class Run:
     def _probe_input(self):
         """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
         a figure for the summary's input verdict; a failure to measure it fails nothing."""
-        from ..measure import inputbench
-
         t0 = time.perf_counter()
         try:
             seconds = min(inputbench.PROBE_S, inputbench.PROBE_SHARE * self.wall["train_steps_s"])
@@ -494,11 +380,6 @@ class Run:
                 return True
         return False
 
-    def _eval_dataset(self):
-        from ..data import pipeline
-
-        return pipeline.eval_input(self.engine.strategy, self.source, self.config)
-
     def _evaluate(self, dist_val, epoch, step):
         if dist_val is None:
             return
@@ -518,43 +399,17 @@ class Run:
                  "".join(f", {k} {v:.4f}" for k, v in shown.items()))
 
     # --- files ---------------------------------------------------------------------------------
-    def _steps_frame(self):
-        import pandas as pd
-
-        df = pd.DataFrame(self.rows, columns=self._row_columns())
-        if len(df):
-            # The LR applied at step k (1-based) is the schedule at optimizer iteration k-1.
-            lrs = np.asarray(self.engine.schedule(np.asarray(df["step"] - 1, dtype=np.float32)))
-            df.insert(3, "learning_rate", lrs.astype(float))
-        else:
-            df.insert(3, "learning_rate", [])
-        return df
-
     def _write_logs(self):
         if not self.chief:
             return
-        import pandas as pd
-
-        fileio.write_csv(self.out / "steps.csv", self._steps_frame())
-        fileio.write_csv(self.out / "evals.csv",
-                         pd.DataFrame(self.evals, columns=["epoch", "step", "val_loss", "val_accuracy", "val_examples",
-                                                           *(f"val_{n}" for n in self.engine.task.metric_names)]))
+        steps = run_records.steps_frame(self.rows, run_records.row_columns(self.config.noise_scale),
+                                        self.engine.schedule)
+        run_records.write_logs(self.out, steps, self.evals,
+                               run_records.EVAL_COLUMNS + [f"val_{n}" for n in self.engine.task.metric_names])
 
     def _reload_logs(self):
-        import pandas as pd
-
-        step = self.resumed_from
-        if (self.out / "steps.csv").exists():
-            df = pd.read_csv(self.out / "steps.csv")
-            # reindex: a steps.csv from an older version may lack a column (it comes back as NaN)
-            self.rows = df[df["step"] <= step].reindex(columns=self._row_columns()).to_dict("records")
-        if (self.out / "evals.csv").exists():
-            df = pd.read_csv(self.out / "evals.csv")
-            self.evals = df[df["step"] <= step].to_dict("records")
-
-    def _row_columns(self) -> list[str]:
-        return ["step", "epoch", "loss", "step_time_s"] + (["noise_grad_sq", "noise_trace", "noise_scale"]
-                                                             if self.config.noise_scale else [])
+        self.rows, self.evals = run_records.read_logs(self.out, self.resumed_from,
+                                                      run_records.row_columns(self.config.noise_scale))
 
     def _checkpoint(self):
         # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
@@ -564,154 +419,57 @@ class Run:
         self.checkpoints.save(int(self.state["step"].numpy()))
         self.wall["checkpoints_s"] += time.perf_counter() - t0
 
-    def _segments(self, summary: dict) -> list[dict]:
-        """Every process that trained this run, oldest first: this one, after those the previous summary.json
-        listed (or described, if it predates the list). A segment killed before it wrote a summary is known only by
-        the steps it left in a checkpoint."""
-        this = {k: summary.get(k) for k in ("workers", "replicas", "status", "wall_time_s", "images_per_sec",
-                                             "timed_steps")}
-        this.update(from_step=self.resumed_from, to_step=summary.get("steps"))
-        if not self.resumed_from:
-            return [this]
-        earlier = []
-        previous = self.previous_summary or {}
-        if previous:
-            earlier = previous.get("segments") or [{
-                "from_step": previous.get("resumed_from_step", 0), "to_step": previous.get("steps"),
-                **{k: previous.get(k) for k in ("workers", "replicas", "status", "wall_time_s", "images_per_sec",
-                                                "timed_steps")}}]
-        reached = max([0] + [int(seg.get("to_step") or 0) for seg in earlier])
-        if reached < self.resumed_from:  # stopped without a summary (SIGKILL, a lost node): its checkpoint says where
-            earlier.append({"from_step": reached, "to_step": self.resumed_from, "status": "interrupted"})
-        return earlier + [this]
-
-    def _monitor_summary(self, thr) -> dict:
-        from ..measure import monitor
-
-        path = self.out / "monitor.csv"
-        if not path.exists():
-            return {}
-        try:
-            df = monitor.read_monitor(path)
-            timed_s = sum(dt for dt, _ in self.loop_times)
-            # This host's GPUs processed only its replicas' share of every global batch: a multi-worker chief
-            # dividing all workers' images by its own GPUs' energy would overstate images per joule that many times.
-            share = self.setup.replicas / self.engine.strategy.num_replicas_in_sync
-            images = thr["timed_steps"] * self.config.global_batch_size * share
-            return monitor.summarize(df, images=images or None, duration_s=timed_s or None, phase="train")
-        except Exception as e:  # noqa: BLE001 - the monitor never fails a run
-            log.warning("monitor summary skipped: %s", e)
-            return {}
-
-    def _wall_breakdown(self, wall: float, thr: dict) -> dict:
-        """``self.wall`` with tracing split out of the first call and the remainder as other_s: sums to ``wall``."""
-        out = dict(self.wall)
-        if self.first_call is not None:
-            seconds, n = self.first_call
-            per_step = thr.get("step_time_s")
-            if not (per_step and math.isfinite(per_step)):
-                per_step = 0.0
-            tracing = max(0.0, seconds - n * per_step)
-            out["tracing_s"] = tracing
-            out["train_steps_s"] -= tracing
-        out = {k: round(v, 3) for k, v in out.items()}
-        out["other_s"] = round(wall - sum(out.values()), 3)
-        return out
-
     def _finish(self) -> dict:
-        from ..measure import stats
-
-        config, setup, st = self.config, self.setup, self.state
+        config, setup, st, eng = self.config, self.setup, self.state, self.engine
         t_finish = time.perf_counter()
         self._write_logs()
         step = int(st["step"].numpy())
-        spe = self.derived["steps_per_epoch"]
-        thr = stats.throughput([dt / n for dt, n in self.loop_times], config.global_batch_size)
-        thr["timed_steps"] = sum(n for _, n in self.loop_times)
-        last = self.evals[-1] if self.evals else {}
-        losses = [r["loss"] for r in self.rows]
-        summary = {
-            "status": self.status,
-            "error": self.error,
-            "replicas": self.engine.strategy.num_replicas_in_sync,
-            "workers": config.workers,
-            "replicas_per_worker": setup.replicas,
-            "device_kind": setup.kind,
-            "devices": list(setup.devices),
-            "cross_device_ops": self.session.cross_device_ops or self.session.impl,
-            "cross_device_ops_requested": config.cross_device_ops,
-            "threads": devices.thread_settings(),
-            "model": config.model,
-            "params": int(self.engine.model.count_params()),
-            # What each optimizer step all-reduces (trainable variables only, in allreduce_dtype); tftoolkit predict
-            # scales from it.
-            "gradient_bytes": self.engine.exchange.bytes(self.engine.model.trainable_variables),
-            "allreduce_dtype": self.engine.exchange.dtype,
-            "allreduce_packs": config.allreduce_packs,
-            "dataset": self.source.name,
-            "train_examples": self.source.train_examples,
-            "num_classes": self.source.num_classes,
-            "per_replica_batch": config.per_replica_batch_size,
-            "global_batch": config.global_batch_size,
-            "accumulate": config.accumulate,
-            "learning_rate": config.learning_rate,
-            "base_lr": config.base_lr,
-            "base_batch": config.base_batch,
-            "lr_rule": config.lr_rule,
-            "warmup_epochs": config.warmup_epochs,
-            "optimizer": config.optimizer,
-            "precision": config.precision,
-            "jit": config.jit,
-            "jit_effective": self.session.jit,
-            "deterministic": self.session.deterministic,
-            "deterministic_reason": self.session.deterministic_reason,
-            "device_memory_peak_bytes": devices.memory_peaks(setup),
-            "steps_per_epoch": spe,
-            "steps": step,
-            "epochs": step / spe,
-            "resumed_from_step": self.resumed_from,
-            "examples_per_replica": [int(c) for c in st["counts"].numpy()],
-            "dropped_examples": int(st["dropped"].numpy()),
-            "input_sharding": config.input_sharding if self.source.worker_shard else "exact",
-            "data_placement": self.engine.feed.placement,
-            "data_placement_reason": self.engine.feed.reason,
-            **self._input_fields(),
-            **thr,
-            **self._input_verdict(thr),
-            "initial_loss": float(st["initial_loss"].numpy()),
-            "final_loss": losses[-1] if losses else math.nan,
-            "final_loss_mean10": float(np.mean(losses[-10:])) if losses else math.nan,
-            "val_loss": last.get("val_loss", math.nan),
-            "val_accuracy": last.get("val_accuracy", math.nan),
-            "loss": self.engine.task.loss_name,
-            "metrics": self.engine.task.metric_names,
-            **{f"val_{n}": last.get(f"val_{n}", math.nan) for n in self.engine.task.metric_names},
-        }
+        sess, src = self.session, self.source
+        facts = {  # what the set-up found (summary_build.train_summary names each)
+            "replicas": eng.strategy.num_replicas_in_sync, "cross_device_ops": sess.cross_device_ops or sess.impl,
+            "threads": devices.thread_settings(), "params": int(eng.model.count_params()),
+            "gradient_bytes": eng.exchange.bytes(eng.model.trainable_variables), "allreduce_dtype": eng.exchange.dtype,
+            "dataset": src.name, "train_examples": src.train_examples, "num_classes": src.num_classes,
+            "jit_effective": sess.jit, "deterministic": sess.deterministic,
+            "deterministic_reason": sess.deterministic_reason, "device_memory_peak_bytes": devices.memory_peaks(setup),
+            "resumed_from_step": self.resumed_from, "examples_per_replica": [int(c) for c in st["counts"].numpy()],
+            "dropped_examples": int(st["dropped"].numpy()), "data_placement": eng.feed.placement,
+            "data_placement_reason": eng.feed.reason, "loss": eng.task.loss_name}
+        streams = self.source.streams  # streamed or read into memory: each split counts and lists its own
+        summary = summary_build.train_summary(
+            config, setup, facts, status=self.status, error=self.error, steps=step,
+            steps_per_epoch=self.derived["steps_per_epoch"], loop_times=self.loop_times, rows=self.rows,
+            evals=self.evals, initial_loss=float(st["initial_loss"].numpy()), metric_names=eng.task.metric_names,
+            worker_shard=bool(self.source.worker_shard), input_info=self.source.info, streamed=self.source.streamed,
+            skipped=[split.skipped() for split in streams.values()] if streams else None,
+            capacity=self.input_capacity,
+            data_service=service_mod.describe(config.data_service) if config.data_service else None)
         self.wall["teardown_s"] += time.perf_counter() - t_finish
         t_measure = time.perf_counter()
-        if self.engine.noise is not None:
+        if eng.noise is not None:
             # Before measure: its extra steps on this engine would move the EMAs.
             rows = [r for r in self.rows if "noise_grad_sq" in r]
-            summary.update(self.engine.noise.summary(
+            summary.update(eng.noise.summary(
                 small_batch=(config.global_batch_size / 2 if config.replicas == 1 and config.accumulate == 1
                              else config.per_replica_batch_size),
                 big_batch=config.global_batch_size, grad_sq=[r["noise_grad_sq"] for r in rows],
                 trace=[r["noise_trace"] for r in rows], final_loss=summary["final_loss_mean10"],
                 classes=self.source.num_classes))
         if config.measure and self.status == "ok":
-            from ..measure import breakdown  # after the timed loop, on a snapshot: the trained weights stay
-
-            summary.update(breakdown.summary_fields(self.engine, config, setup, self.source, summary, hosts=self.hosts,
-                                                        parts=getattr(self, "step_parts", None)))
-        summary["monitor"] = self._monitor_summary(thr)
+            # After the timed loop, on a snapshot: the trained weights stay.
+            summary.update(breakdown.summary_fields(eng, config, setup, self.source, summary, hosts=self.hosts,
+                                                    parts=getattr(self, "step_parts", None)))
+        summary["monitor"] = summary_build.monitor_fields(
+            self.out / "monitor.csv", loop_times=self.loop_times, global_batch=config.global_batch_size,
+            share=setup.replicas / eng.strategy.num_replicas_in_sync) or {}
         self.wall["measurement_s"] += time.perf_counter() - t_measure
-        summary["wall_time_s"] = time.time() - self.started
-        summary["wall_breakdown"] = self._wall_breakdown(summary["wall_time_s"], thr)
+        summary.update(summary_build.wall_fields(summary, wall_time_s=time.time() - self.started, parts=self.wall,
+                                                 first_call=self.first_call, resumed_from=self.resumed_from,
+                                                 previous=self.previous_summary))
         if "measure_cost" in summary:  # what measuring cost, said where the user sees it
-            log.info("%s", breakdown.cost_line(self.wall["measurement_s"], summary["wall_time_s"], summary["measure_cost"],
-                                               summary["breakdown_rounds"], getattr(self, "step_parts", {}).get("steps_per_call", 0)))
-        summary["segments"] = self._segments(summary)
-        summary["run_wall_time_s"] = float(sum(seg.get("wall_time_s") or 0.0 for seg in summary["segments"]))
+            log.info("%s", breakdown.cost_line(self.wall["measurement_s"], summary["wall_time_s"],
+                                               summary["measure_cost"], summary["breakdown_rounds"],
+                                               getattr(self, "step_parts", {}).get("steps_per_call", 0)))
         if self.profile is not None:
             summary["profiled_steps"] = config.profile_steps
             summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]
@@ -725,20 +483,6 @@ class Run:
         if self.status == "ok" and self.chief and summary["input_verdict"]:
             log.info("input: %s", summary["input_note"])
         if self.status == "ok" and self.chief:  # one "done" line per run: the chief's, with the run's figures
-            loops = len(self.loop_times)  # the uncertainty is the spread over timed loop calls: it needs two
-            if loops > 1:
-                rate = (f"{thr['images_per_sec']:.1f} ± {thr['images_per_sec_uncertainty']:.1f} images/sec "
-                        f"({summary_schema.measured_with(summary)})")
-            elif loops == 1:
-                rate = (f"{thr['images_per_sec']:.1f} images/sec from one timed loop call (no uncertainty: more "
-                        "steps, or a smaller --steps-per-loop, give one)")
-            elif step == self.resumed_from:
-                rate = f"images/sec not measured: {NOTHING_TRAINED.replace(': ', ' (', 1)})"
-            else:
-                rate = (f"images/sec not measured: all {step - self.resumed_from} steps fell in the timing warm-up "
-                        f"(--timing-warmup-steps {config.timing_warmup_steps}, loops of {config.steps_per_loop})")
-            shown = ["val_accuracy"] if self.engine.task.classification else \
-                ["val_loss"] + [f"val_{n}" for n in self.engine.task.metric_names]
-            log.info("done: %d steps, %s, final loss %.4f, %s -> %s", step, rate, summary["final_loss"],
-                     ", ".join(f"{k} {summary[k]:.4f}" for k in shown), self.out)
+            log.info("%s", summary_build.done_line(summary, timed_loops=len(self.loop_times), config=config,
+                                                   classification=eng.task.classification, out=self.out))
         return summary

@@ -15,7 +15,12 @@ in the throughput figures. Only the chief writes.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
 
 log = logging.getLogger("tftoolkit")
 
@@ -29,7 +34,7 @@ def trial_id(run_dir: Path) -> str:
 
 class Events:
     def __init__(self, logdir: Path):
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
         self.logdir = Path(logdir)
         self.train = tf.summary.create_file_writer(str(self.logdir / "train"))
@@ -37,7 +42,7 @@ class Events:
 
     def hparams(self, config: dict, run_id: str) -> None:
         """The run's config as HParams (scalars only; a list such as gpus as its text), as trial ``run_id``."""
-        from tensorboard.plugins.hparams import api as hp
+        from tensorboard.plugins.hparams import api as hp  # imports TensorFlow
 
         values = {k: (v if isinstance(v, (bool, int, float, str)) else str(v)) for k, v in config.items()
                   if v is not None}
@@ -47,8 +52,7 @@ class Events:
     def steps(self, first_step: int, losses, learning_rates, step_time_s, images_per_sec, noise=None) -> None:
         """Per-step scalars at steps first_step + 1, ...: ``step_time_s`` and ``images_per_sec`` one per step or
         one for all (a loop call's)."""
-        import numpy as np
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
         n = len(losses)
         _write_steps(self.train, first_step, losses, learning_rates, np.broadcast_to(step_time_s, n),
@@ -61,9 +65,7 @@ class Events:
     def evaluation(self, step: int, loss: float, accuracy: float, metrics: dict | None = None) -> None:
         """The validation figures: loss, accuracy (a classification's; NaN, and so left out, for another task) and
         the run's given metrics by their names (``metrics``: name -> value)."""
-        import math
-
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
         with self.validation.as_default():
             tf.summary.scalar("loss", loss, step=step)
@@ -74,9 +76,7 @@ class Events:
 
     def final(self, summary: dict) -> None:
         """The run's outcome as the HParams tab's metrics (at the last step)."""
-        import math
-
-        import tensorflow as tf
+        import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
         with self.train.as_default():
             for name in METRICS:
@@ -91,6 +91,20 @@ class Events:
             w.close()
 
 
+def profile_for_run(span, logdir: Path, total: int, resumed_from: int, traces: bool = True):
+    """The Profile of ``span`` (profile_steps as (first, last), or None) in a run of ``total`` steps resumed after
+    ``resumed_from``; None without a span or when this process ``traces`` not. A span outside the steps this
+    process trains is a ConfigError."""
+    if span is None:
+        return None
+    a, b = span
+    if b > total or a <= resumed_from:
+        where = f"this run has {total} steps" if b > total else f"this run resumes after step {resumed_from}"
+        raise ConfigError(f"profile_steps {a}-{b} is outside the run: {where}; give steps between "
+                          f"{resumed_from + 1} and {total}")
+    return Profile(logdir, a, b) if traces else None
+
+
 class Profile:
     """TensorFlow's profiler over steps ``first``..``last`` (1-based, inclusive) into ``logdir``."""
 
@@ -101,7 +115,7 @@ class Profile:
     def before(self, first_step: int) -> None:
         """Called before each call of the compiled loop, with the step it starts after."""
         if first_step == self.first - 1 and not self.active:
-            import tensorflow as tf
+            import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
             self.logdir.mkdir(parents=True, exist_ok=True)
             tf.profiler.experimental.start(str(self.logdir))
@@ -117,7 +131,7 @@ class Profile:
 
     def stop(self) -> None:
         if self.active:
-            import tensorflow as tf
+            import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
             tf.profiler.experimental.stop()
             self.active = False
@@ -136,8 +150,7 @@ def _write_steps(writer, first_step: int, losses, learning_rates, step_time_s, i
     is an argument (TensorFlow's own ``tf.summary.write`` passes ``writer._resource`` the same way), so the
     function is traced once, not once per run: a compiled ``tf.summary`` call keeps the writer it was traced
     with."""
-    import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
     if "write" not in _COMPILED:
         from tensorboard.plugins.scalar import metadata
