@@ -59,7 +59,7 @@ import numpy as np
 from ..config import ALLREDUCE_DTYPES
 from ..engine import models, timer
 from ..engine.collectives import all_reduce_gradients
-from ..engine.strategy import describe, make_bench_strategy, nccl_available
+from ..engine.strategy import allreduce_name, make_bench_strategy, nccl_available
 from ..errors import ConfigError
 
 IMPLS = ("nccl", "hierarchical_copy", "reduce_to_one", "collective", "tf_default")
@@ -183,7 +183,7 @@ def availability(impl: str, setup) -> tuple[bool, str]:
 def make_strategy(impl: str, setup):
     """(strategy, CommunicationOptions or None, what it really all-reduces with) for ``impl``."""
     strategy, options = make_bench_strategy(impl, setup)
-    return strategy, options, describe(strategy, options)
+    return strategy, options, allreduce_name(strategy, options)
 
 
 # --- timing ----------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from ..engine import timer
 from ..engine.strategy import allreduce_name
 from ..errors import ConfigError, error_line
 from ..logs import ensure_logging
-from ..measure.monitor import Monitor
+from ..measure.monitor.sampler import Monitor
 from . import keras_facts, summary_build
 from .run_records import EVAL_COLUMNS, write_env
 from .tensorboard import Events, trial_id

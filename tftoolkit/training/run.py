@@ -27,14 +27,14 @@ from .. import fileio, logs
 from .. import summary as summary_schema
 from ..data import pipeline
 from ..data import service as service_mod
-from ..data.stream import explain_error
+from ..data.bad_records import explain_error
 from ..engine import devices, feed, loop, losses
 from ..engine.checkpoint import Checkpoints
 from ..engine.session import Session
 from ..engine.step import build_engine
 from ..errors import DataError, ToolkitError, error_line
 from ..measure import breakdown, inputbench
-from ..measure.monitor import Monitor
+from ..measure.monitor.sampler import Monitor
 from . import run_records, summary_build
 from .summary_build import NOTHING_TRAINED
 from .tensorboard import Events, profile_for_run, trial_id
@@ -443,7 +443,7 @@ class Run:
             worker_shard=bool(self.source.worker_shard), input_info=self.source.info, streamed=self.source.streamed,
             skipped=[split.skipped() for split in streams.values()] if streams else None,
             capacity=self.input_capacity,
-            data_service=service_mod.describe(config.data_service) if config.data_service else None)
+            data_service=service_mod.describe_service(config.data_service) if config.data_service else None)
         self.wall["teardown_s"] += time.perf_counter() - t_finish
         t_measure = time.perf_counter()
         if eng.noise is not None:

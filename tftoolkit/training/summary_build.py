@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import summary as summary_schema
 from ..data.source import SHOW_SKIPPED
-from ..measure import inputbench, monitor, stats
+from ..measure import inputbench, stats
+from ..measure.monitor import analysis as monitor_analysis
 
 log = logging.getLogger("tftoolkit")
 
@@ -81,7 +82,7 @@ def monitor_fields(samples, *, loop_times, global_batch, share: float = 1.0):
     try:
         timed_s = sum(dt for dt, _ in loop_times)
         images = sum(n for _, n in loop_times) * global_batch * share if global_batch else None
-        return monitor.summarize(samples, images=images or None, duration_s=timed_s or None, phase="train")
+        return monitor_analysis.summarize(samples, images=images or None, duration_s=timed_s or None, phase="train")
     except Exception as e:  # noqa: BLE001 - the monitor never fails a run
         log.warning("monitor summary skipped: %s", e)
         return None
