@@ -26,7 +26,7 @@ def test_a_reader_naming_an_unknown_field_fails():
         summary.names("imagez_per_sec")
 
 
-@pytest.mark.parametrize("reader", ["tftoolkit.experiments.scale", "tftoolkit.experiments.report",
+@pytest.mark.parametrize("reader", ["tftoolkit.experiments.scale", "tftoolkit.experiments.report.tables",
                                     "tftoolkit.science.advise", "tftoolkit.science.predict"])
 def test_readers_declare_documented_fields(reader):
     # Each declares its fields with summary.names at import: importing it is the check.

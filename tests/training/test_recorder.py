@@ -141,7 +141,7 @@ def test_tensorboard_events_carry_every_step_and_evaluation(recorded):
 
 
 def test_the_monitor_samples_the_fit_in_its_phases(recorded):
-    from tftoolkit.measure.monitor import read_monitor
+    from tftoolkit.measure.monitor.analysis import read_monitor
 
     out, _, _, s, _ = recorded
     df = read_monitor(out)
@@ -380,19 +380,19 @@ def scaling_folder(tmp_path_factory, mirrored2):
 def test_the_report_and_the_plots_read_recorded_fits(scaling_folder, tmp_path):
     from matplotlib.figure import Figure
 
-    from tftoolkit.experiments import report
+    from tftoolkit.experiments.report import figures as report_figures, results, tables
     from tftoolkit.plots import training
 
-    res = report.load([scaling_folder])
+    res = results.load([scaling_folder])
     assert sorted(res.runs["replicas"]) == [1, 2] and (res.runs["status"] == "ok").all()
-    table = report.scaling_frame(res)
+    table = results.scaling_frame(res)
     assert table["speedup"].iloc[0] == 1.0 and table["efficiency"].notna().all()
-    figures = {name: report.figure(res, name) for name in report.FIGURES}  # each draws or says why not
+    figures = {name: report_figures.figure(res, name) for name in report_figures.FIGURES}  # each draws or says why not
     assert all(f is None or isinstance(f, Figure) for f in figures.values())
     assert all(isinstance(figures[n], Figure) for n in ("throughput", "efficiency", "monitor"))
     assert isinstance(training.plot_loss_curves(res.steps), Figure)
-    assert len(report.overview(res)) == 2
-    report.save_tables(res, tmp_path)
+    assert len(tables.overview(res)) == 2
+    tables.save_tables(res, tmp_path)
     assert len(pd.read_csv(tmp_path / "runs.csv")) == 2
 
 
@@ -422,9 +422,9 @@ def test_tensorboard_command_finds_a_recorded_fit(scaling_folder, monkeypatch):
 
 
 def test_a_sweep_point_collects_a_recorded_fit(scaling_folder):
-    from tftoolkit.experiments import sweep
+    from tftoolkit.experiments.sweep import folder
 
-    info = sweep.collect_runs(scaling_folder / "r2")
+    info = folder.collect_runs(scaling_folder / "r2")
     assert info["run_status"] == "ok" and info["figures"]["replicas"] == 2
     assert math.isfinite(info["figures"]["images_per_sec"])
 
