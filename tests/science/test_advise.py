@@ -213,7 +213,7 @@ def test_advise_bad_host_cores_is_one_line_exit_2(tmp_path, capsys):
     assert "--host-cores must be a whole number of cores >= 1, got 0" in err and len(err.strip().splitlines()) == 1
 
 
-# --- past the memory cap: accumulation (issue 25) ------------------------------------------------------------
+# --- past the memory cap: accumulation ----------------------------------------------------------------------
 def test_recommendation_past_the_gpu_cap_accumulates_when_the_memory_cap_is_known():
     # B_crit 16384 on 32 per replica asks for 512 GPUs; 64 are allowed and a replica holds 128.
     rec = advise.recommend(16384.0, 32, 64, max_per_replica_batch=128)

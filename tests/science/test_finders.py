@@ -173,7 +173,7 @@ def test_find_batch_bad_input(tmp_path, capsys):
     assert rc == 2 and "does not fit even at per-replica batch 1" in err and len(err.strip().splitlines()) == 1
 
 
-# --- a target global batch: the per-replica batch and accumulate that reach it (issue 25) --------------------
+# --- a target global batch: the per-replica batch and accumulate that reach it ------------------------------
 def test_memory_estimate_counts_the_accumulators_float32_gradient_sum():
     from tftoolkit.engine import models as registry
 

@@ -323,7 +323,7 @@ def test_simulated_replicas_give_a_per_core_rate_to_plan_gpus_with(tmp_path):
     assert r["input_limit"]["scenarios"]["fast"]["limit_replicas"] == 3
 
 
-# --- the gradient exchange: dtype, packs, accumulation (issue 25) ------------------------------------------
+# --- the gradient exchange: dtype, packs, accumulation ----------------------------------------------------
 def _pipeline_hidden(allreduce, backward, packs):
     """Packs of equal bytes, ready at i/P of the backward pass, sent one after another: what ends before it does."""
     finish = 0.0

@@ -32,7 +32,7 @@ TOPO_LEVELS = {
 LABEL_MEANING = {label: meaning for label, meaning in TOPO_LEVELS.values()}
 LABEL_MEANING["PIX"] = "one PCIe switch"
 
-# nvmlNvlinkVersion_t is an enum, not the version number: an A100 returns 5 for NVLink 3.1 (hwloc issue #658).
+# nvmlNvlinkVersion_t is an enum, not the version number: an A100 returns 5 for NVLink 3.1 (hwloc reads it the same way).
 NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 _NVLINK_DEVICE_TYPE_GPU, _NVLINK_DEVICE_TYPE_SWITCH = 0, 2
 
