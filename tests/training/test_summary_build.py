@@ -196,7 +196,7 @@ def test_the_recorded_line():
 
 def test_the_monitor_counts_this_hosts_share_of_the_timed_images(monkeypatch):
     seen = {}
-    monkeypatch.setattr(summary_build.monitor, "summarize", lambda df, **kw: seen.update(kw) or {"gpus": []})
+    monkeypatch.setattr(summary_build.monitor_analysis, "summarize", lambda df, **kw: seen.update(kw) or {"gpus": []})
     assert summary_build.monitor_fields("m.csv", loop_times=LOOPS, global_batch=64, share=0.5) == {"gpus": []}
     assert seen == {"images": 15 * 64 * 0.5, "duration_s": 1.0, "phase": "train"}
     monkeypatch.undo()

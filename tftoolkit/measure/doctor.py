@@ -25,27 +25,29 @@ first thing that touches TensorFlow in the process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 
 from ..engine import devices
 from ..errors import ConfigError
 from ..logs import ensure_logging
-from . import doctor_driver, hardware
-from . import doctor_tensorflow as with_tf
+from . import hardware
 from .doctor_check import Check, Context
 
-# The checks by name, in the order they run: the one list (the CLI's choices come from it).
+# The checks by name, in the order they run: the one list (the CLI's choices come from it). Each names its module and
+# function, imported when it runs: doctor_tensorflow imports TensorFlow, and the CLI reads these names to build its
+# parser (`tftoolkit --help` must not start TensorFlow, nor set up devices before `run` does).
 REGISTRY = {
-    "build": with_tf.check_build,
-    "visibility": with_tf.check_visibility,
-    "allreduce_sum": with_tf.check_allreduce_sum,
-    "equivalence": with_tf.check_equivalence,
-    "placement": with_tf.check_placement,
-    "timing": with_tf.check_timing,
-    "peak": with_tf.check_peak,
-    "nvml": doctor_driver.check_nvml,
-    "nccl_transport": doctor_driver.check_nccl_transport,
+    "build": ("doctor_tensorflow", "check_build"),
+    "visibility": ("doctor_tensorflow", "check_visibility"),
+    "allreduce_sum": ("doctor_tensorflow", "check_allreduce_sum"),
+    "equivalence": ("doctor_tensorflow", "check_equivalence"),
+    "placement": ("doctor_tensorflow", "check_placement"),
+    "timing": ("doctor_tensorflow", "check_timing"),
+    "peak": ("doctor_tensorflow", "check_peak"),
+    "nvml": ("doctor_driver", "check_nvml"),
+    "nccl_transport": ("doctor_driver", "check_nccl_transport"),
 }
 CHECKS = tuple(REGISTRY)
 QUICK = tuple(c for c in CHECKS if c not in ("equivalence", "peak"))  # no training, no long timing
@@ -70,7 +72,8 @@ def run(replicas: int | None = None, only=None) -> list[Check]:
     for name in names:
         t0 = time.perf_counter()
         try:
-            check = REGISTRY[name](ctx)
+            module, function = REGISTRY[name]
+            check = getattr(importlib.import_module(f"{__package__}.{module}"), function)(ctx)
         except Exception as e:  # noqa: BLE001 - a check that breaks is a failed check, with its reason
             check = Check(name, "fail", detail=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
                           fix="run with TFTOOLKIT_DEBUG=1 and report the traceback")

@@ -23,7 +23,7 @@ import logging
 import time
 
 from ..data.stream import cores
-from ..engine import feed as feed_mod, session, timer
+from ..engine import feed as feed_mod, session
 
 log = logging.getLogger("tftoolkit")
 
@@ -56,11 +56,10 @@ def puller(strategy, feed, local: bool = False):
     return pull
 
 
-# --- the input verdict every run carries ----------------------------------------------------------------------
+# --- the input capacity every run carries (measure.input_verdict reads it) --------------------------------------------
 PROBE_S = 0.5          # seconds of pulling a single-process run spends on its capacity probe, at most...
 PROBE_SHARE = 0.03     # ...and at most this share of the run's training time (a short run's probe is shorter)
 PROBE_STEPS_WORKERS = 8  # a multi-worker run's fixed probe: every worker must pull as many steps (see probe)
-INPUT_BOUND, NEAR = 1.25, 2.0  # headroom under INPUT_BOUND: input-bound; under NEAR: little to spare
 
 
 def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) -> dict:
@@ -74,6 +73,7 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
     and the run's capacity is the chief's rate x workers (every worker's host feeds its own replicas).
     """
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
+    from ..engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
 
     pull = puller(strategy, feed, local=True)
     pull(iterator, tf.constant(1)).numpy()  # tracing is not input time
@@ -95,31 +95,6 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
             "input_capacity_per_core": rate / n_cores}
 
 
-def verdict(capacity: float, consumed: float, device_kind: str) -> dict:
-    """input_headroom, input_verdict and input_note from the capacity and the images/sec training consumed.
-
-    On GPUs the input runs on the host's cores and the step on the GPUs: a headroom near 1 means the GPUs waited
-    for input. On simulated CPU replicas the step runs on the same cores, so the capacity (measured with the
-    cores to itself) is more than input could have had while training; there 1 / headroom is the share of the
-    cores' time the input needed, and the same thresholds read as: input took (nearly) all of it.
-    """
-    if not (capacity == capacity and consumed == consumed and capacity > 0 and consumed > 0):
-        return {"input_headroom": float("nan"), "input_verdict": "",
-                "input_note": "input capacity not measured"}
-    headroom = capacity / consumed
-    figures = f"the input alone delivers {capacity:,.0f} images/sec, training consumed {consumed:,.0f}"
-    if headroom < INPUT_BOUND:
-        kind, note = "input-bound", f"input-bound: {figures} (headroom {headroom:.2f})"
-    elif headroom < NEAR:
-        kind, note = "near", f"input is close to the limit: {figures} (headroom {headroom:.2f}, little to spare)"
-    else:
-        kind, note = "fed", f"input is not the limit: {figures} ({headroom:.1f}x headroom)"
-    if device_kind == "CPU-simulated":
-        note += (f"; on simulated replicas input and compute share the cores, so the input needed about "
-                 f"{1 / headroom:.0%} of their time")
-    return {"input_headroom": headroom, "input_verdict": kind, "input_note": note}
-
-
 def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     """Images/sec through the pipeline for ``config`` (dataset, replicas, batch, data placement), cold and warm.
 
@@ -134,6 +109,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     load_s = time.perf_counter() - t0
 
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
+    from ..engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
 
     t0, c0 = time.perf_counter(), time.process_time()
     store = source.store("train")  # the cold read (none for sources already in memory)

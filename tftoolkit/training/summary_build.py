@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import summary as summary_schema
 from ..data.source import SHOW_SKIPPED
-from ..measure import inputbench, stats
+from ..measure import stats
+from ..measure.input_verdict import verdict as judge_input
 from ..measure.monitor import analysis as monitor_analysis
 
 log = logging.getLogger("tftoolkit")
@@ -109,7 +110,7 @@ def input_verdict(capacity: dict, *, status: str, images_per_sec: float, device_
     nan = math.nan
     cap = {"input_capacity_images_per_sec": nan, "input_capacity_method": f"not measured (the run {status})",
            "input_cores": None, "input_capacity_per_core": nan, **capacity}
-    return {**cap, **inputbench.verdict(cap["input_capacity_images_per_sec"], images_per_sec, device_kind),
+    return {**cap, **judge_input(cap["input_capacity_images_per_sec"], images_per_sec, device_kind),
             "data_service": data_service}
 
 
