@@ -84,16 +84,16 @@ def test_the_rounds_fit_the_budget_and_never_fall_under_the_floor():
 def test_predict_calibrates_on_the_run_s_own_step():
     # The figures of a run on a loaded host: training's step 388 ms; the breakdown, timed later beside its own step
     # of 576 ms, found 546 ms of compute. The calibration keeps compute's share of that step, on training's clock.
-    from tftoolkit.science import predict
+    from tftoolkit.science import calibration
 
     s = {"replicas": 4, "per_replica_batch": 100, "gradient_bytes": 4e6, "step_time_s": 0.388,
          "breakdown_step_time_s": 0.576, "step_time_no_input_s": 0.570, "compute_time_s": 0.546, "accumulate": 1}
-    cal = predict.calibrate_summary(s)
+    cal = calibration.calibrate_summary(s)
     assert cal.compute_s == pytest.approx(0.546 * 0.388 / 0.576) and cal.compute_s < 0.388
     assert "step_time_s" in cal.label
-    assert predict.on_training_clock(s, "step_time_no_input_s") == pytest.approx(0.570 * 0.388 / 0.576)
+    assert calibration.on_training_clock(s, "step_time_no_input_s") == pytest.approx(0.570 * 0.388 / 0.576)
     old = {k: v for k, v in s.items() if k != "breakdown_step_time_s"}  # a summary from before: as recorded
-    assert predict.calibrate_summary(old).compute_s == pytest.approx(0.546)
+    assert calibration.calibrate_summary(old).compute_s == pytest.approx(0.546)
 
 
 def test_load_balance_is_max_over_mean():

@@ -1,6 +1,8 @@
 """Measurement: what a run's numbers mean, and the parts of the system measured alone.
 
     stats              images/sec with its standard error, jitter, speedup, efficiency (the formulas)
+    scaling            speed-up and efficiency within each group of runs that differ only in replica count
+    input_verdict      what an input capacity says of a run: input-bound, close to the limit, or fed
     breakdown          where a step's time goes: compute, gradient all-reduce, input wait; load balance
     flops              FLOPs per example, achieved FLOP/s, peak and MFU
     peaks              rated peak dense FLOP/s of a GPU by its NVML name (figures from tftoolkit/catalogue)

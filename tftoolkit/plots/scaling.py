@@ -37,7 +37,7 @@ def _uncertainty(df: pd.DataFrame) -> pd.Series:
 
 def configurations(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """One (label, rows) per line or bar set to draw: per scaling mode and, where a frame has them, per group of runs
-    that differ only in replica count (``tftoolkit.scaling``'s ``group``): configurations are never averaged
+    that differ only in replica count (``tftoolkit.measure.scaling``'s ``group``): configurations are never averaged
     together. The label ("weak scaling, model=small_cnn") is "" for a frame without mode or group."""
     keys = [c for c in ("mode", "group") if c in df.columns]
     if not keys:

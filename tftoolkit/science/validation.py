@@ -192,9 +192,3 @@ def table(res: pd.DataFrame, case: str = "rate") -> str:
                      f"{r['efficiency_forecast']:.0%} |")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":  # python -m tftoolkit.science.validation [heldout]: the table docs/benchmarks/planner.md holds
-    import sys
-
-    path = HELDOUT if sys.argv[1:] == ["heldout"] else PUBLISHED
-    print(table(residuals(read(path), release()["fractions"])))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ... import fileio, rundir, scaling
+from ... import fileio, rundir
+from ...measure import scaling
 from ... import summary as summary_schema
 from ...errors import DataError
 
@@ -193,7 +194,7 @@ def batch_runs(res: Results) -> pd.DataFrame:
 
 def scaling_frame(res: Results) -> pd.DataFrame:
     """One row per scaling run with speed-up and efficiency within its group of points that differ only in the
-    replica count: the columns of ``scaling.csv`` (see ``tftoolkit.scaling.speedups``)."""
+    replica count: the columns of ``scaling.csv`` (see ``tftoolkit.measure.scaling.speedups``)."""
     runs = scaling_runs(res)
     if runs.empty:
         return runs

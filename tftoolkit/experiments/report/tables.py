@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import fileio, scaling
+from ... import fileio
+from ...measure import scaling
 from ... import summary as summary_schema
 from .results import Results, scaling_frame
 

@@ -22,6 +22,7 @@ import psutil
 from ... import gpus
 from ... import nvml as nvml_api
 from ...errors import ConfigError, DeviceError, RunDirError
+from . import cpu_times
 from .metrics import COLUMNS, THROTTLE_REASONS
 
 logger = logging.getLogger("tftoolkit")
@@ -329,14 +330,14 @@ class Monitor:
             # Our own deltas rather than psutil.cpu_percent(), whose baseline is global and reset by any other caller.
             out, busy_all, total_all = [], 0.0, 0.0
             for k, (a, b) in enumerate(zip(self._last_cpu, now)):
-                busy, total = _busy(b) - _busy(a), _total(b) - _total(a)
+                busy, total = cpu_times.busy(b) - cpu_times.busy(a), cpu_times.total(b) - cpu_times.total(a)
                 busy_all, total_all = busy_all + busy, total_all + total
                 if self.per_core and total > 0:
-                    out.append((f"cpu{k}", "cpu_util_pct", _pct(busy, total)))
+                    out.append((f"cpu{k}", "cpu_util_pct", cpu_times.pct(busy, total)))
             self._last_cpu = now
             if total_all <= 0:
                 return []  # no clock tick since the last reading (the sample at start): no figure, not 0%
-            return [("host", "cpu_util_pct", _pct(busy_all, total_all))] + out
+            return [("host", "cpu_util_pct", cpu_times.pct(busy_all, total_all))] + out
 
         def rss():
             if t - self._children_at >= CHILDREN_EVERY_S:
@@ -391,16 +392,3 @@ def _fmt(value) -> str:
         return str(value)
     return f"{float(value):.6g}"
 
-
-def _total(ct) -> float:
-    # Guest time is already counted inside user time on Linux.
-    return sum(ct) - getattr(ct, "guest", 0.0) - getattr(ct, "guest_nice", 0.0)
-
-
-def _busy(ct) -> float:
-    return _total(ct) - ct.idle - getattr(ct, "iowait", 0.0)
-
-
-def _pct(busy: float, total: float) -> float:
-    # Rounded: tick counters are integers in disguise, and 6e-11 % reads like a bug.
-    return round(max(0.0, min(100.0, 100.0 * busy / total)), 2)

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from tftoolkit import scaling
+from tftoolkit.measure import scaling
 
 
 def _runs(rows):

@@ -23,8 +23,8 @@ import math
 
 import pandas as pd
 
-from .config import NON_IDENTITY_KEYS
-from .measure import stats
+from ..config import NON_IDENTITY_KEYS
+from . import stats
 
 REPEAT_AXES = ("seed",)        # runs that differ only in these are repeats of one configuration: averaged
 FOLLOWS_REPLICAS = {"weak": ("global_batch",), "strong": ("per_replica_batch",),
