@@ -165,7 +165,8 @@ def test_00_environment_smoke(out_root):
     # Doctor first: its quick checks, each passing or skipped with the reason on these CPU replicas.
     checks = {c["name"]: c for c in json.loads((out / "doctor.json").read_text())["checks"]}
     assert set(checks) == {"build", "visibility", "allreduce_sum", "placement", "timing", "nvml", "nccl_transport"}
-    assert all(c["status"] in ("pass", "skip") and (c["status"] == "pass" or c["detail"]) for c in checks.values())
+    assert all(c["status"] in ("pass", "skip") and (c["status"] == "pass" or c["detail"]) for c in checks.values()), \
+        [c for c in checks.values() if c["status"] not in ("pass", "skip")]
     table = pd.read_csv(out / "allreduce.csv")
     assert (table["status"] == "ok").any() and (table.loc[table["status"] == "ok", "busbw_GBps"] > 0).all()
     _figures(out, "busbw", "allreduce_time")

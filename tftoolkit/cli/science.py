@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..config import ALLREDUCE_DTYPES
+from ..config import ALLREDUCE_DTYPES, DEFAULT_MAX_REPLICAS, SCALING_MODES
 from ..errors import ConfigError
 from .common import add_config_options, config_from_args
 
@@ -95,7 +95,7 @@ def add(sub) -> None:
     p.add_argument("--allreduce-csv", nargs="+", help="allreduce.csv file(s) or their directories from `tftoolkit "
                                                       "bench allreduce`: fit bandwidth and latency to them")
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
-    p.add_argument("--mode", choices=forecast.MODES, default="weak",
+    p.add_argument("--mode", choices=SCALING_MODES, default="weak",
                    help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
     p.add_argument("--devices", choices=forecast.DEVICES, default="dedicated",
                    help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
@@ -119,7 +119,7 @@ def add(sub) -> None:
                         "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
                         "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
                         "(default: the run's)")
-    p.add_argument("--max-replicas", type=int, default=forecast.DEFAULT_MAX_REPLICAS, help="default: 64")
+    p.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS, help="default: 64")
     p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST, help="default: 8")
     p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
                                                      "system's)")

@@ -12,6 +12,7 @@ import struct
 import time
 from pathlib import Path
 
+from ..config import VERIFY_MODES
 from ..errors import DataError
 from ..fileio import write_json
 
@@ -75,7 +76,6 @@ def check_framing(path: Path) -> int:
     return n
 
 
-VERIFY_MODES = ("full", "cached", "off")
 VERIFIED = "verified.json"  # beside the manifest: what the last check of each shard found (size, mtime, sha256)
 
 

@@ -29,13 +29,12 @@ import pandas as pd
 
 from .. import fileio, logs
 from .. import summary as summary_schema
-from ..config import DEFAULT_PER_REPLICA_BATCH, RunConfig
+from ..config import DEFAULT_PER_REPLICA_BATCH, SCALING_MODES, RunConfig
 from ..errors import ConfigError
 from ..measure import stats
 
 log = logging.getLogger("tftoolkit")
 
-MODES = ("weak", "strong")
 COLUMNS = ["replicas", "mode", "global_batch", "per_replica_batch", "images_per_sec", "uncertainty", "speedup",
            "speedup_uncertainty", "efficiency", "baseline_replicas", "step_time_s", "compute_time_s",
            "allreduce_time_s", "input_wait_s", "communication_fraction", "input_wait_fraction", "imbalance", "mfu",
@@ -72,7 +71,7 @@ def parse_replicas(value) -> list[int]:
 def configs(base: RunConfig, replicas, mode: str = "weak") -> list[RunConfig]:
     """One validated config per replica count, following the scaling mode."""
     counts = parse_replicas(replicas)
-    if mode not in MODES:
+    if mode not in SCALING_MODES:
         raise ConfigError(f"--mode: unknown value {mode!r}; choose weak or strong")
     if base.gpus is not None:
         raise ConfigError("scale picks the first N devices for each count; drop --gpus (use CUDA_VISIBLE_DEVICES "

@@ -57,10 +57,10 @@ import re
 import numpy as np
 
 from ..config import ALLREDUCE_DTYPES
-from ..engine import models, timer
-from ..engine.collectives import all_reduce_gradients
-from ..engine.strategy import allreduce_name, make_bench_strategy, nccl_available
 from ..errors import ConfigError
+
+# The engine (and with it TensorFlow) is imported by the functions that run something: the CLI's parser reads this
+# module's constants, and `tftoolkit --help` must not start TensorFlow.
 
 IMPLS = ("nccl", "hierarchical_copy", "reduce_to_one", "collective", "tf_default")
 COLUMNS = ["impl", "detail", "replicas", "dtype", "payload", "tensors", "size_bytes", "iters", "repeats", "time_s",
@@ -172,16 +172,19 @@ def parse_dtypes(text) -> list[str]:
 # --- strategies ------------------------------------------------------------------------------------------
 def availability(impl: str, setup) -> tuple[bool, str]:
     """Whether ``impl`` can run on these devices, and why not."""
+    from ..engine.strategy import nccl_available
+
     if impl == "nccl":
         if setup.kind != "GPU":
             return False, "NCCL needs GPUs; these replicas are logical CPU devices"
-
         return nccl_available()
     return True, ""
 
 
 def make_strategy(impl: str, setup):
     """(strategy, CommunicationOptions or None, what it really all-reduces with) for ``impl``."""
+    from ..engine.strategy import allreduce_name, make_bench_strategy
+
     strategy, options = make_bench_strategy(impl, setup)
     return strategy, options, allreduce_name(strategy, options)
 
@@ -195,6 +198,8 @@ def step_all_reduce(values, dtype: str = "float32", options=None):
     """The SUM all-reduce of a replica's ``values`` as the training step does it in ``dtype``: cast, one all-reduce
     call, cast back to each value's dtype (collectives.all_reduce_gradients with one pack; ``options``: the
     bench's CommunicationOptions, RING for the ``collective`` row). Call in a replica context."""
+    from ..engine.collectives import all_reduce_gradients
+
     return all_reduce_gradients(list(values), dtype, options=options)
 
 
@@ -261,6 +266,8 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     "time_raw_s": median uncorrected per all-reduce, "overhead_s": median of the no-all-reduce call, "iters",
     "repeats": repeats run}.
     """
+    from ..engine import timer
+
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     shapes = [tuple(int(d) for d in s) for s in shapes]
@@ -338,4 +345,6 @@ def gradient_shapes(model) -> tuple[list, list]:
 
 
 def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10) -> tuple[list, list]:
+    from ..engine import models
+
     return gradient_shapes(models.build(name, tuple(input_shape), num_classes))

@@ -38,7 +38,7 @@ import pandas as pd
 from .. import fileio
 from .. import noise_scale as noise
 from .. import summary as summary_schema
-from ..config import accumulation_plan, whole_number
+from ..config import DEFAULT_MAX_REPLICAS, accumulation_plan, whole_number
 from ..errors import ConfigError, DataError, RunDirError
 from ..fileio import read_json
 from ..plots import batch as bplots
@@ -49,7 +49,6 @@ from .comms import parse_link
 from .forecast import exchange, layouts, step_parts
 from .inputlimit import add_input_limit, host_fields, input_host, input_lines
 
-DEFAULT_MAX_REPLICAS = 64
 # What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
 ADVISE_REMEDY = ("Advise a run trained on a GPU for the time model, or leave out --interconnect: the batch and GPU "
                  "count recommendation needs no GPU time")

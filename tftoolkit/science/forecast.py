@@ -34,14 +34,12 @@ import numpy as np
 import pandas as pd
 
 from .. import summary
-from ..config import DTYPE_BYTES, whole_number
+from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
 from .calibration import Calibration, exchange_of, finite, on_training_clock
 from .comms import BACKWARD_SHARE, Link, allreduce_time, hidden_time
 
-DEFAULT_MAX_REPLICAS = 64
 DEFAULT_GPUS_PER_HOST = 8
-MODES = ("weak", "strong")
 DEVICES = ("dedicated", "shared")
 
 
@@ -133,8 +131,8 @@ def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: s
     the calibration run's, per-replica batch × replicas × accumulate) and divides it among the replicas and the
     micro-batches. ``allreduce_dtype``, ``allreduce_packs`` and ``accumulate`` default to the run's (exchange).
     """
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode not in SCALING_MODES:
+        raise ConfigError(f"mode must be one of {', '.join(SCALING_MODES)}, got {mode!r}")
     if devices not in DEVICES:
         raise ConfigError(f"devices must be one of {', '.join(DEVICES)}, got {devices!r}")
     if nics_per_host < 1:

@@ -28,13 +28,13 @@ from pathlib import Path
 import pandas as pd
 
 from .. import fileio, summary
-from ..config import DTYPE_BYTES, whole_number
+from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
 from ..plots import predict as pplots
 from ..plots.theme import save_figure
 from .calibration import calibrate, finite, gpu_forecast_refusal, measured_frame
 from .comms import ALGORITHMS, INTRA_PRESETS, Link, fit_link, parse_link, read_allreduce_csvs
-from .forecast import (DEFAULT_GPUS_PER_HOST, DEFAULT_MAX_REPLICAS, DEVICES, MODES, compare, crossover, exchange,
+from .forecast import (DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchange,
                        measured_point, predict)
 from . import validation
 from .inputlimit import input_host, input_lines, with_input_limit
@@ -80,8 +80,8 @@ class Scenario:
         # Lists and comma-separated strings become tuples, so a scenario is hashable and compares by value.
         for name in ("interconnects", "allreduce_csv", "measured"):
             object.__setattr__(self, name, _names(getattr(self, name)))
-        if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode not in SCALING_MODES:
+            raise ConfigError(f"mode must be one of {', '.join(SCALING_MODES)}, got {self.mode!r}")
         if self.devices not in DEVICES:
             raise ConfigError(f"devices must be one of {', '.join(DEVICES)}, got {self.devices!r}")
         if self.algorithm not in ALGORITHMS:
