@@ -42,6 +42,18 @@ def _toolkit_log_reaches_caplog():
     yield
 
 
+@pytest.fixture
+def chromium(tmp_path):
+    """A headless Chromium (tests/browser.py) for one test, stopped by its pid; skipped, with the reason, where
+    Chromium is not installed (.ci/run installs it)."""
+    from browser import Chromium, find
+
+    if find() is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium; .ci/run installs it)")
+    with Chromium(tmp_path) as browser:
+        yield browser
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A real one-node Slurm on localhost (tests/slurm.py), started once for the tests that ask for it and

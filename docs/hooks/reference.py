@@ -3,9 +3,12 @@
 - reference/cli.md: every command and option, walked from tftoolkit.cli.build_parser();
 - reference/config.md: RunConfig's fields with their options, defaults and help, in cli/sections.py's sections;
 - reference/summary.md: summary.json's fields with units and meanings, from tftoolkit/summary.py's table;
+- reference/hardware.md: the hardware catalogue (GPUs, links, systems) with every figure's sources, from
+  tftoolkit/catalogue/*.toml (the figures MFU and the planner use);
 - index.md and benchmarks/index.md: README.md and BENCHMARKS.md themselves, their links made the site's, so the
   landing page and the headline table exist once;
-- design.md's contracts: pyproject.toml's import-linter contracts, where the page says <!-- contracts -->, and
+- design.md's contracts and layout: pyproject.toml's import-linter contracts, where the page says <!-- contracts -->,
+  the package's rooms and modules as they are, where it says <!-- layout -->, and
   notebooks/index.md's parameters: each notebook's parameters cell, where it says <!-- notebook-parameters -->;
 - notebooks/<name>.ipynb: the notebooks, as committed (no outputs) or, when TFTOOLKIT_DOCS_EXECUTED names a
   folder holding executed copies as notebooks/<name>.ipynb (``make docs`` makes them in smoke mode), those, so the
@@ -29,7 +32,8 @@ from pathlib import Path
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
-from tftoolkit import cli, summary
+from tftoolkit import catalogue, cli, summary
+from tftoolkit.catalogue import reader as catalogue_files
 from tftoolkit.cli.sections import SECTIONS
 from tftoolkit.config import RunConfig, cli_fields, field_types
 
@@ -164,9 +168,57 @@ def site_copy(source: str, uri: str) -> str:
     return LINK.sub(fix, (ROOT / source).read_text())
 
 
+def _fig(value, unit: str = "") -> str:
+    return "" if value is None else f"{value:g}{unit}"
+
+
+def _sources(entry) -> str:
+    keys = sorted({k for text in entry.source.values() if not text.lower().startswith(("unconfirmed", "n/a"))
+                   for k in text.split("(")[0].split()})
+    unconfirmed = ", ".join(entry.unconfirmed)
+    return " ".join(keys) + (f"; unconfirmed: {unconfirmed}" if unconfirmed else "")
+
+
+def hardware_page() -> str:
+    out = ["# Hardware catalogue", "",
+           "The GPUs, links and systems the toolkit knows, generated from `tftoolkit/catalogue/*.toml` (the one "
+           "place these figures live: MFU's peaks and the planner read them). TFLOP/s are dense; fp16/bf16 are "
+           "tensor-core rates with FP32 accumulation; GB/s per direction. The last column names each row's "
+           "sources (listed at the end) and the figures still unconfirmed.", "",
+           "## GPUs", "",
+           "| key | NVML names | FP32 | TF32 | FP16 | BF16 | memory | bandwidth | TDP | PCIe | NVLink | P2P | sources |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for g in catalogue.gpus():
+        nvlink = f"{g.nvlink_version} ({_fig(g.nvlink_gbs, ' GB/s')})" if g.nvlink_version else ""
+        p2p = "" if g.peer_to_peer is None else ("yes" if g.peer_to_peer else "no (host memory)")
+        out.append("| " + " | ".join(cell(v) for v in (
+            g.key, ", ".join(g.names), _fig(g.fp32_tflops), _fig(g.tf32_tflops), _fig(g.fp16_tflops),
+            _fig(g.bf16_tflops), _fig(g.memory_gb, " GB"), _fig(g.memory_bandwidth_gbs, " GB/s"), _fig(g.tdp_w, " W"),
+            _fig(g.pcie_gen), nvlink, p2p, _sources(g))) + " |")
+    out += ["", "## Links", "", "| key | kind | rated | achieved | latency | sources |", "|---|---|---|---|---|---|"]
+    for link in catalogue.links():
+        out.append("| " + " | ".join(cell(v) for v in (
+            link.key, link.kind, _fig(link.gbs, " GB/s"), _fig(link.achieved_gbs, " GB/s"),
+            _fig(link.latency_us, " us"), _sources(link))) + " |")
+    out += ["", "## Systems", "", "| key | GPUs | inside the host | topology | NICs per host | sources |",
+            "|---|---|---|---|---|---|"]
+    for sysm in catalogue.systems():
+        gpus = f"{sysm.gpus} x {sysm.gpu}" if sysm.gpu else f"{sysm.gpus} (any)"
+        nics = f"{sysm.nics} x {sysm.nic}" if sysm.nics else ""
+        out.append("| " + " | ".join(cell(v) for v in (
+            sysm.key, gpus, sysm.intra_host, sysm.topology, nics, _sources(sysm))) + " |")
+    out += ["", "## Sources", ""]
+    for kind, title in (("gpu", "GPUs"), ("link", "links"), ("system", "systems")):
+        out += [f"### {title}", "", "| key | source |", "|---|---|"]
+        out += [f"| {key} | {cell(text)} |" for key, text in catalogue_files.read_file(kind)["sources"].items()]
+        out.append("")
+    return "\n".join(out)
+
+
 PAGES = {"index.md": lambda: site_copy("README.md", "index.md"),
          "benchmarks/index.md": lambda: site_copy("BENCHMARKS.md", "benchmarks/index.md"),
-         "reference/cli.md": cli_page, "reference/config.md": config_page, "reference/summary.md": summary_page}
+         "reference/cli.md": cli_page, "reference/config.md": config_page, "reference/summary.md": summary_page,
+         "reference/hardware.md": hardware_page}
 
 
 def on_config(config):
@@ -219,7 +271,30 @@ def parameters_markdown() -> str:
     return "\n".join(out)
 
 
-MARKERS = {"<!-- contracts -->": contracts_markdown, "<!-- notebook-parameters -->": parameters_markdown}
+def layout_markdown() -> str:
+    """The package's rooms as they are: each subpackage with its docstring's first line and its modules (a
+    sub-subpackage with a slash), then the plain modules at the top."""
+    import ast
+
+    package = ROOT / "tftoolkit"
+
+    def first_line(path: Path) -> str:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+    lines = ["tftoolkit/"]
+    for room in sorted(p for p in package.iterdir() if (p / "__init__.py").exists()):
+        names = sorted([p.stem for p in room.glob("*.py") if p.stem != "__init__"]
+                       + [p.name + "/" for p in room.iterdir() if (p / "__init__.py").exists()])
+        lines.append(f"  {room.name + '/':<13} {first_line(room / '__init__.py')}")
+        lines.append(f"  {'':<13}   {', '.join(names)}")
+    leaves = sorted(p.name for p in package.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    lines.append(f"  {' '.join(leaves)}   (the floor: leaves every room may import)")
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+MARKERS = {"<!-- contracts -->": contracts_markdown, "<!-- notebook-parameters -->": parameters_markdown,
+           "<!-- layout -->": layout_markdown}
 
 
 def on_page_markdown(markdown, page, config, files):

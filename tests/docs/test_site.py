@@ -85,6 +85,12 @@ def test_the_reference_is_generated_from_the_code(site):
     summary_text = _text(site / "reference" / "summary.html")
     for name, field in summary.FIELDS.items():
         assert name in summary_text, name
+    hardware = _text(site / "reference" / "hardware.html")
+    from tftoolkit import catalogue
+
+    for entry in (*catalogue.gpus(), *catalogue.links(), *catalogue.systems()):
+        assert entry.key in hardware, entry.key
+    assert "H100" in hardware and "https://" in hardware  # the NVML names and the sources
     api = _text(site / "reference" / "api.html")
     assert "RunRecorder" in api and "init_devices" in api and "ToolkitError" in api
     design = _text(site / "design.html")
@@ -109,16 +115,6 @@ def test_a_broken_link_fails_the_build_under_the_site_s_settings(tmp_path):
                                                           "validation": settings["validation"]}))
     built = _mkdocs(cwd=tmp_path)
     assert built.returncode != 0 and "guides/missing.md" in built.stdout + built.stderr
-
-
-@pytest.fixture
-def chromium(tmp_path):
-    from browser import Chromium, find
-
-    if find() is None:
-        pytest.skip("no chromium on this machine (Debian: apt-get install chromium; .ci/run installs it)")
-    with Chromium(tmp_path) as browser:
-        yield browser
 
 
 def _images(browser) -> list:

@@ -284,16 +284,6 @@ def test_06_sweep_spec_runs_it_at_1_2_and_4_replicas(capsys):
 _REPORTS: dict = {}
 
 
-@pytest.fixture
-def chromium(tmp_path):
-    from browser import Chromium, find
-
-    if find() is None:
-        pytest.skip("no chromium on this machine (Debian: apt-get install chromium; .ci/run installs it)")
-    with Chromium(tmp_path) as browser:
-        yield browser
-
-
 @pytest.mark.slow
 def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_code(out_root, chromium):
     if "rendered" not in _REPORTS:

@@ -1,16 +1,5 @@
-"""The doctor's checks that need TensorFlow (``doctor.run`` sets up the devices before the first of them).
-
-    build           TensorFlow's build (tf.sysconfig.get_build_info) against the driver's CUDA, and cuDNN present
-    visibility      the GPUs TensorFlow sees are the GPUs NVML sees under CUDA_VISIBLE_DEVICES, in the same order
-    allreduce_sum   every all-reduce the toolkit offers sums exactly on every replica, at this replica count and at
-                    an odd one (or is refused there, as hierarchical_copy is)
-    equivalence     N replicas equal 1 device: a tiny model, 10 steps, the same global batch
-    placement       device-placed data lives on each replica's device; without GPUs, TensorFlow's kernel registry
-                    says the device path would stay in GPU memory (engine.kernels)
-    timing          one and two units of work timed synchronised (engine.timer), interleaved with one unit
-                    unsynchronised: twice the work must read about twice the time (a busy host: skip, and why)
-    peak            a measured matmul rate against the rated peak for this device and precision (MFU's denominator)
-"""
+"""The doctor's checks that need TensorFlow: build, visibility, allreduce_sum, equivalence, placement, timing and peak
+(each described in ``measure.doctor``, whose ``run`` sets up the devices before the first of them)."""
 
 from __future__ import annotations
 

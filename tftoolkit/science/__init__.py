@@ -1,4 +1,4 @@
-"""Batch-size science: how to set the batch, the learning rate and the GPU count.
+"""Batch-size science and the planner: the batch, the learning rate and the GPU count, and which server to get.
 
     finders   LR range test and the largest per-replica batch that fits, under the strategy (trains)
     advise    a recommended global batch and GPU count from a run's gradient noise scale (reads files)
