@@ -527,7 +527,7 @@ the same loss. Reasons not to trust the noise scale come first; without a positi
     code("""
 advice = advise.advise(out / "train", out, max_replicas=max_replicas, interconnect=interconnect,
                        inter_host=inter_host, figures=False)
-print(advise.describe(advice))
+print(advise.advice_text(advice))
 """),
     code("""
 fig = batch_plots.tradeoff(advice["frame"])
@@ -544,7 +544,7 @@ says so instead. Where the forecast covers this run's replica count, the measure
     code("""
 scenario = predict.Scenario(inter_host=inter_host, max_replicas=max_replicas, compute_ms=compute_ms or None)
 prediction = predict.run(out / "train", out, scenario, figures=False, on_refusal="report")
-print(predict.describe(prediction))
+print(predict.forecast_text(prediction))
 """),
     code("""
 fig = predict_plots.efficiency(prediction["frame"])

@@ -287,7 +287,7 @@ def test_advise_bad_memory_cap_is_one_line_exit_2(tmp_path, capsys, args, messag
 def test_advise_refusal_names_only_advise_options_and_it_takes_gpus_per_host(tmp_path, capsys):
     sim = _run_dir(tmp_path, "sim", steps=False, device_kind="CPU-simulated")
     r = advise.advise(sim, figures=False, interconnect="pcie4")
-    text = advise.describe(r)
+    text = advise.advice_text(r)
     assert "measured on CPU-simulated" in text
     assert "--compute-ms" not in text and "--devices" not in text and "leave out --interconnect" in text
     # A cluster of 4-GPU hosts: 8 GPUs are two hosts joined by the inter-host link.

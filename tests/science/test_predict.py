@@ -227,7 +227,7 @@ def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(
     assert "measured on CPU-simulated" in r["calibration"]["source"]
     # A notebook gets the refusal as a result that says why, not an exception.
     r = predict.run(run, tmp_path / "nb", Scenario(interconnects="pcie4"), on_refusal="report", figures=True)
-    assert "measured on CPU-simulated" in r["refused"] and predict.describe(r).startswith("no forecast: ")
+    assert "measured on CPU-simulated" in r["refused"] and predict.forecast_text(r).startswith("no forecast: ")
     assert (tmp_path / "nb" / "efficiency_vs_replicas.png").exists()
 
 
@@ -258,7 +258,7 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
     assert (sc["at_largest"]["replicas"], sc["at_largest"]["cores_needed_per_host"],
             sc["at_largest"]["service_workers_needed"]) == (8, 12, 2)
     assert set(pd.read_csv(tmp_path / "p" / "prediction.csv")["input_limited"]) == {True, False}
-    text = predict.describe(r)
+    text = predict.forecast_text(r)
     assert ("input: 100 images/s per core x 4 cores (this run's host: input_cores 4 x 1 worker(s)) = 400 images/s "
             "per host") in text
     assert ("fast: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers "
@@ -480,4 +480,4 @@ def test_a_one_replica_run_is_not_its_own_check(tmp_path):
     run = _run_dir(tmp_path, "one", replicas=1, per_replica_batch=64, step_time_s=0.1, device_kind="GPU",
                    gradient_bytes=1e6)
     r = predict.run(run, tmp_path / "p", Scenario(interconnects="pcie4", max_replicas=8), figures=False)
-    assert r["measured_point"] is None and "measured at" not in predict.describe(r)
+    assert r["measured_point"] is None and "measured at" not in predict.forecast_text(r)

@@ -167,7 +167,7 @@ def advise_command(args) -> int:
                            max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host,
                            host_cores=args.host_cores, max_per_replica_batch=args.max_per_replica_batch,
                            batch_find=args.batch_find, gpus_per_host=args.gpus_per_host)
-    print(advise.describe(result))
+    print(advise.advice_text(result))
     print(f"written: {args.out or args.run_dir}/advice.json, tradeoff.csv"
           + (", input_limit.csv" if result["input_frame"] is not None else "")
           + (", tradeoff.png" if result["recommended"] is not None else ""))
@@ -229,7 +229,7 @@ def predict_command(args) -> int:
         algorithm=args.algorithm, compute_ms=args.compute_ms, host_cores=args.host_cores,
         allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs, accumulate=args.accumulate)
     result = predict.run(args.run_dir, args.out, scenario)
-    print(predict.describe(result))
+    print(predict.forecast_text(result))
     print(f"written: {args.out or args.run_dir}/prediction.csv, prediction.json, efficiency_vs_replicas.png")
     return 0
 
@@ -257,5 +257,5 @@ def plan_command(args) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "frame"}, default=str))
     else:
-        print(predict.describe_plan(result))
+        print(predict.plan_text(result))
     return 0

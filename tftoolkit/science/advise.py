@@ -363,7 +363,7 @@ def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tup
     return int(max_per_replica_batch), "--max-per-replica-batch"
 
 
-def describe(result: dict) -> str:
+def advice_text(result: dict) -> str:
     """What ``advise`` found, the reasons not to trust it first (before any recommendation), the input limit last."""
 
     rec, cur = result["recommended"], result["current"]

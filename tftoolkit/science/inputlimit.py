@@ -129,7 +129,7 @@ def host_fields(host: InputHost) -> dict:
 
 
 def input_lines(il: dict | None) -> list[str]:
-    """The lines describe() prints for an ``input_limit`` (advice.json's or prediction.json's)."""
+    """The lines advice_text() (advise) and forecast_text() (predict) print for an ``input_limit``."""
     if not il:
         return []
     lines = []

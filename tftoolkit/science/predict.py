@@ -13,7 +13,7 @@ moves in its dtype (``allreduce_dtype``); each defaults to the calibration run's
 
 The parts live in their own modules: the links and all-reduce times in ``comms``, the compute figure from the run
 directory in ``calibration``, the tables in ``forecast``, the input limit in ``inputlimit``. This module holds the
-scenario a forecast is asked for (Scenario), the command (run) and what it prints (describe).
+scenario a forecast is asked for (Scenario), the command (run) and what it prints (forecast_text, plan_text).
 
 S = gradient bytes as the all-reduce moves them: the run's ``gradient_bytes`` (or ``params`` × the bytes of its
 ``allreduce_dtype``), converted to the asked dtype by the bytes per element (DTYPE_BYTES: bfloat16 and float16
@@ -195,7 +195,7 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
     return result
 
 
-def describe(result: dict) -> str:
+def forecast_text(result: dict) -> str:
     """The lines the CLI prints."""
     lines = []
     if result.get("refused"):
@@ -267,7 +267,7 @@ def run_plan(plan: Plan, out=None) -> dict:
     return result
 
 
-def describe_plan(result: dict) -> str:
+def plan_text(result: dict) -> str:
     """The lines the CLI prints for run_plan's result: every number with its interval, and what it assumed."""
     a = result["assumed"]
     lines = [f"compute: {a['compute']} ({a['compute_s'] * 1e3:.3g} ms per step); gradients "
