@@ -93,26 +93,130 @@ def test_cli_json_rows_carry_the_interval_fields(capsys, tmp_path):
     assert "checked" in out and (tmp_path / "prediction.json").exists()
 
 
-def _rate_residuals(path):
-    res = validation.residuals(validation.read(path), {})
-    return res[res["case"] == "rate"]
+def _residuals(path, case="rate"):
+    v = validation.release()
+    res = validation.residuals(validation.read(path), v["fractions"], v["straggler"])
+    return res[res["case"] == case]
 
 
-def test_the_published_rows_through_the_planner_and_the_interval_covers_them():
-    res = _rate_residuals(validation.PUBLISHED)
-    assert len(res) > 100
-    lo, hi, _ = validation.bands(res)["rate"]
-    covered = ((res["log_ratio"] >= lo) & (res["log_ratio"] <= hi)).mean()
-    assert covered >= 0.8
-    # What the model reaches today (docs/guides/planner.md): efficiency error median 4.0%, 90th percentile 14.6%.
-    assert res["efficiency_error"].median() <= 0.05 and res["efficiency_error"].quantile(0.9) <= 0.16
+def _covered(res, case="rate"):
+    lo, hi, _ = validation.release()["bands"][case]
+    return ((res["log_ratio"] >= lo) & (res["log_ratio"] <= hi)).mean()
 
 
-@pytest.mark.xfail(reason="not reached yet: published efficiency error median 4.0% / p90 14.6%; heldout interval "
-                          "coverage 67%", strict=True)
-def test_the_target_bounds_on_published_and_heldout_rows():
-    res = _rate_residuals(validation.PUBLISHED)
-    assert res["efficiency_error"].median() <= 0.03 and res["efficiency_error"].quantile(0.9) <= 0.10
-    lo, hi, _ = validation.bands(res)["rate"]
-    held = _rate_residuals(validation.HELDOUT)
-    assert ((held["log_ratio"] >= lo) & (held["log_ratio"] <= hi)).mean() >= 0.8
+def test_the_issue_bounds_on_the_published_rows_and_the_held_back_ones():
+    # The planner's acceptance bounds, on validation/published.csv (the fitted set): efficiency error median <= 3%, 90th
+    # percentile <= 10%, the interval covering >= 80%; and the interval made from those rows covering >= 80% of
+    # heldout.csv's, which nothing was fitted to. docs/benchmarks/planner.md has the tables.
+    pub = _residuals(validation.PUBLISHED)
+    assert len(pub) == 177  # every multi-GPU published row is forecast, none skipped
+    assert pub["efficiency_error"].median() <= 0.03 and pub["efficiency_error"].quantile(0.9) <= 0.10
+    assert _covered(pub) >= 0.8
+    held = _residuals(validation.HELDOUT)
+    assert len(held) == 251
+    assert _covered(held) >= 0.8
+
+
+def test_from_the_model_and_gpu_alone_the_one_gpu_rate_is_within_the_bounds():
+    flops = _residuals(validation.PUBLISHED, "flops")
+    one = flops[flops["gpus"] == 1]
+    assert len(one) >= 40
+    assert (one["forecast"] / one["published"] - 1).abs().median() <= 0.20
+    assert _covered(flops, "flops") >= 0.7
+
+
+def test_the_validation_is_what_the_cli_prints(capsys):
+    # One published row per all-reduce the planner models, through `tftoolkit predict --json`: the same numbers.
+    rows = validation.read(validation.PUBLISHED)
+    res = _residuals(validation.PUBLISHED)
+    v = validation.release()
+    seen = set()
+    for _, r in rows[rows["gpus"] > 1].iterrows():
+        alg = validation.algorithm_of(r["allreduce"])
+        if alg in seen:
+            continue
+        seen.add(alg)
+        base = rows[(rows["baseline"] == r["baseline"]) & (rows["gpus"] == 1)]["images_per_sec"].iloc[0]
+        plan = validation.plan_of(r, float(base), (int(r["gpus"]),), int(r["gpus_per_host"]))
+        argv = ["predict", "--gpu", plan.gpu, "--params", str(plan.params), "--per-replica-batch",
+                str(plan.per_replica_batch), "--images-per-sec", repr(float(base)), "--interconnect",
+                plan.interconnect, "--gpus-per-host", str(plan.gpus_per_host), "--precision", plan.precision,
+                "--algorithm", alg, "--replica-counts", str(int(r["gpus"])), "--json"]
+        if plan.inter_host:
+            argv += ["--inter-host", plan.inter_host]
+        assert main(argv) == 0
+        got = json.loads(capsys.readouterr().out)["rows"][0]
+        want = res[(res["case_id"] == r["baseline"]) & (res["gpus"] == r["gpus"])
+                   & (res["published"] == r["images_per_sec"])]["forecast"].iloc[0]
+        assert got["images_per_sec"] == pytest.approx(want, rel=1e-9)
+        assert got["images_per_sec_low"] == pytest.approx(want * math.exp(v["bands"]["rate"][0]), rel=1e-9)
+    assert seen == {"ring", "ring-in-order", "host"}
+
+
+def test_expected_slowest_of_n_replicas_matches_its_closed_forms():
+    assert planner.expected_max(1) == 0
+    assert planner.expected_max(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    assert planner.expected_max(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-6)
+    assert planner.expected_max(8) > planner.expected_max(4) > planner.expected_max(2)
+
+
+def test_the_straggler_term_lengthens_the_step_by_sigma_times_the_expected_slowest():
+    p = Plan(gpu="v100", per_replica_batch=64, params=1, images_per_sec=400, interconnect="dgx2",
+             replica_counts="1,8", straggler=0.05)
+    df, assumed = planner.forecast(p)
+    compute = 64 / 400
+    assert df["straggler_s"].tolist() == pytest.approx([0, compute * 0.05 * planner.expected_max(8)])
+    assert "given, --straggler" in assumed["stragglers"]
+    with pytest.raises(ConfigError, match="straggler"):
+        Plan(gpu="v100", per_replica_batch=64, params=1, straggler=1.5)
+
+
+def test_fit_straggler_recovers_the_sigma_rows_were_made_with():
+    # Rows published exactly as the planner forecasts them at sigma 0.04: the fit finds 0.04 again.
+    made = []
+    for n in (2, 4, 8, 16):
+        df, _ = planner.forecast(Plan(gpu="v100", per_replica_batch=64, params=RESNET50, images_per_sec=360,
+                                      interconnect="dgx2", replica_counts=(1, n), straggler=0.04))
+        made.append({"baseline": "s", "gpus": n, "images_per_sec": float(df["images_per_sec"].iloc[1]),
+                     "gpu": "v100", "system": "dgx2", "gpus_per_host": 16, "model": "resnet50", "per_gpu_batch": 64,
+                     "precision": "fp32", "allreduce": "horovod (NCCL)"})
+    rows = pd.DataFrame([{**made[0], "gpus": 1, "images_per_sec": 360.0}] + made)
+    assert validation.fit_straggler(validation.residuals(rows, {}, 0.0)) == pytest.approx(0.04)
+
+
+def test_each_row_is_forecast_with_its_own_link_even_where_series_share_a_baseline():
+    # Lambda's 2-GPU rows with and without an NVLink bridge share one 1-GPU row: each gets its own link (the old
+    # pairing forecast them as one series and set a 4-GPU forecast beside a 2-GPU row).
+    base = {"baseline": "b", "gpu": "rtx-2080-ti", "gpus_per_host": 2, "model": "vgg16", "per_gpu_batch": 32,
+            "precision": "fp32", "allreduce": "replicated"}
+    rows = pd.DataFrame([{**base, "gpus": 1, "gpus_per_host": 1, "interconnect": "pcie3", "images_per_sec": 190.0},
+                         {**base, "gpus": 2, "interconnect": "nvlink2", "images_per_sec": 350.0},
+                         {**base, "gpus": 2, "interconnect": "pcie3", "images_per_sec": 300.0}])
+    res = validation.residuals(rows, {}, 0.0)
+    assert res["gpus"].tolist() == [2, 2]
+    over_nvlink, over_pcie = res["forecast"].tolist()
+    assert over_nvlink > over_pcie  # the bridge: peer-to-peer at NVLink speed; PCIe: through host memory
+
+
+def test_variables_in_host_memory_cost_only_the_shared_uplink():
+    # K80: two GPUs per board share its x16 connector; a one-GPU rate already pays its own copies.
+    k80 = Plan(gpu="k80", per_replica_batch=32, params=138_357_544, images_per_sec=36.3, interconnect="pcie3",
+               algorithm="host", replica_counts="1,2,8", straggler=0)
+    df, _ = planner.forecast(k80)
+    bw = 12e9  # links.toml pcie3 achieved_gbs
+    assert df["allreduce_s"].iloc[0] == 0
+    assert df["allreduce_s"].iloc[1] == pytest.approx(2 * 138_357_544 * 4 / bw, rel=1e-3)
+    assert df["allreduce_s"].iloc[2] == pytest.approx(df["allreduce_s"].iloc[1])  # still two per uplink
+    one_each = planner.forecast(Plan(gpu="v100-pcie-32", per_replica_batch=32, params=138_357_544,
+                                     images_per_sec=300, algorithm="host", replica_counts="8", straggler=0))[0]
+    assert one_each["allreduce_s"].iloc[0] == 0
+
+
+def test_one_ring_in_device_order_crosses_the_cpus_on_an_eight_gpu_cube_mesh():
+    p100 = topology.find_gpu("p100-sxm2")
+    four, _ = topology.in_order_ring_link(p100, "dgx1-p100", 4)
+    eight, how = topology.in_order_ring_link(p100, "dgx1-p100", 8)
+    best, _ = topology.intra_link(p100, "dgx1-p100", 8)
+    assert four.bandwidth_GBps == 20  # 0-1-2-3-0: one NVLink each hop
+    assert eight.bandwidth_GBps == pytest.approx(6)  # hop 3->4: PCIe 3 between the CPUs, halved
+    assert "3->4" in how and best.bandwidth_GBps > eight.bandwidth_GBps

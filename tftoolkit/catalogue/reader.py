@@ -27,7 +27,7 @@ HERE = Path(__file__).parent
 FIGURES = {
     "gpu": ("architecture", "compute_capability", "fp64_tflops", "fp32_tflops", "tf32_tflops", "fp16_tflops",
             "bf16_tflops", "memory_gb", "memory_type", "memory_bandwidth_gbs", "tdp_w", "pcie_gen",
-            "nvlink_version", "nvlink_links", "nvlink_gbs", "peer_to_peer"),
+            "nvlink_version", "nvlink_links", "nvlink_gbs", "peer_to_peer", "gpus_per_board"),
     "link": ("gbs", "achieved_gbs", "latency_us", "per_link_gbs", "links"),
     "system": ("gpu", "gpus", "intra_host", "topology", "nvlink_edges", "nvswitches", "pcie_switches",
                "gpus_per_switch", "cpus", "nics", "nic", "host_link"),
@@ -87,6 +87,7 @@ class GPU(Entry):
     nvlink_links: int | None = None
     nvlink_gbs: float | None = None    # all links together, per direction
     peer_to_peer: bool | None = None   # GPU-to-GPU over PCIe in one host; False: traffic goes through host memory
+    gpus_per_board: int = 1            # GPUs on one card, sharing its PCIe connector (K80: two GK210)
 
     @property
     def tf32_by_default(self) -> bool:

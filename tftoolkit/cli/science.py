@@ -10,7 +10,7 @@ from .common import add_config_options, config_from_args
 
 
 def add(sub) -> None:
-    from ..science import comms, finders, forecast
+    from ..science import comms, finders, forecast, planner
 
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
@@ -129,9 +129,11 @@ def add(sub) -> None:
                         "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
                         "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
-    p.add_argument("--algorithm", choices=tuple(comms.ALGORITHMS), default="ring",
-                   help="all-reduce inside a host: ring (NCCL) or star (reduce_to_one: CPU replicas, GPUs without "
-                        "NCCL) (default: ring)")
+    p.add_argument("--algorithm", choices=planner.ALGORITHMS, default="ring",
+                   help="all-reduce inside a host: ring (NCCL 2+, Horovod, the collective ops), star (reduce_to_one: "
+                        "CPU replicas, GPUs without NCCL); without a run directory also ring-in-order (NCCL 1.x: one "
+                        "ring in device order) and host (the variables in host memory: a parameter server on the CPU, "
+                        "CentralStorageStrategy) (default: ring)")
     _add_host_cores(p)
     p.set_defaults(func=predict_command)
 
@@ -150,6 +152,10 @@ def _add_plan_options(p) -> None:
     g.add_argument("--replica-counts", default="1,2,4,8", help="GPU counts to forecast (default: 1,2,4,8)")
     g.add_argument("--replicas", help="one GPU count (a list is --replica-counts)")
     g.add_argument("--overhead-ms", type=float, default=0.0, help="fixed cost of a multi-GPU step, ms (default: 0)")
+    g.add_argument("--straggler", type=float, metavar="SIGMA",
+                   help="a replica's step-to-step compute variation (coefficient of variation): a synchronous step "
+                        "waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the value "
+                        "fitted to the published validation rows)")
     g.add_argument("--json", action="store_true", help="print the forecast as JSON on stdout")
 
 
@@ -252,7 +258,7 @@ def plan_command(args) -> int:
                         compute_ms=args.compute_ms, forward_flops=fwd, precision=args.precision,
                         replica_counts=args.replicas or args.replica_counts, algorithm=args.algorithm,
                         allreduce_dtype=args.allreduce_dtype or "float32", allreduce_packs=args.allreduce_packs or 1,
-                        overlap=args.overlap, overhead_ms=args.overhead_ms)
+                        overlap=args.overlap, overhead_ms=args.overhead_ms, straggler=args.straggler)
     result = predict.run_plan(plan, args.out)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "frame"}, default=str))

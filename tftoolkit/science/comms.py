@@ -115,6 +115,15 @@ def star_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
 ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time}
 
 
+def host_transfer_time(size_bytes: float, sharing: int, uplink: Link, packs: int = 1) -> float:
+    """The variables in host memory (a parameter server on the CPU): every GPU copies S of gradients up and S of
+    variables down each step over its PCIe link, and ``sharing`` GPUs share the busiest uplink to the host. One GPU
+    already pays 2·S/B (a rate measured on one GPU includes it), so N GPUs add 2·(k − 1)·S/B (+ latency per pack)."""
+    if sharing <= 1:
+        return 0.0
+    return 2.0 * (sharing - 1) * size_bytes / uplink.bandwidth_Bps + 2.0 * packs * uplink.latency_s
+
+
 def _algorithm(name: str):
     if name not in ALGORITHMS:
         raise ConfigError(f"all-reduce algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")

@@ -1,16 +1,28 @@
 """A forecast without a run directory: a model (its parameter count, or a registered / keras.applications name), a
 GPU and a server from the catalogue, and either a single-GPU rate or nothing (compute from FLOPs).
 
-    step(N)  = compute + allreduce(S, G, H) − hidden + overhead(N > 1)
+    step(N)  = compute · (1 + σ · E[max of N]) + allreduce(S, G, H) − hidden + overhead(N > 1)
     compute  = per-replica batch / images_per_sec                      with --images-per-sec (a measured or
                                                                         published single-GPU rate at that batch)
              = compute_ms                                              with --compute-ms
              = 3 · forward FLOPs · batch / (peak(precision) · achieved) otherwise
     S        = params · bytes of the all-reduce dtype (float32: Keras keeps float32 gradients under mixed precision)
 
-- The all-reduce is comms.allreduce_time over the links topology.py resolves (peer-to-peer, named systems'
-  NVLink rings, NICs per host): ring (NCCL), or star for TensorFlow's reduce-to-one / hierarchical copy and the
-  parameter-server case, two-level across hosts.
+- The all-reduce (``algorithm``), over the links topology.py resolves (peer-to-peer, named systems' NVLink rings,
+  NICs per host), two-level across hosts (comms.allreduce_time):
+  ``ring``: NCCL 2 and later (its rings over the topology; Horovod, MirroredStrategy's NcclAllReduce, the collective
+  ops), and a parameter server sharded over the GPUs (every GPU sends and receives the same 2(N−1)/N · S);
+  ``ring-in-order``: NCCL 1.x's one ring in device order (topology.in_order_ring_link);
+  ``star``: TensorFlow's reduce-to-one, every buffer through one device;
+  ``host``: the variables in host memory (a parameter server on the CPU, CentralStorageStrategy): every GPU copies S
+  of gradients up and S of variables down each step over its PCIe link; a one-GPU step pays its own 2·S/B already
+  (a rate measured that way includes it), so N GPUs add the contention of k sharing the busiest uplink:
+  2 · (k − 1) · S / B (comms.host_transfer_time, topology.uplink_sharing).
+- Stragglers (σ): a synchronous step waits for the slowest of N replicas. With each replica's compute varying by
+  σ (its coefficient of variation) around the mean, the expected slowest of N is E[max of N standard normals]
+  (expected_max: 0 at one GPU, 1/√π at two, 1.42 at eight, 2.35 at 64) standard deviations above it (Chen et al.
+  2016, "Revisiting Distributed Synchronous SGD", measured this tail). σ is ``straggler``, default the value fitted
+  to the published validation rows (validation.release: one σ for all of them, never per row).
 - hidden: forecast.ExchangeModel's, from the packs (``allreduce_packs``) or a given ``overlap`` (framework fusion).
 - peak: the catalogue's figure for the unit the precision runs on (catalogue.matmul_tflops: float32 is TF32 on
   Ampere and later, as TensorFlow does by default); achieved: the fraction of it a model family reaches on a GPU
@@ -20,19 +32,34 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError
 from .. import catalogue
-from .comms import ALGORITHMS, allreduce_time
+from .comms import allreduce_time, host_transfer_time
 from .forecast import ExchangeModel
-from .topology import find_gpu, inter_link, intra_link
+from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, ring_link, uplink_sharing
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+ALGORITHMS = ("ring", "ring-in-order", "star", "host")
+
+
+@functools.cache
+def expected_max(n: int) -> float:
+    """E[max of n independent standard normals]: 0 for n = 1, 1/√π for 2, 3/(2√π) for 3 (numerical quadrature of
+    n·x·φ(x)·Φ(x)^(n−1) on a fine grid; exact to 1e-6 for n <= 1024)."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 48_001)
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return float(np.trapezoid(n * x * pdf * cdf ** (n - 1), x))
 
 
 def _counts(v) -> tuple[int, ...]:
@@ -69,6 +96,7 @@ class Plan:
     overlap: float | None = None
     overhead_ms: float = 0.0
     achieved: float | None = None       # fraction of peak; default: fitted per family and generation
+    straggler: float | None = None      # σ, a replica's compute's coefficient of variation; default: fitted
 
     def __post_init__(self):
         object.__setattr__(self, "replica_counts", _counts(self.replica_counts))
@@ -88,6 +116,9 @@ class Plan:
             raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.straggler is not None and not (isinstance(self.straggler, (int, float))
+                                               and math.isfinite(self.straggler) and 0 <= self.straggler < 1):
+            raise ConfigError(f"--straggler is a coefficient of variation in [0, 1), got {self.straggler!r}")
         if self.allreduce_dtype not in DTYPE_BYTES:
             raise ConfigError(f"--allreduce-dtype must be one of {', '.join(DTYPE_BYTES)}")
         find_gpu(self.gpu)  # an unknown name is refused here, listing the known ones
@@ -129,8 +160,29 @@ def layout(n: int, gpus_per_host: int) -> tuple[int, int]:
     return n // gpus_per_host, gpus_per_host
 
 
-def forecast(plan: Plan, achieved: float | None = None) -> tuple[pd.DataFrame, dict]:
-    """(one row per replica count: compute, all-reduce, step, images/sec, efficiency; what it assumed)."""
+def _allreduce(plan: Plan, gpu, size: float, g: int, hosts: int, inter, nics: int):
+    """(seconds of one step's all-reduce on ``hosts`` x ``g`` GPUs, how the link inside a host was found, its name)."""
+    if plan.algorithm == "host":
+        k, why = uplink_sharing(gpu, plan.interconnect, g)
+        intra, _ = intra_link(gpu, plan.interconnect, g)
+        up = catalogue.link(f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie3")
+        t = host_transfer_time(size, k, ring_link(up), plan.allreduce_packs)
+        if hosts > 1:
+            t += allreduce_time(size, 1, hosts, intra, inter, nics, "ring", plan.allreduce_packs)
+        return t, f"variables in host memory: {why}", up.key
+    if plan.algorithm == "ring-in-order":
+        intra, how = in_order_ring_link(gpu, plan.interconnect, g)
+        algorithm = "ring"
+    else:
+        intra, how = intra_link(gpu, plan.interconnect, g)
+        algorithm = plan.algorithm
+    t = allreduce_time(size, g, hosts, intra, inter if hosts > 1 else None, nics, algorithm, plan.allreduce_packs)
+    return t, how, intra.name
+
+
+def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0) -> tuple[pd.DataFrame, dict]:
+    """(one row per replica count: compute, all-reduce, step, images/sec, efficiency; what it assumed).
+    ``straggler``: σ when the plan gives none (the release's fitted value, validation.release)."""
     gpu = find_gpu(plan.gpu)
     compute, compute_from = compute_time(plan, achieved)
     if plan.params is None:
@@ -139,28 +191,33 @@ def forecast(plan: Plan, achieved: float | None = None) -> tuple[pd.DataFrame, d
     ex = ExchangeModel(1, plan.allreduce_dtype, plan.allreduce_packs, plan.overlap)
     inter, sys_nics = inter_link(plan.interconnect, plan.inter_host)
     nics = plan.nics_per_host or sys_nics or 1
+    sigma = plan.straggler if plan.straggler is not None else straggler
     rows, links = [], {}
     for n in plan.replica_counts:
         hosts, g = layout(n, plan.gpus_per_host)
-        intra, how = intra_link(gpu, plan.interconnect, g)
         if hosts > 1 and inter is None:
             raise ConfigError(f"{n} GPUs span {hosts} hosts of {plan.gpus_per_host}; give --inter-host")
-        comm = allreduce_time(size, g, hosts, intra, inter if hosts > 1 else None, nics, plan.algorithm,
-                              plan.allreduce_packs)
+        comm, how, link_name = _allreduce(plan, gpu, size, g, hosts, inter, nics)
         hidden = ex.hidden(comm, compute)
         overhead = plan.overhead_ms / 1e3 if n > 1 else 0.0
-        step = compute + comm - hidden + overhead
+        wait = compute * sigma * expected_max(n)  # the slowest replica sets a synchronous step
+        step = compute + wait + comm - hidden + overhead
         links[f"{g} GPU(s) per host"] = how
         rows.append({"replicas": n, "hosts": hosts, "gpus_per_host": g, "per_replica_batch": plan.per_replica_batch,
-                     "global_batch": plan.per_replica_batch * n, "compute_s": compute, "allreduce_s": comm,
+                     "global_batch": plan.per_replica_batch * n, "compute_s": compute, "straggler_s": wait, "allreduce_s": comm,
                      "hidden_s": hidden, "overhead_s": overhead, "step_time_s": step,
                      "images_per_sec": plan.per_replica_batch * n / step,
-                     "scenario": f"{plan.interconnect or intra.name}" + (f" + {inter.name}" if hosts > 1 else "")})
+                     "scenario": f"{plan.interconnect or link_name}" + (f" + {inter.name}" if hosts > 1 else "")})
     df = pd.DataFrame(rows)
     one = plan.per_replica_batch / compute  # the 1-GPU rate, whether or not 1 is among the counts
     df["efficiency"] = df["images_per_sec"] / (df["replicas"] * one)
     assumed = {"compute": compute_from, "compute_s": compute, "gpu": gpu.key, "precision": plan.precision,
                "params": plan.params, "gradient_bytes": size, "algorithm": plan.algorithm,
-               "links": links, "inter_host": inter.name if inter is not None else None, "nics_per_host": nics,
-               "overlap": ex.note, "overhead_ms": plan.overhead_ms, "case": plan.case}
+               "links": links, "inter_host": inter.name if inter is not None and (df["hosts"] > 1).any() else None,
+               "nics_per_host": nics,
+               "overlap": ex.note, "overhead_ms": plan.overhead_ms, "case": plan.case,
+               "straggler": sigma,
+               "stragglers": (f"the slowest of N replicas sets the step: compute x (1 + {sigma:.3g} x E[max of N "
+                              "standard normals])" + (" (given, --straggler)" if plan.straggler is not None else
+                                                      " (sigma fitted to the published validation rows)"))}
     return df, assumed

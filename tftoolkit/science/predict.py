@@ -256,7 +256,7 @@ def run_plan(plan: Plan, out=None) -> dict:
     frac = None
     if plan.case == "flops" and v:
         frac = v["fractions"].get((validation.family(plan.model or ""), validation.generation(plan.gpu)))
-    frame, assumed = plan_forecast(plan, achieved=frac)
+    frame, assumed = plan_forecast(plan, achieved=frac, straggler=v.get("straggler", 0.0))
     frame, interval = validation.with_interval(frame, plan.case, v)
     result = {"rows": [{k: _plain(k, r[k]) for k in ROW_FIELDS if k in r} for r in frame.to_dict("records")],
               "assumed": assumed, "interval": interval, "checked": interval["checked"]}
@@ -273,7 +273,8 @@ def plan_text(result: dict) -> str:
     lines = [f"compute: {a['compute']} ({a['compute_s'] * 1e3:.3g} ms per step); gradients "
              f"{a['gradient_bytes'] / 1e6:.1f} MB, {a['algorithm']} all-reduce; links: "
              + "; ".join(f"{k}: {v}" for k, v in a["links"].items())
-             + (f"; between hosts {a['inter_host']} x {a['nics_per_host']} NIC(s)" if a["inter_host"] else "")]
+             + (f"; between hosts {a['inter_host']} x {a['nics_per_host']} NIC(s)" if a["inter_host"] else "")
+             + (f"; {a['stragglers']}" if a.get("stragglers") else "")]
     for r in result["rows"]:
         lo, hi = r.get("images_per_sec_low"), r.get("images_per_sec_high")
         band = (f" [{lo:,.0f} .. {hi:,.0f}]" if finite(lo) and finite(hi) else " [no interval]")

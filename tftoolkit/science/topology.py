@@ -14,6 +14,16 @@ Each term of the communication model, with its source, in one place:
   use together x the NVLink's achieved bandwidth per link.
   Where no cycle of NVLink hops joins the G GPUs, the ring must cross PCIe (``host_link``) for at least one hop,
   and that hop sets the bandwidth. NVSwitch systems: every GPU reaches every other at the full link.
+- **One ring in device order** (``ring-in-order``: NCCL 1.x, which TensorFlow 1.x's contrib NCCL all-reduce and
+  tf_cnn_benchmarks' 2017 ``replicated`` mode used, ran a single ring (NVIDIA/nccl#43: "NCCL 1.3 was only relying on
+  a single ring"), through the GPUs in the communicator's order, which is the device order (unconfirmed: no
+  topology search before NCCL 2)). Each hop i -> i+1 takes one NVLink where the system has one between them, else
+  PCIe; a hop between GPUs on different CPUs has no peer-to-peer (NCCL itself does not use P2P across the CPUs'
+  interconnect unless NCCL_P2P_LEVEL=SYS, its environment documentation says) and is staged through host memory:
+  half the PCIe link. The slowest hop sets the ring.
+- **Shared uplinks to the host** (``host``, the parameter server in host memory): the GPUs behind one PCIe switch
+  (systems.toml ``gpus_per_switch``) or on one board (gpus.toml ``gpus_per_board``, K80) share its x16 link to the
+  CPU; uplink_sharing says how many of the first G GPUs do.
 - **Between hosts**: the system's (or ``--inter-host``'s) NIC link, ``nics`` NICs per host used together by the
   hierarchical all-reduce (comms.allreduce_time).
 - **Latency per ring step**: the link's ``latency_us`` where the catalogue has one, else DEFAULT_LATENCY_US.
@@ -134,6 +144,54 @@ def _system_link(system: System, gpu: GPU, g: int) -> tuple[Link, str]:
     host = catalogue.link(system.host_link or "pcie3")
     link = ring_link(host, f"{system.key} (PCIe hop)")
     return link, f"{system.key}: no all-NVLink ring over {g} GPUs, one hop crosses {host.key}"
+
+
+def uplink_sharing(gpu: GPU, interconnect: str | None, gpus_per_host: int) -> tuple[int, str]:
+    """(how many of the first ``gpus_per_host`` GPUs share the busiest PCIe link to the host, why): a system's GPUs
+    per PCIe switch, else the GPUs of one board (K80: 2), else each GPU its own x16 link."""
+    system = find_system(interconnect) if interconnect else None
+    if system is not None and system.gpus_per_switch:
+        k = min(gpus_per_host, system.gpus_per_switch)
+        return k, f"{system.key}: {system.gpus_per_switch} GPUs per PCIe switch share its uplink"
+    if gpu.gpus_per_board > 1:
+        k = min(gpus_per_host, gpu.gpus_per_board)
+        return k, f"{gpu.key}: {gpu.gpus_per_board} GPUs per board share its PCIe connector"
+    return 1, "each GPU on its own PCIe link to the host (no shared uplink known)"
+
+
+def _socket(system: System, index: int) -> int:
+    per_switch = system.gpus_per_switch or system.gpus
+    switches_per_cpu = max(1, (system.pcie_switches or 1) // (system.cpus or 1))
+    return (index // per_switch) // switches_per_cpu
+
+
+def in_order_ring_link(gpu: GPU, interconnect: str | None, gpus_per_host: int) -> tuple[Link, str]:
+    """(the link of one ring through GPUs 0, 1, ..., G-1, 0 in device order, how it was found): NCCL 1.x's single
+    ring. On a hybrid cube-mesh a hop without an NVLink crosses PCIe, through host memory between the CPUs; on any
+    other layout the in-order ring has the link every ring has (intra_link)."""
+    system = find_system(interconnect) if interconnect else None
+    g = gpus_per_host
+    if system is None or system.topology != "hybrid-cube-mesh" or g == 1:
+        return intra_link(gpu, interconnect, g)
+    if g > system.gpus:
+        raise ConfigError(f"{system.key} has {system.gpus} GPUs per host, asked for {g}")
+    entry = system.intra_link
+    per_link = (entry.achieved_gbs or entry.gbs) / (entry.links or 1)
+    nvlink = Link(f"{system.key} (one NVLink)", per_link,
+                  entry.latency_us if entry.latency_us is not None else DEFAULT_LATENCY_US["nvlink"], entry.key)
+    host = catalogue.link(system.host_link or "pcie3")
+    hops = [(i, (i + 1) % g) for i in range(g)] if g > 2 else [(0, 1)]
+    slowest, why = nvlink, f"{system.key}: one ring in device order, every hop one NVLink ({per_link:g} GB/s)"
+    for a, b in hops:
+        if system.neighbours(a).get(b):
+            continue
+        cross = _socket(system, a) != _socket(system, b)
+        hop = ring_link(host, f"{system.key} (hop {a}-{b} over {host.key})", halve=cross)
+        if hop.bandwidth_GBps < slowest.bandwidth_GBps:
+            slowest = hop
+            why = (f"{system.key}: one ring in device order; hop {a}->{b} has no NVLink and crosses {host.key}"
+                   + (" between the CPUs, through host memory (half the link)" if cross else ""))
+    return slowest, why
 
 
 def inter_link(interconnect: str | None, inter_host: str | None) -> tuple[Link | None, int | None]:

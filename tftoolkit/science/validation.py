@@ -5,11 +5,25 @@ validation/published.csv (fitted to) and validation/heldout.csv (only checked) h
 the planner's inputs (``system`` or ``interconnect``, ``gpu``, ``inter_host``, ``gpus_per_host``, ``model``,
 ``per_gpu_batch``, ``precision``, ``allreduce``); validation/README.md describes every column.
 
-Each row is forecast the way the CLI does (planner.Plan, planner.forecast), in two cases:
+Each row is forecast the way the CLI does (planner.Plan, planner.forecast: what ``tftoolkit predict --gpu ...
+--json`` prints; tests/science/test_planner.py checks the two agree), with its own hardware, host layout and
+all-reduce, in two cases:
 
-- **rate**: the case's own 1-GPU published rate given (``--images-per-sec``), forecast at its other GPU counts;
+- **rate**: the series' 1-GPU published rate given (``--images-per-sec``), forecast at the row's GPU count (rows of
+  one ``baseline`` may differ in their link: Lambda's 2-GPU rows with and without an NVLink bridge share the 1-GPU
+  row);
 - **flops**: no rate, the 1-GPU rate from FLOPs over the peak (the achieved fraction fitted per model family and
   GPU generation on published.csv's 1-GPU rows: the median of published / peak-implied rate).
+
+The all-reduce a row's ``allreduce`` column names, as planner.ALGORITHMS models it (ALGORITHM_OF):
+``parameter_server (local_parameter_device cpu)``: host (the variables in host memory);
+``replicated (with NCCL)`` (TensorFlow's 2017 page: TensorFlow 1.x's contrib NCCL, NCCL 1.x): ring-in-order;
+``reduce_to_one``: star; everything else (Horovod and NCCL 2, the parameter server sharded over the GPUs,
+``replicated`` without NCCL, which sums each variable on one GPU in turn, ``distributed_replicated``): ring.
+
+Stragglers: one σ (planner's ``straggler``) fitted to all of published.csv's rate-case rows at once
+(fit_straggler: the σ on a grid of 0.0025 from 0 to 0.1 with the least mean |ln(published / forecast)|), then
+every row forecast with it.
 
 The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
 interval is [forecast · e^q5, forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by
@@ -27,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, DataError
-from .planner import Plan, forecast
+from .planner import Plan, expected_max, forecast
 from .topology import find_gpu
 
 ROOT = Path(__file__).resolve().parents[2] / "validation"
@@ -71,18 +85,27 @@ def _get(r, key, default=None):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
+ALGORITHM_OF = (("local_parameter_device cpu", "host"), ("replicated (with nccl)", "ring-in-order"),
+                ("reduce_to_one", "star"))
+
+
+def algorithm_of(text) -> str:
+    """The planner's algorithm for a row's ``allreduce`` text (the module's docstring says why each)."""
+    low = str(text or "").lower()
+    return next((alg for key, alg in ALGORITHM_OF if key in low), "ring")
+
+
+def plan_of(r, rate: float | None, counts, gpus_per_host: int, straggler: float | None = None) -> Plan:
     """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
-    all-reduce its source names (parameter server and reduce-to-one: star; NCCL, Horovod, replicated: ring)."""
+    all-reduce its source names (algorithm_of)."""
     gflops = _get(r, "forward_gflops") or FORWARD_GFLOPS.get(str(r["model"]))
-    ar = str(_get(r, "allreduce", "")).lower()
-    algorithm = "star" if ("parameter_server" in ar or "reduce_to_one" in ar) else "ring"
+    algorithm = algorithm_of(_get(r, "allreduce", ""))
     return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_gpu_batch"]), params=PARAMS.get(str(r["model"])),
                 model=_get(r, "model"), gpus_per_host=gpus_per_host,
                 interconnect=_get(r, "system") or _get(r, "interconnect"), inter_host=_get(r, "inter_host"),
                 images_per_sec=rate, forward_flops=gflops * 1e9 if gflops else None,
                 precision=PRECISION.get(str(_get(r, "precision", "fp32")), "float32"), replica_counts=counts,
-                algorithm=algorithm)
+                algorithm=algorithm, straggler=straggler)
 
 
 def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -98,39 +121,57 @@ def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
-def residuals(rows: pd.DataFrame, fractions: dict) -> pd.DataFrame:
-    """One row per published point and case: forecast, ln(published / forecast), efficiency error."""
+def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0) -> pd.DataFrame:
+    """One row per published point and case: forecast, ln(published / forecast), efficiency error. Each row is
+    forecast on its own (its link, hosts and all-reduce), the rate case from its series' 1-GPU rate."""
     out = []
     for case_id, g in rows.groupby("baseline", sort=False):
-        g = g.sort_values("gpus")
+        g = g.sort_values("gpus", kind="stable")
         one = g[g["gpus"] == 1]
         base = float(one["images_per_sec"].iloc[0]) if len(one) else None
-        counts = tuple(int(x) for x in g["gpus"])
         r0 = g.iloc[0]
         frac = fractions.get((family(_get(r0, "model", "")), generation(r0["gpu"])))
-        for case, rate in (("rate", base), ("flops", None)):
-            if case == "rate" and base is None:
-                continue
-            if case == "flops" and (frac is None or not (_get(r0, "forward_gflops")
-                                                         or str(r0["model"]) in FORWARD_GFLOPS)):
-                continue
-            try:
-                df, _ = forecast(plan_of(r0, rate, counts, int(g["gpus_per_host"].max())), achieved=frac)
-            except ConfigError:
-                continue
-            for (_, pub), (_, fc) in zip(g.iterrows(), df.iterrows()):
-                if case == "rate" and pub["gpus"] == 1:
-                    continue  # the given rate itself
-                eff_pub = pub["images_per_sec"] / (pub["gpus"] * base) if base else math.nan
-                out.append({"case_id": case_id, "case": case, "gpus": int(pub["gpus"]),
-                            "published": float(pub["images_per_sec"]), "forecast": float(fc["images_per_sec"]),
+        flops_ok = frac is not None and bool(_get(r0, "forward_gflops") or str(r0["model"]) in FORWARD_GFLOPS)
+        for _, pub in g.iterrows():
+            n = int(pub["gpus"])
+            for case, rate in (("rate", base), ("flops", None)):
+                if (case == "rate" and (base is None or n == 1)) or (case == "flops" and not flops_ok):
+                    continue  # a 1-GPU row is the given rate itself
+                try:
+                    df, _ = forecast(plan_of(pub, rate, (n,), int(pub["gpus_per_host"]), straggler), achieved=frac)
+                except ConfigError:
+                    continue
+                fc = df.iloc[0]
+                eff_pub = pub["images_per_sec"] / (n * base) if base else math.nan
+                out.append({"case_id": case_id, "case": case, "gpus": n, "published": float(pub["images_per_sec"]),
+                            "forecast": float(fc["images_per_sec"]),
                             "log_ratio": math.log(pub["images_per_sec"] / fc["images_per_sec"]),
-                            "efficiency_published": eff_pub, "efficiency_forecast": float(fc["efficiency"]),
+                            "efficiency_published": eff_pub,
+                            "efficiency_forecast": float(fc["images_per_sec"]) / (n * base) if base else math.nan,
+                            "compute_s": float(fc["compute_s"]), "step_time_s": float(fc["step_time_s"]),
+                            "straggler_s": float(fc["straggler_s"]), "global_batch": float(fc["global_batch"]),
+                            "algorithm": algorithm_of(_get(pub, "allreduce", "")),
                             "source": _get(pub, "source", "")})
     res = pd.DataFrame(out)
     if len(res):
         res["efficiency_error"] = (res["efficiency_forecast"] - res["efficiency_published"]).abs()
     return res
+
+
+STRAGGLER_GRID = np.round(np.arange(0.0, 0.1001, 0.0025), 4)
+
+
+def fit_straggler(res: pd.DataFrame) -> float:
+    """The σ with the least mean |ln(published / forecast)| over the rate case's rows of ``res`` (made at σ = 0:
+    the step at σ is the step at 0 plus σ · E[max of N] · compute, planner.forecast)."""
+    g = res[res["case"] == "rate"]
+    if g.empty:
+        return 0.0
+    e = g["gpus"].map(expected_max)
+    base_step = g["step_time_s"] - g["straggler_s"]
+    cost = [float(np.mean(np.abs(np.log(g["published"] * (base_step + s * e * g["compute_s"]) / g["global_batch"]))))
+            for s in STRAGGLER_GRID]
+    return float(STRAGGLER_GRID[int(np.argmin(cost))])
 
 
 def bands(res: pd.DataFrame) -> dict[str, tuple[float, float, int]]:
@@ -147,8 +188,9 @@ def release() -> dict:
         return {}
     pub = read(PUBLISHED)
     fractions = achieved_fractions(pub)
-    res = residuals(pub, fractions)
-    return {"fractions": fractions, "bands": bands(res), "residuals": res}
+    straggler = fit_straggler(residuals(pub, fractions, 0.0))
+    res = residuals(pub, fractions, straggler)
+    return {"fractions": fractions, "straggler": straggler, "bands": bands(res), "residuals": res}
 
 
 def summary_line(res: pd.DataFrame, case: str) -> str:
