@@ -32,8 +32,8 @@ def summary(res, bands) -> str:
 if __name__ == "__main__":
     path = validation.HELDOUT if sys.argv[1:] == ["heldout"] else validation.PUBLISHED
     v = validation.release()
-    res = validation.residuals(validation.read(path), v["fractions"], v["straggler"])
-    print(f"{path.name}: straggler sigma {v['straggler']:g} (fitted to published.csv); rate interval "
+    res = validation.residuals(validation.read(path), v["fractions"], v["straggler"], v["overhead_ms"])
+    print(f"{path.name}: straggler sigma {v['straggler']:g}, fixed cost {v['overhead_ms']:g} ms per step (fitted to published.csv); rate interval "
           f"x{2.718281828 ** v['bands']['rate'][0]:.3f} .. x{2.718281828 ** v['bands']['rate'][1]:.3f}\n")
     print(summary(res, v["bands"]))
     print()

@@ -95,7 +95,7 @@ def test_cli_json_rows_carry_the_interval_fields(capsys, tmp_path):
 
 def _residuals(path, case="rate"):
     v = validation.release()
-    res = validation.residuals(validation.read(path), v["fractions"], v["straggler"])
+    res = validation.residuals(validation.read(path), v["fractions"], v["straggler"], v["overhead_ms"])
     return res[res["case"] == case]
 
 
@@ -171,17 +171,18 @@ def test_the_straggler_term_lengthens_the_step_by_sigma_times_the_expected_slowe
         Plan(gpu="v100", per_replica_batch=64, params=1, straggler=1.5)
 
 
-def test_fit_straggler_recovers_the_sigma_rows_were_made_with():
-    # Rows published exactly as the planner forecasts them at sigma 0.04: the fit finds 0.04 again.
+def test_the_step_cost_fit_recovers_the_sigma_and_fixed_cost_rows_were_made_with():
+    # Rows published exactly as the planner forecasts them at sigma 0.04 and 5 ms: the fit finds both again.
     made = []
     for n in (2, 4, 8, 16):
         df, _ = planner.forecast(Plan(gpu="v100", per_replica_batch=64, params=RESNET50, images_per_sec=360,
-                                      interconnect="dgx2", replica_counts=(1, n), straggler=0.04))
+                                      interconnect="dgx2", replica_counts=(1, n), straggler=0.04,
+                                      overhead_ms=5.0))
         made.append({"baseline": "s", "gpus": n, "images_per_sec": float(df["images_per_sec"].iloc[1]),
                      "gpu": "v100", "system": "dgx2", "gpus_per_host": 16, "model": "resnet50", "per_gpu_batch": 64,
                      "precision": "fp32", "allreduce": "horovod (NCCL)"})
     rows = pd.DataFrame([{**made[0], "gpus": 1, "images_per_sec": 360.0}] + made)
-    assert validation.fit_straggler(validation.residuals(rows, {}, 0.0)) == pytest.approx(0.04)
+    assert validation.fit_step_costs(validation.residuals(rows, {})) == pytest.approx((0.04, 5.0))
 
 
 def test_each_row_is_forecast_with_its_own_link_even_where_series_share_a_baseline():

@@ -151,7 +151,9 @@ def _add_plan_options(p) -> None:
                    help="Keras policy; float32 runs as TF32 on Ampere and later, as TensorFlow does by default")
     g.add_argument("--replica-counts", default="1,2,4,8", help="GPU counts to forecast (default: 1,2,4,8)")
     g.add_argument("--replicas", help="one GPU count (a list is --replica-counts)")
-    g.add_argument("--overhead-ms", type=float, default=0.0, help="fixed cost of a multi-GPU step, ms (default: 0)")
+    g.add_argument("--overhead-ms", type=float, metavar="MS",
+                   help="fixed cost of each multi-GPU step, ms (default: the value fitted to the published "
+                        "validation rows together with --straggler's)")
     g.add_argument("--straggler", type=float, metavar="SIGMA",
                    help="a replica's step-to-step compute variation (coefficient of variation): a synchronous step "
                         "waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the value "

@@ -27,7 +27,9 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
 - peak: the catalogue's figure for the unit the precision runs on (catalogue.matmul_tflops: float32 is TF32 on
   Ampere and later, as TensorFlow does by default); achieved: the fraction of it a model family reaches on a GPU
   generation, fitted to the published validation rows (validation.achieved_fractions), never to one row.
-- overhead: a fixed per-step cost of a multi-GPU step (synchronisation, framework), ``overhead_ms`` (default 0).
+- overhead: a fixed per-step cost of a multi-GPU step (synchronisation, framework), ``overhead_ms``; default the
+  value fitted to the published rows together with σ (validation.fit_step_costs; it comes out 0 ms: the rows' extra
+  per-step time grows with the compute and with N, which the straggler term carries).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class Plan:
     allreduce_dtype: str = "float32"
     allreduce_packs: int = 1
     overlap: float | None = None
-    overhead_ms: float = 0.0
+    overhead_ms: float | None = None   # default: fitted with σ
     achieved: float | None = None       # fraction of peak; default: fitted per family and generation
     straggler: float | None = None      # σ, a replica's compute's coefficient of variation; default: fitted
 
@@ -116,6 +118,9 @@ class Plan:
             raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.overhead_ms is not None and not (isinstance(self.overhead_ms, (int, float))
+                                                 and math.isfinite(self.overhead_ms) and self.overhead_ms >= 0):
+            raise ConfigError(f"--overhead-ms must be a number of ms >= 0, got {self.overhead_ms!r}")
         if self.straggler is not None and not (isinstance(self.straggler, (int, float))
                                                and math.isfinite(self.straggler) and 0 <= self.straggler < 1):
             raise ConfigError(f"--straggler is a coefficient of variation in [0, 1), got {self.straggler!r}")
@@ -180,9 +185,11 @@ def _allreduce(plan: Plan, gpu, size: float, g: int, hosts: int, inter, nics: in
     return t, how, intra.name
 
 
-def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0) -> tuple[pd.DataFrame, dict]:
+def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0,
+             overhead_ms: float = 0.0) -> tuple[pd.DataFrame, dict]:
     """(one row per replica count: compute, all-reduce, step, images/sec, efficiency; what it assumed).
-    ``straggler``: σ when the plan gives none (the release's fitted value, validation.release)."""
+    ``straggler``, ``overhead_ms``: σ and the fixed cost when the plan gives none (the release's fitted values,
+    validation.release)."""
     gpu = find_gpu(plan.gpu)
     compute, compute_from = compute_time(plan, achieved)
     if plan.params is None:
@@ -192,6 +199,7 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0) 
     inter, sys_nics = inter_link(plan.interconnect, plan.inter_host)
     nics = plan.nics_per_host or sys_nics or 1
     sigma = plan.straggler if plan.straggler is not None else straggler
+    fixed_ms = plan.overhead_ms if plan.overhead_ms is not None else overhead_ms
     rows, links = [], {}
     for n in plan.replica_counts:
         hosts, g = layout(n, plan.gpus_per_host)
@@ -199,7 +207,7 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0) 
             raise ConfigError(f"{n} GPUs span {hosts} hosts of {plan.gpus_per_host}; give --inter-host")
         comm, how, link_name = _allreduce(plan, gpu, size, g, hosts, inter, nics)
         hidden = ex.hidden(comm, compute)
-        overhead = plan.overhead_ms / 1e3 if n > 1 else 0.0
+        overhead = fixed_ms / 1e3 if n > 1 else 0.0
         wait = compute * sigma * expected_max(n)  # the slowest replica sets a synchronous step
         step = compute + wait + comm - hidden + overhead
         links[f"{g} GPU(s) per host"] = how
@@ -215,7 +223,7 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0) 
                "params": plan.params, "gradient_bytes": size, "algorithm": plan.algorithm,
                "links": links, "inter_host": inter.name if inter is not None and (df["hosts"] > 1).any() else None,
                "nics_per_host": nics,
-               "overlap": ex.note, "overhead_ms": plan.overhead_ms, "case": plan.case,
+               "overlap": ex.note, "overhead_ms": fixed_ms, "case": plan.case,
                "straggler": sigma,
                "stragglers": (f"the slowest of N replicas sets the step: compute x (1 + {sigma:.3g} x E[max of N "
                               "standard normals])" + (" (given, --straggler)" if plan.straggler is not None else

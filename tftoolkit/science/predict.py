@@ -256,7 +256,8 @@ def run_plan(plan: Plan, out=None) -> dict:
     frac = None
     if plan.case == "flops" and v:
         frac = v["fractions"].get((validation.family(plan.model or ""), validation.generation(plan.gpu)))
-    frame, assumed = plan_forecast(plan, achieved=frac, straggler=v.get("straggler", 0.0))
+    frame, assumed = plan_forecast(plan, achieved=frac, straggler=v.get("straggler", 0.0),
+                                   overhead_ms=v.get("overhead_ms", 0.0))
     frame, interval = validation.with_interval(frame, plan.case, v)
     result = {"rows": [{k: _plain(k, r[k]) for k in ROW_FIELDS if k in r} for r in frame.to_dict("records")],
               "assumed": assumed, "interval": interval, "checked": interval["checked"]}

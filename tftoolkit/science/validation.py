@@ -21,9 +21,10 @@ The all-reduce a row's ``allreduce`` column names, as planner.ALGORITHMS models 
 ``reduce_to_one``: star; everything else (Horovod and NCCL 2, the parameter server sharded over the GPUs,
 ``replicated`` without NCCL, which sums each variable on one GPU in turn, ``distributed_replicated``): ring.
 
-Stragglers: one σ (planner's ``straggler``) fitted to all of published.csv's rate-case rows at once
-(fit_straggler: the σ on a grid of 0.0025 from 0 to 0.1 with the least mean |ln(published / forecast)|), then
-every row forecast with it.
+Step costs: one σ (planner's ``straggler``) and one fixed cost per multi-GPU step (``overhead_ms``) fitted to all of
+published.csv's rate-case rows at once (fit_step_costs: the pair on a grid, σ from 0 to 0.1 by 0.0025 and the cost
+0, 0.5, 1, 2, 5, 10, 20 ms, with the least mean |ln(published / forecast)|), then every row forecast with them. The
+fixed cost comes out 0 ms: what the rows add per step grows with the compute and with N.
 
 The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
 interval is [forecast · e^q5, forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by
@@ -95,7 +96,7 @@ def algorithm_of(text) -> str:
     return next((alg for key, alg in ALGORITHM_OF if key in low), "ring")
 
 
-def plan_of(r, rate: float | None, counts, gpus_per_host: int, straggler: float | None = None) -> Plan:
+def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
     """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
     all-reduce its source names (algorithm_of)."""
     gflops = _get(r, "forward_gflops") or FORWARD_GFLOPS.get(str(r["model"]))
@@ -105,7 +106,7 @@ def plan_of(r, rate: float | None, counts, gpus_per_host: int, straggler: float 
                 interconnect=_get(r, "system") or _get(r, "interconnect"), inter_host=_get(r, "inter_host"),
                 images_per_sec=rate, forward_flops=gflops * 1e9 if gflops else None,
                 precision=PRECISION.get(str(_get(r, "precision", "fp32")), "float32"), replica_counts=counts,
-                algorithm=algorithm, straggler=straggler)
+                algorithm=algorithm)
 
 
 def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -121,7 +122,7 @@ def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
-def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0) -> pd.DataFrame:
+def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overhead_ms: float = 0.0) -> pd.DataFrame:
     """One row per published point and case: forecast, ln(published / forecast), efficiency error. Each row is
     forecast on its own (its link, hosts and all-reduce), the rate case from its series' 1-GPU rate."""
     out = []
@@ -138,7 +139,8 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0) -> pd
                 if (case == "rate" and (base is None or n == 1)) or (case == "flops" and not flops_ok):
                     continue  # a 1-GPU row is the given rate itself
                 try:
-                    df, _ = forecast(plan_of(pub, rate, (n,), int(pub["gpus_per_host"]), straggler), achieved=frac)
+                    df, _ = forecast(plan_of(pub, rate, (n,), int(pub["gpus_per_host"])), achieved=frac,
+                                     straggler=straggler, overhead_ms=overhead_ms)
                 except ConfigError:
                     continue
                 fc = df.iloc[0]
@@ -149,7 +151,8 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0) -> pd
                             "efficiency_published": eff_pub,
                             "efficiency_forecast": float(fc["images_per_sec"]) / (n * base) if base else math.nan,
                             "compute_s": float(fc["compute_s"]), "step_time_s": float(fc["step_time_s"]),
-                            "straggler_s": float(fc["straggler_s"]), "global_batch": float(fc["global_batch"]),
+                            "straggler_s": float(fc["straggler_s"]), "overhead_s": float(fc["overhead_s"]),
+                            "global_batch": float(fc["global_batch"]),
                             "algorithm": algorithm_of(_get(pub, "allreduce", "")),
                             "source": _get(pub, "source", "")})
     res = pd.DataFrame(out)
@@ -159,19 +162,26 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0) -> pd
 
 
 STRAGGLER_GRID = np.round(np.arange(0.0, 0.1001, 0.0025), 4)
+OVERHEAD_GRID_MS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
 
 
-def fit_straggler(res: pd.DataFrame) -> float:
-    """The σ with the least mean |ln(published / forecast)| over the rate case's rows of ``res`` (made at σ = 0:
-    the step at σ is the step at 0 plus σ · E[max of N] · compute, planner.forecast)."""
+def fit_step_costs(res: pd.DataFrame) -> tuple[float, float]:
+    """(σ, fixed ms per multi-GPU step) with the least mean |ln(published / forecast)| over the rate case's rows of
+    ``res``, made at σ = 0 and no fixed cost (the step at σ, c is the step at 0 plus σ · E[max of N] · compute + c,
+    planner.forecast)."""
     g = res[res["case"] == "rate"]
     if g.empty:
-        return 0.0
+        return 0.0, 0.0
     e = g["gpus"].map(expected_max)
-    base_step = g["step_time_s"] - g["straggler_s"]
-    cost = [float(np.mean(np.abs(np.log(g["published"] * (base_step + s * e * g["compute_s"]) / g["global_batch"]))))
-            for s in STRAGGLER_GRID]
-    return float(STRAGGLER_GRID[int(np.argmin(cost))])
+    base_step = g["step_time_s"] - g["straggler_s"] - g["overhead_s"]
+    best = (math.inf, 0.0, 0.0)
+    for s in STRAGGLER_GRID:
+        for c in OVERHEAD_GRID_MS:
+            step = base_step + s * e * g["compute_s"] + c / 1e3
+            cost = float(np.mean(np.abs(np.log(g["published"] * step / g["global_batch"]))))
+            if cost < best[0] - 1e-12:
+                best = (cost, float(s), float(c))
+    return best[1], best[2]
 
 
 def bands(res: pd.DataFrame) -> dict[str, tuple[float, float, int]]:
@@ -188,9 +198,10 @@ def release() -> dict:
         return {}
     pub = read(PUBLISHED)
     fractions = achieved_fractions(pub)
-    straggler = fit_straggler(residuals(pub, fractions, 0.0))
-    res = residuals(pub, fractions, straggler)
-    return {"fractions": fractions, "straggler": straggler, "bands": bands(res), "residuals": res}
+    straggler, overhead_ms = fit_step_costs(residuals(pub, fractions))
+    res = residuals(pub, fractions, straggler, overhead_ms)
+    return {"fractions": fractions, "straggler": straggler, "overhead_ms": overhead_ms, "bands": bands(res),
+            "residuals": res}
 
 
 def summary_line(res: pd.DataFrame, case: str) -> str:
