@@ -221,3 +221,14 @@ def test_one_ring_in_device_order_crosses_the_cpus_on_an_eight_gpu_cube_mesh():
     assert four.bandwidth_GBps == 20  # 0-1-2-3-0: one NVLink each hop
     assert eight.bandwidth_GBps == pytest.approx(6)  # hop 3->4: PCIe 3 between the CPUs, halved
     assert "3->4" in how and best.bandwidth_GBps > eight.bandwidth_GBps
+
+
+def test_hierarchical_copy_sits_between_the_ring_and_the_star():
+    from tftoolkit.science import comms
+    link = comms.Link("l", 10.0, 0.0)
+    s = 1e9
+    ring, star, hier = (comms.ALGORITHMS[a](s, 8, link) for a in ("ring", "star", "hierarchical-copy"))
+    assert hier == pytest.approx(8 * s / 10e9)  # a star over 4 (2 x 3 copies) + the mains' exchange (2)
+    assert ring < hier < star
+    assert comms.ALGORITHMS["hierarchical-copy"](s, 2, link) == pytest.approx(2 * s / 10e9)
+    assert comms.ALGORITHMS["hierarchical-copy"](s, 1, link) == 0

@@ -131,7 +131,8 @@ def add(sub) -> None:
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
     p.add_argument("--algorithm", choices=planner.ALGORITHMS, default="ring",
                    help="all-reduce inside a host: ring (NCCL 2+, Horovod, the collective ops), star (reduce_to_one: "
-                        "CPU replicas, GPUs without NCCL); without a run directory also ring-in-order (NCCL 1.x: one "
+                        "CPU replicas, GPUs without NCCL), hierarchical-copy (HierarchicalCopyAllReduce: a star in "
+                        "each half, the halves' main devices exchanging); without a run directory also ring-in-order (NCCL 1.x: one "
                         "ring in device order) and host (the variables in host memory: a parameter server on the CPU, "
                         "CentralStorageStrategy) (default: ring)")
     _add_host_cores(p)

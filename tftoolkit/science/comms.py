@@ -6,7 +6,10 @@ On one host the ring all-reduce costs 2(N−1)/N · S/B + 2(N−1)·α (nccl-tes
 Thakur, Rabenseifner & Gropp 2005, summed for a ring reduce-scatter + all-gather). Across hosts it is the
 hierarchical all-reduce NCCL and Horovod use: reduce-scatter inside the host, all-reduce of each GPU's 1/G shard
 between hosts, all-gather inside; the G shards leave a host over its ``nics`` NICs together, so that stage moves
-S per host. ``star`` is 2(N−1)·(S/B + α): every buffer through one device, as TensorFlow's reduce_to_one does.
+S per host. ``star`` is 2(N−1)·(S/B + α): every buffer through one device, as TensorFlow's reduce_to_one does;
+``hierarchical-copy`` a star in each half and an exchange between the halves (hierarchical_copy_time). The
+planner (planner.py) adds the parameter server in host memory (host_transfer_time) and NCCL 1's one ring in device
+order (topology.in_order_ring_link).
 B is the bandwidth per direction a ring achieves (bus bandwidth), α the latency per ring step.
 
 Link presets (bandwidth per direction in GB/s = 10^9 B/s, α in µs); the source keys are those of the hardware
@@ -112,7 +115,19 @@ def star_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
     return 2.0 * (replicas - 1) * (size_bytes / link.bandwidth_Bps + link.latency_s)
 
 
-ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time}
+def hierarchical_copy_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """TensorFlow's HierarchicalCopyAllReduce (written for the DGX-1): the GPUs split in two halves of h = N/2; each
+    half reduces to its main device (a star), the two mains exchange their sums, and each broadcasts back to its
+    half (tensorflow/python/distribute/cross_device_utils.py, aggregate_gradients_using_hierarchical_copy): 2(h−1)·
+    (S/B + α) + 2·(S/B + α). With one pack (TensorFlow's default) every byte goes through the two mains. Not checked
+    against published rows: none of validation/ used it. 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    h = max(1, replicas // 2)
+    return (2.0 * (h - 1) + 2.0) * (size_bytes / link.bandwidth_Bps + link.latency_s)
+
+
+ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time, "hierarchical-copy": hierarchical_copy_time}
 
 
 def host_transfer_time(size_bytes: float, sharing: int, uplink: Link, packs: int = 1) -> float:

@@ -13,7 +13,9 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   ``ring``: NCCL 2 and later (its rings over the topology; Horovod, MirroredStrategy's NcclAllReduce, the collective
   ops), and a parameter server sharded over the GPUs (every GPU sends and receives the same 2(N−1)/N · S);
   ``ring-in-order``: NCCL 1.x's one ring in device order (topology.in_order_ring_link);
-  ``star``: TensorFlow's reduce-to-one, every buffer through one device;
+  ``star``: TensorFlow's reduce-to-one, every buffer through one device; ``hierarchical-copy``: TensorFlow's
+  HierarchicalCopyAllReduce, a star in each half of the GPUs and an exchange between the halves' main devices
+  (comms.hierarchical_copy_time);
   ``host``: the variables in host memory (a parameter server on the CPU, CentralStorageStrategy): every GPU copies S
   of gradients up and S of variables down each step over its PCIe link; a one-GPU step pays its own 2·S/B already
   (a rate measured that way includes it), so N GPUs add the contention of k sharing the busiest uplink:
@@ -49,7 +51,7 @@ from .forecast import ExchangeModel
 from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, ring_link, uplink_sharing
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-ALGORITHMS = ("ring", "ring-in-order", "star", "host")
+ALGORITHMS = ("ring", "ring-in-order", "star", "hierarchical-copy", "host")
 
 
 @functools.cache
