@@ -232,3 +232,20 @@ def test_hierarchical_copy_sits_between_the_ring_and_the_star():
     assert ring < hier < star
     assert comms.ALGORITHMS["hierarchical-copy"](s, 2, link) == pytest.approx(2 * s / 10e9)
     assert comms.ALGORITHMS["hierarchical-copy"](s, 1, link) == 0
+
+
+def test_an_achieved_fraction_is_fitted_per_family_chip_and_unit_and_never_crosses_chips():
+    assert [validation.family(m) for m in ("resnet50v1.5", "ResNet152", "inceptionv3", "vgg16", "MobileNetV2")] == \
+        ["resnet", "resnet", "inception", "vgg", "mobilenet"]
+    v = validation.release()
+    a100 = validation.fraction_for(v, "resnet50", "a100-sxm4-80", "float32")
+    assert validation.fraction_key("resnet50", "a100-sxm4-80", "float32") == ("resnet", "GA100", "tf32")
+    assert 0 < a100 < 1
+    # An RTX 3090 is Ampere too, but a GA102: GA100's fraction of its TF32 peak does not say what it reaches.
+    assert validation.fraction_for(v, "resnet50", "rtx-3090", "float32") is None
+    with pytest.raises(ConfigError, match="chip"):
+        planner.forecast(Plan(gpu="rtx-3090", per_replica_batch=64, params=RESNET50, forward_flops=7.755e9,
+                              replica_counts=(1,)))
+    # mixed precision on a V100 has a fraction of its own (the FP16 tensor cores' peak), not float32's
+    assert validation.fraction_for(v, "resnet50", "v100", "mixed_float16") != \
+        validation.fraction_for(v, "resnet50", "v100", "float32")

@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 # Figures an entry may carry; each present one needs a source. Units are in the names: TFLOP/s dense (no 2:4
 # sparsity), GB = 10^9 B, GB/s per direction, W.
 FIGURES = {
-    "gpu": ("architecture", "compute_capability", "fp64_tflops", "fp32_tflops", "tf32_tflops", "fp16_tflops",
+    "gpu": ("architecture", "chip", "compute_capability", "fp64_tflops", "fp32_tflops", "tf32_tflops", "fp16_tflops",
             "bf16_tflops", "memory_gb", "memory_type", "memory_bandwidth_gbs", "tdp_w", "pcie_gen",
             "nvlink_version", "nvlink_links", "nvlink_gbs", "peer_to_peer", "gpus_per_board"),
     "link": ("gbs", "achieved_gbs", "latency_us", "per_link_gbs", "links"),
@@ -72,6 +72,7 @@ class GPU(Entry):
     segment: str = ""                  # datacenter | workstation | geforce
     form_factor: str = ""              # SXM2, PCIe, ...
     architecture: str = ""
+    chip: str = ""                     # the die (GA100, GA102, ...): an achieved fraction transfers only within one
     compute_capability: str = ""
     fp64_tflops: float | None = None
     fp32_tflops: float | None = None   # CUDA cores

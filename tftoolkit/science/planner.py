@@ -28,7 +28,8 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
 - hidden: forecast.ExchangeModel's, from the packs (``allreduce_packs``) or a given ``overlap`` (framework fusion).
 - peak: the catalogue's figure for the unit the precision runs on (catalogue.matmul_tflops: float32 is TF32 on
   Ampere and later, as TensorFlow does by default); achieved: the fraction of it a model family reaches on a GPU
-  generation, fitted to the published validation rows (validation.achieved_fractions), never to one row.
+  chip in a precision's unit, fitted to the published validation rows (validation.achieved_fractions), never to one
+  row.
 - overhead: a fixed per-step cost of a multi-GPU step (synchronisation, framework), ``overhead_ms``; default the
   value fitted to the published rows together with σ (validation.fit_step_costs; it comes out 0 ms: the rows' extra
   per-step time grows with the compute and with N, which the straggler term carries).
@@ -99,7 +100,7 @@ class Plan:
     allreduce_packs: int = 1
     overlap: float | None = None
     overhead_ms: float | None = None   # default: fitted with σ
-    achieved: float | None = None       # fraction of peak; default: fitted per family and generation
+    achieved: float | None = None       # fraction of peak; default: fitted per family, chip and unit
     straggler: float | None = None      # σ, a replica's compute's coefficient of variation; default: fitted
 
     def __post_init__(self):
@@ -149,7 +150,7 @@ def compute_time(plan: Plan, achieved: float | None = None) -> tuple[float, str]
         raise ConfigError(f"{gpu.key} has no confirmed {unit} peak in the catalogue; give --images-per-sec")
     frac = plan.achieved or achieved
     if frac is None:
-        raise ConfigError("no achieved fraction of peak for this model family and GPU generation (the published "
+        raise ConfigError("no achieved fraction of peak for this model family, GPU chip and precision (the published "
                           "validation rows have none); give --images-per-sec or --compute-ms")
     if not plan.forward_flops:
         raise ConfigError("the model's forward FLOPs are unknown; give --model NAME (counted) or --images-per-sec")

@@ -255,7 +255,7 @@ def run_plan(plan: Plan, out=None) -> dict:
     v = validation.release()
     frac = None
     if plan.case == "flops" and v:
-        frac = v["fractions"].get((validation.family(plan.model or ""), validation.generation(plan.gpu)))
+        frac = validation.fraction_for(v, plan.model, plan.gpu, plan.precision)
     frame, assumed = plan_forecast(plan, achieved=frac, straggler=v.get("straggler", 0.0),
                                    overhead_ms=v.get("overhead_ms", 0.0))
     frame, interval = validation.with_interval(frame, plan.case, v)

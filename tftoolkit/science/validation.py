@@ -12,8 +12,9 @@ all-reduce, in two cases:
 - **rate**: the series' 1-GPU published rate given (``--images-per-sec``), forecast at the row's GPU count (rows of
   one ``baseline`` may differ in their link: Lambda's 2-GPU rows with and without an NVLink bridge share the 1-GPU
   row);
-- **flops**: no rate, the 1-GPU rate from FLOPs over the peak (the achieved fraction fitted per model family and
-  GPU generation on published.csv's 1-GPU rows: the median of published / peak-implied rate).
+- **flops**: no rate, the 1-GPU rate from FLOPs over the peak (the achieved fraction fitted per model family, GPU
+  chip and the unit the precision runs on, on published.csv's 1-GPU rows: the median of published /
+  peak-implied rate).
 
 The all-reduce a row's ``allreduce`` column names, as planner.ALGORITHMS models it (ALGORITHM_OF):
 ``parameter_server (local_parameter_device cpu)``: host (the variables in host memory);
@@ -36,11 +37,13 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .. import catalogue
 from ..errors import ConfigError, DataError
 from .planner import Plan, expected_max, forecast
 from .topology import find_gpu
@@ -57,17 +60,47 @@ PARAMS = {"resnet50": 25_636_712, "resnet50v1.5": 25_636_712, "resnet152": 60_41
 # the models it counted: AlexNet and InceptionV4 are not in keras.applications, and ResNet-50 v1.5 (a stride
 # moved) is not its v1. Parameters above: counted the same way where keras.applications has the model, else the
 # tf_cnn_benchmarks definitions' published counts (alexnet, inceptionv4: unconfirmed here).
-FORWARD_GFLOPS = {"resnet50": 7.755, "resnet152": 22.646, "inceptionv3": 11.469, "vgg16": 30.960}
+FORWARD_GFLOPS = {"resnet50": 7.755, "resnet152": 22.646, "inceptionv3": 11.469, "vgg16": 30.960,
+                  "resnet50v1.5": 8.217}
+# ResNet-50 v1.5 (NVIDIA DeepLearningExamples' model: the stride of each downsampling block moved from its first 1x1
+# convolution to its 3x3) is v1's count plus what that move adds: the three blocks' first 1x1 convolutions run at
+# their input's resolution instead of a quarter of it, (56²−28²)·256·128 = (28²−14²)·512·256 = (14²−7²)·1024·512
+# = 77.07 M multiply-adds each, 3 x 2 x 77.07 M = 0.462 GFLOPs (torchvision's ResNet-50, which is v1.5, lists
+# 4.09 G multiply-adds = 8.18 GFLOPs).
 PRECISION = {"fp32": "float32", "tf32": "float32", "amp": "mixed_float16"}
 
 
 def family(model: str) -> str:
-    """The model family an achieved fraction is fitted for: resnet, vgg, inception, alexnet, ... (name's letters)."""
-    return "".join(c for c in str(model).lower() if c.isalpha()) or "unknown"
+    """The model family an achieved fraction is fitted for: the name's leading letters, a version's "v" dropped
+    (resnet50v1.5 and resnet152 -> resnet, inceptionv3 -> inception, vgg16 -> vgg)."""
+    m = re.match(r"[a-z]+", str(model).lower().replace("-", "").replace("_", ""))
+    name = m.group(0) if m else ""
+    if name.endswith("v") and len(name) > 1 and str(model).lower()[len(name):len(name) + 1].isdigit():
+        name = name[:-1]
+    return name or "unknown"
 
 
-def generation(gpu: str) -> str:
-    return find_gpu(gpu).architecture or "unknown"
+def chip(gpu: str) -> str:
+    """The GPU's die (gpus.toml ``chip``: GA100 for an A100, GA102 for an RTX 3090 or A6000): a fraction of peak
+    fitted on one die does not transfer to another of the same generation (GA102's TF32 tensor peak is its FP32
+    peak, GA100's is 8x it)."""
+    g = find_gpu(gpu)
+    return g.chip or g.architecture or "unknown"
+
+
+def unit(gpu: str, precision: str) -> str:
+    """The unit a Keras policy's matmuls run on for ``gpu`` (fp32, tf32, fp16 tensor cores, ...)."""
+    return catalogue.matmul_tflops(find_gpu(gpu), precision)[1]
+
+
+def fraction_key(model: str, gpu: str, precision: str) -> tuple[str, str, str]:
+    """(family, GPU chip, unit): what one achieved fraction of peak is fitted for."""
+    return family(model), chip(gpu), unit(gpu, precision)
+
+
+def fraction_for(v: dict, model: str | None, gpu: str, precision: str) -> float | None:
+    """The release's achieved fraction for this model family, GPU chip and unit, or None."""
+    return (v.get("fractions") or {}).get(fraction_key(model or "", gpu, precision))
 
 
 def read(path) -> pd.DataFrame:
@@ -109,8 +142,8 @@ def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
                 algorithm=algorithm)
 
 
-def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
-    """(model family, GPU generation) -> median fraction of peak the published 1-GPU rows reach."""
+def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str, str], float]:
+    """(model family, GPU chip, unit) -> median fraction of peak the published 1-GPU rows reach."""
     gflops = published["model"].map(FORWARD_GFLOPS)
     if "forward_gflops" in published.columns:
         gflops = published["forward_gflops"].fillna(gflops)
@@ -118,7 +151,9 @@ def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], list[float]] = {}
     for _, r in ones.iterrows():
         implied = forecast(plan_of(r, None, (1,), 1), achieved=1.0)[0]["images_per_sec"].iloc[0]
-        out.setdefault((family(_get(r, "model", "")), generation(r["gpu"])), []).append(r["images_per_sec"] / implied)
+        plan = plan_of(r, None, (1,), 1)
+        out.setdefault(fraction_key(_get(r, "model", ""), r["gpu"], plan.precision), []).append(
+            r["images_per_sec"] / implied)
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
@@ -130,11 +165,11 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overh
         g = g.sort_values("gpus", kind="stable")
         one = g[g["gpus"] == 1]
         base = float(one["images_per_sec"].iloc[0]) if len(one) else None
-        r0 = g.iloc[0]
-        frac = fractions.get((family(_get(r0, "model", "")), generation(r0["gpu"])))
-        flops_ok = frac is not None and bool(_get(r0, "forward_gflops") or str(r0["model"]) in FORWARD_GFLOPS)
         for _, pub in g.iterrows():
             n = int(pub["gpus"])
+            frac = fractions.get(fraction_key(_get(pub, "model", ""), pub["gpu"],
+                                              PRECISION.get(str(_get(pub, "precision", "fp32")), "float32")))
+            flops_ok = frac is not None and bool(_get(pub, "forward_gflops") or str(pub["model"]) in FORWARD_GFLOPS)
             for case, rate in (("rate", base), ("flops", None)):
                 if (case == "rate" and (base is None or n == 1)) or (case == "flops" and not flops_ok):
                     continue  # a 1-GPU row is the given rate itself
