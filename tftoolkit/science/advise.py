@@ -16,7 +16,19 @@ a log scale (a power of two, as GPU counts come), capped at ``max_replicas``. If
 alone exceeds B_crit, more GPUs only burn examples: one GPU, and a smaller batch if its memory allows.
 With an interconnect (``interconnect=``) the run's compute time and the scaling model
 (``tftoolkit.predict``) add the predicted time to reach the same loss, relative to one GPU:
-S(N·b)/S(b) × t_step(N)/t_step(1).
+T(N) = S(N·b)/S(b) × t_step(N)/t_step(1), and the GPU-time to reach it, N × T(N).
+
+The recommendation with a time model (TIME_RULE): the count with the least T(N) × N·T(N), time to the same loss
+times the GPU-time it takes. It is the critical-batch rule above made to pay for communication: while the step time
+does not grow with N, T × GPU-time ∝ S/S_min × E/E_min, whose minimum is B = B_crit (the paper's balance point, each
+at twice its minimum), and over powers of two its smallest value is at the global batch closest to B_crit in log
+scale, the count recommend() names. Where the all-reduce lengthens the step, a doubling of GPUs must still cut the
+time by at least √2 (so that the GPU-time grows by at most √2) to be worth it, and the count stops lower. The count
+with the least time alone, the fastest, is always the largest allowed (steps keep falling, if ever more slowly): it is
+reported beside the recommendation with how much sooner it gets there and at how many times the recommendation's
+GPU-time, in the printed advice, advice.json's ``time_model`` and tradeoff.csv (``fastest``, ``time_vs_recommended``,
+``gpu_time_vs_recommended``). Its candidates are the power-of-two counts at the per-replica batch planned with and the
+critical-batch pick (with its accumulation, past the memory cap); ``critical_batch`` in tradeoff.csv flags that pick.
 
 Past the memory cap: when the GPUs are capped (``max_replicas``) below the count B_crit asks for, the batch B_crit
 asks for is still reachable by gradient accumulation, if advise knows how much a replica holds (the cap:
@@ -124,12 +136,16 @@ def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT
                     f"--max-replicas cap and {max_per_replica_batch} the most a replica holds, so "
                     + (f"each replica sums {k} micro-batches of {per_replica_batch} per step" if k > 1
                        else f"the per-replica batch rises to {per_replica_batch}"))
-    return {"replicas": n, "global_batch": int(batch), "per_replica_batch": int(min(per_replica_batch, batch)),
-            "accumulate": int(k), "max_per_replica_batch": max_per_replica_batch,
-            "train_with": f"--replicas {n} --per-replica-batch {int(min(per_replica_batch, batch))}"
-                          + (f" --accumulate {k}" if k > 1 else ""),
-            "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit)),
-            "note": note}
+    return {**_recommendation(n, batch, per_replica_batch, k, max_per_replica_batch, b_crit), "note": note}
+
+
+def _recommendation(n: int, batch: int, per_replica_batch: int, k: int, cap: int | None, b_crit: float) -> dict:
+    """advice.json's ``recommended`` (less its note) for ``n`` GPUs at global ``batch`` in ``k`` micro-batches."""
+    b = int(min(per_replica_batch, batch))
+    return {"replicas": n, "global_batch": int(batch), "per_replica_batch": b, "accumulate": int(k),
+            "max_per_replica_batch": cap,
+            "train_with": f"--replicas {n} --per-replica-batch {b}" + (f" --accumulate {k}" if k > 1 else ""),
+            "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit))}
 
 
 def _point(p) -> tuple[int, int, int, int] | None:
@@ -190,6 +206,66 @@ def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=
         return cal.compute_at(n, per_replica_batch, "dedicated", accumulate)
     ex = exchange(cal, accumulate=accumulate)
     return step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
+
+
+# A doubling of GPUs pays under TIME_RULE while it cuts the time to the same loss by at least this: N x T^2 falls.
+DOUBLING_PAYS = math.sqrt(2.0)
+TIME_RULE = ("the GPU count with the least (time to the same loss) x (GPU-time to it): a doubling of GPUs is worth it "
+             f"while it cuts the time by at least {DOUBLING_PAYS:.2f}x; where the step time does not grow with the GPUs "
+             "this is the count whose global batch is closest to the critical batch")
+
+
+def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batch: int) -> tuple[pd.DataFrame, dict, dict]:
+    """TIME_RULE over add_time's frame: (the frame with ``recommended`` moved to the pick, ``critical_batch`` flagging
+    recommend()'s, ``fastest`` the least time, and each row's time and GPU-time relative to the pick; the
+    recommendation; advice.json's ``time_model`` figures). The candidates are the power-of-two counts at
+    ``per_replica_batch`` and recommend()'s pick ``rec``; the fastest is taken among the power-of-two counts."""
+    out = frame.copy()
+    grid = ((out["accumulate"] == 1) & (out["per_replica_batch"] == per_replica_batch)
+            & (out["global_batch"] == out["replicas"] * per_replica_batch))
+    out["critical_batch"] = out["recommended"].astype(bool)
+    out["time_x_gpu_time"] = out["time_ratio"] * out["gpu_time_ratio"]
+    # Fewest GPUs first, so a tie goes to the smaller count.
+    order = out.sort_values(["replicas", "global_batch"]).index
+    candidates = [i for i in order if grid[i] or out.at[i, "critical_batch"]]
+    best = min(candidates, key=lambda i: out.at[i, "time_x_gpu_time"])
+    fastest = min((i for i in order if grid[i]), key=lambda i: out.at[i, "time_ratio"])
+    row, n0 = out.loc[best], rec["replicas"]
+    if not out.at[best, "critical_batch"]:
+        n = int(row["replicas"])
+        pick = out.loc[out["critical_batch"]].iloc[0]
+        asked = f"global batch {rec['global_batch']} ({rec['train_with']})"
+        if n < n0:
+            why = (f"would ask for {asked}, but with the all-reduce there a doubling past {n} GPU(s) cuts the time by "
+                   f"less than {DOUBLING_PAYS:.2f}x")
+        elif n == n0:
+            why = (f"would ask for {asked}, which takes {pick['time_ratio'] / row['time_ratio']:.2f}x the time: on the "
+                   "same GPUs a larger batch takes more examples, so more time, to the same loss")
+        else:
+            why = f"would ask for {asked}; over this link more GPUs still pay"
+        rec = {**_recommendation(n, n * per_replica_batch, per_replica_batch, 1, rec["max_per_replica_batch"], b_crit),
+               "note": (f"{n} GPU(s) x {per_replica_batch} = global batch {n * per_replica_batch}, the least time x "
+                        f"GPU-time to the same loss over {row['interconnect']} (the critical batch {b_crit:.3g} alone "
+                        f"{why})")}
+    out["recommended"] = out.index == best
+    out["fastest"] = out.index == fastest
+    out["time_vs_recommended"] = out["time_ratio"] / row["time_ratio"]
+    out["gpu_time_vs_recommended"] = out["gpu_time_ratio"] / row["gpu_time_ratio"]
+    on_grid = out.loc[[i for i in order if grid[i]]]
+    doublings = ({int(r): float(t_prev / t) for r, t, t_prev in
+                  zip(on_grid["replicas"][1:], on_grid["time_ratio"][1:], on_grid["time_ratio"][:-1])
+                  if r > row["replicas"]} if grid[best] else {})
+    f = out.loc[fastest]
+    fields = {"rule": TIME_RULE, "recommended_replicas": int(row["replicas"]),
+              "recommended_time_ratio": float(row["time_ratio"]),
+              "recommended_gpu_time_ratio": float(row["gpu_time_ratio"]),
+              "critical_batch_replicas": int(n0),
+              "fastest_replicas": int(f["replicas"]), "fastest_time_ratio": float(f["time_ratio"]),
+              "fastest_gpu_time_ratio": float(f["gpu_time_ratio"]),
+              "fastest_speedup_vs_recommended": float(row["time_ratio"] / f["time_ratio"]),
+              "fastest_gpu_time_vs_recommended": float(f["gpu_time_ratio"] / row["gpu_time_ratio"]),
+              "doubling_speedups_past_recommended": doublings}
+    return out, rec, fields
 
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
@@ -286,7 +362,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     run_k = int(s.get("accumulate") or 1)
     current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"] * run_k))
     usable = math.isfinite(b_crit) and b_crit > 0
-    time_refused = None
+    time_refused, time_fields = None, {}
     if usable:
         rec = recommend(b_crit, b, max_replicas, cap)
         if cap is not None:
@@ -302,6 +378,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                 interconnect = None
             else:
                 frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+                frame, rec, time_fields = pick_by_time(frame, rec, b_crit, b)
+                if cap is not None:
+                    rec["max_per_replica_batch_source"] = cap_source
         current = {"replicas": s["replicas"], "global_batch": current_batch,
                    **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
@@ -330,10 +409,8 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     if time_refused:
         result["time_model_refused"] = time_refused
     if interconnect and usable:
-        fastest = frame.loc[frame["time_ratio"].idxmin()]
-        result["time_model"] = {"interconnect": interconnect, "inter_host": inter_host,
-                                "fastest_replicas": int(fastest["replicas"]),
-                                "fastest_time_ratio": float(fastest["time_ratio"])}
+        result["time_model"] = {"interconnect": interconnect, "inter_host": inter_host, "gpus_per_host": gpus_per_host,
+                                **time_fields}
     out = Path(out) if out is not None else Path(run_dir)
     fileio.write_csv(out / "tradeoff.csv", frame)
     fileio.write_json(out / "advice.json", result)
@@ -388,7 +465,24 @@ def advice_text(result: dict) -> str:
     if result.get("time_model_refused"):
         lines.append(result["time_model_refused"])
     if "time_model" in result:
-        tm = result["time_model"]
-        lines.append(f"with {tm['interconnect']} (+ {tm['inter_host']} between hosts): fastest to the same loss at "
-                     f"{tm['fastest_replicas']} GPUs ({tm['fastest_time_ratio']:.2f} x the time on 1 GPU)")
+        lines += time_lines(result["time_model"])
     return "\n".join(lines + input_lines(result.get("input_limit")))
+
+
+def time_lines(tm: dict) -> list[str]:
+    """The time model's lines: the recommendation's time and GPU-time, the rule that picked it, and the fastest count
+    in the recommendation's terms (how much sooner, at how many times its GPU-time)."""
+    n, fast = tm["recommended_replicas"], tm["fastest_replicas"]
+    lines = [f"time model over {tm['interconnect']} (+ {tm['inter_host']} between hosts of {tm['gpus_per_host']} "
+             f"GPUs): the recommended {n} GPU(s) reach the same loss in {tm['recommended_time_ratio']:.3g} x the time "
+             f"of 1 GPU, at {tm['recommended_gpu_time_ratio']:.3g} x its GPU-time",
+             f"recommended by {tm['rule']}"]
+    if fast == n:
+        lines.append(f"fastest to the same loss: the recommended {n} GPU(s) themselves")
+        return lines
+    past = tm.get("doubling_speedups_past_recommended") or {}
+    why = (f" (each doubling past {n} cuts the time by less than {DOUBLING_PAYS:.2f}x: "
+           + ", ".join(f"{x:.2f}x to {r}" for r, x in past.items()) + ")" if past else "")
+    lines.append(f"fastest to the same loss: {fast} GPUs, {tm['fastest_speedup_vs_recommended']:.2f}x sooner than the "
+                 f"recommended {n} at {tm['fastest_gpu_time_vs_recommended']:.2f}x its GPU-time{why}")
+    return lines
