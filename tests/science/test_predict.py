@@ -481,3 +481,61 @@ def test_a_one_replica_run_is_not_its_own_check(tmp_path):
                    gradient_bytes=1e6)
     r = predict.run(run, tmp_path / "p", Scenario(interconnects="pcie4", max_replicas=8), figures=False)
     assert r["measured_point"] is None and "measured at" not in predict.forecast_text(r)
+
+
+# --- the model against measured runs, each on the hosts it ran on ---------------------------------------------------
+def test_compare_models_each_measured_run_on_its_own_hosts(tmp_path):
+    cal = Calibration(0.01, 32, 1, 4e6, "test", "GPU")
+    nv, ib = comms.PRESETS["nvlink4"], comms.PRESETS["ib200"]
+    # A 64-GPU cluster's published figure (8 hosts of 8, written by hand), a 2-worker run of 4 GPUs each, a table
+    # with its hosts column, and a 16-GPU run that says nothing of its hosts (whole hosts of --gpus-per-host 4).
+    cluster = _run_dir(tmp_path, "cluster", replicas=64, per_replica_batch=32, step_time_s=0.02, hosts=8,
+                       gpus_per_host=8)
+    workers = _run_dir(tmp_path, "workers", replicas=8, per_replica_batch=32, step_time_s=0.02, workers=2,
+                       replicas_per_worker=4)
+    plain = _run_dir(tmp_path, "plain", replicas=16, per_replica_batch=32, step_time_s=0.02)
+    table = tmp_path / "scaling.csv"
+    pd.DataFrame({"replicas": [32], "global_batch": [1024], "images_per_sec": [1024 / 0.02],
+                  "hosts": [4]}).to_csv(table, index=False)
+    frame = calibration.measured_frame([cluster, workers, plain, table], gpus_per_host=4)
+    assert list(zip(frame["hosts"], frame["gpus_per_host"])) == [(8, 8), (2, 4), (4, 4), (4, 8)]
+    assert frame["layout"].tolist() == ["its hosts and gpus_per_host", "its workers, taken as one per host",
+                                        "whole hosts of --gpus-per-host 4", "its hosts and gpus_per_host"]
+    cmp_ = forecast.compare(cal, nv, frame, inter=ib, nics_per_host=2)
+    expected = [0.01 + comms.allreduce_time(4e6, g, h, nv, ib, nics_per_host=2) for h, g in
+                ((8, 8), (2, 4), (4, 4), (4, 8))]
+    assert cmp_["predicted_step_time_s"].tolist() == pytest.approx(expected)
+    # Not one host of 64: its ring over NVLink alone would take far less than the two-level all-reduce.
+    assert expected[0] > 0.01 + comms.allreduce_time(4e6, 64, 1, nv) * 1.5
+    # Without a link between hosts, a run over several is refused, naming the option.
+    with pytest.raises(ConfigError, match="ran 64 GPUs on 8 hosts .*give --inter-host"):
+        forecast.compare(cal, nv, frame)
+    with pytest.raises(DataError, match="12 GPUs are not 2 host"):
+        calibration.measured_frame([_run_dir(tmp_path, "odd", replicas=12, step_time_s=0.02, hosts=2,
+                                             gpus_per_host=8)])
+
+
+def test_cli_predict_measured_over_several_hosts_needs_the_link_between_them(tmp_path, capsys):
+    run = _run_dir(tmp_path, replicas=1, step_time_s=0.05, params=25_600_000)
+    cluster = _run_dir(tmp_path, "cluster", replicas=16, per_replica_batch=64, step_time_s=0.08, hosts=2,
+                       gpus_per_host=8)
+    # A single-host forecast (8 GPUs) names no link between hosts: the 2-host run cannot be compared.
+    assert main(["predict", str(run), "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
+                 "8", "--measured", str(cluster)]) == 2
+    err = capsys.readouterr().err
+    assert "ran 16 GPUs on 2 hosts (its hosts and gpus_per_host); give --inter-host" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["predict", str(run), "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
+                 "8", "--inter-host", "ib100", "--measured", str(cluster)]) == 0
+    out = capsys.readouterr().out
+    assert "predicted vs measured step time (nvlink4 + ib100 between hosts; each run on its own hosts x GPUs: 2 x 8)" in out
+    cmp_ = pd.read_csv(tmp_path / "p" / "prediction_vs_measured.csv")
+    comm = comms.allreduce_time(25_600_000 * 4, 8, 2, comms.PRESETS["nvlink4"], comms.PRESETS["ib100"])
+    assert cmp_["predicted_step_time_s"].tolist() == pytest.approx([0.05 + comm])
+    result = json.loads((tmp_path / "p" / "prediction.json").read_text())
+    assert result["comparison"]["inter_host"] == "ib100" and result["comparison"]["layouts"] == ["2 x 8"]
+    assert "ib100" in result["links"]
+    # Without --measured, a single-host forecast no longer lists ib200 among its links.
+    assert main(["predict", str(run), "--out", str(tmp_path / "q"), "--interconnect", "nvlink4", "--max-replicas",
+                 "8"]) == 0
+    assert list(json.loads((tmp_path / "q" / "prediction.json").read_text())["links"]) == ["nvlink4"]

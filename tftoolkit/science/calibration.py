@@ -27,7 +27,10 @@ from ..errors import ConfigError, DataError, RunDirError
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
                       "images_per_sec", "images_per_sec_uncertainty", "device_kind", "communication_fraction",
                       "step_time_no_input_s", "accumulate", "allreduce_dtype", "allreduce_packs",
-                      "breakdown_step_time_s")
+                      "breakdown_step_time_s", "workers", "replicas_per_worker")
+# Written by hand into a summary.json or as a table's columns, the hosts a measured run spanned (no run records them).
+LAYOUT_KEYS = ("hosts", "gpus_per_host")
+DEFAULT_GPUS_PER_HOST = 8
 
 
 def on_training_clock(s: dict, key: str) -> float:
@@ -169,10 +172,37 @@ def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None 
 
 
 
-def measured_frame(sources) -> pd.DataFrame:
+def host_layout(record, replicas: int, gpus_per_host: int, where: str) -> tuple[int, int, str]:
+    """(hosts, GPUs per host, where that comes from) of a measured run of ``replicas`` GPUs, from ``record`` (a
+    summary or a table's row): its ``hosts`` (and ``gpus_per_host``), written by hand, as no run records them; else
+    a multi-worker run's ``workers`` x ``replicas_per_worker``, one worker per host as multi-worker training places
+    them; else whole hosts of ``gpus_per_host`` (predict's --gpus-per-host), as the forecast lays GPUs out."""
+    def get(key):
+        v = record.get(key)
+        return int(v) if finite(v) and v >= 1 and v == int(v) else None
+
+    hosts, per_host = get("hosts"), get("gpus_per_host")
+    if hosts or per_host:
+        hosts = hosts or -(-replicas // per_host)
+        per_host, how = per_host or replicas // hosts, "its hosts and gpus_per_host"
+    elif (get("workers") or 1) > 1 and get("replicas_per_worker"):
+        hosts, per_host, how = get("workers"), get("replicas_per_worker"), "its workers, taken as one per host"
+    elif replicas <= gpus_per_host:
+        return 1, replicas, f"one host (--gpus-per-host {gpus_per_host})"
+    else:
+        hosts = -(-replicas // gpus_per_host)
+        per_host, how = replicas // hosts, f"whole hosts of --gpus-per-host {gpus_per_host}"
+    if hosts * per_host != replicas:
+        raise DataError(f"{where}: {replicas} GPUs are not {hosts} host(s) x {per_host} (from {how}); write its hosts "
+                        "and gpus_per_host (a summary.json's fields, a table's columns)")
+    return hosts, per_host, how
+
+
+def measured_frame(sources, gpus_per_host: int = DEFAULT_GPUS_PER_HOST) -> pd.DataFrame:
     """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
     ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv; each with the
-    ``accumulate``, ``allreduce_dtype`` and ``allreduce_packs`` it ran with (1, float32, 1 where not recorded)."""
+    ``accumulate``, ``allreduce_dtype`` and ``allreduce_packs`` it ran with (1, float32, 1 where not recorded) and
+    the ``hosts`` x ``gpus_per_host`` it ran on (host_layout, with ``layout`` saying from what)."""
 
     rows = []
     for src in sources:
@@ -187,7 +217,9 @@ def measured_frame(sources) -> pd.DataFrame:
             ips, ips_err = s.get("images_per_sec"), s.get("images_per_sec_uncertainty")
             rel = ips_err / ips if finite(ips) and finite(ips_err) and ips > 0 else math.nan
             k, dtype, packs = exchange_of(s, f"{p}/summary.json")
+            hosts, per_host, how = host_layout(s, int(s["replicas"]), gpus_per_host, f"{p}/summary.json")
             rows.append({"source": str(p), "replicas": int(s["replicas"]), "per_replica_batch": s["per_replica_batch"],
+                         "hosts": hosts, "gpus_per_host": per_host, "layout": how,
                          "accumulate": k, "allreduce_dtype": dtype, "allreduce_packs": packs,
                          "step_time_s": s["step_time_s"], "step_time_uncertainty_s": s["step_time_s"] * rel,
                          "compute_time_s": s.get("compute_time_s", math.nan),
@@ -205,7 +237,10 @@ def measured_frame(sources) -> pd.DataFrame:
                 df["per_replica_batch"] = df["global_batch"] / (df["replicas"] * df["accumulate"])
             for _, r in df.iterrows():
                 k, dtype, packs = exchange_of({c: r[c] for c in defaults}, str(p))
+                layout = {c: r[c] for c in LAYOUT_KEYS if c in df.columns}
+                hosts, per_host, how = host_layout(layout, int(r["replicas"]), gpus_per_host, str(p))
                 rows.append({"source": str(p), "replicas": int(r["replicas"]), "per_replica_batch": r["per_replica_batch"],
+                             "hosts": hosts, "gpus_per_host": per_host, "layout": how,
                              "accumulate": k, "allreduce_dtype": dtype, "allreduce_packs": packs,
                              "step_time_s": r["step_time_s"], "step_time_uncertainty_s": math.nan,
                              "compute_time_s": r.get("compute_time_s", math.nan),

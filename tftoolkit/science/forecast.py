@@ -36,10 +36,9 @@ import pandas as pd
 from .. import summary
 from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
-from .calibration import Calibration, exchange_of, finite, on_training_clock
+from .calibration import DEFAULT_GPUS_PER_HOST, Calibration, exchange_of, finite, on_training_clock
 from .comms import BACKWARD_SHARE, Link, allreduce_time, hidden_time
 
-DEFAULT_GPUS_PER_HOST = 8
 DEVICES = ("dedicated", "shared")
 
 
@@ -177,17 +176,26 @@ def crossover(frame: pd.DataFrame) -> dict:
 
 
 def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str = "dedicated",
-            overlap: float | None = None, algorithm: str = "ring") -> pd.DataFrame:
-    """Predicted vs measured step time at each measured replica count (single host, ``link``), each run modelled
-    with the accumulation, all-reduce dtype and packs it ran with (measured_frame's columns; the calibration's
-    where a frame lacks them)."""
+            overlap: float | None = None, algorithm: str = "ring", inter: Link | None = None,
+            nics_per_host: int = 1) -> pd.DataFrame:
+    """Predicted vs measured step time at each measured run, each modelled on the hosts x GPUs it ran on (``link``
+    inside a host, ``inter`` between hosts) with the accumulation, all-reduce dtype and packs it ran with
+    (measured_frame's columns; one host, and the calibration's exchange, where a frame lacks them). A run over
+    several hosts with no ``inter`` is refused: the link between its hosts is not known."""
     out = measured.copy()
+    if "hosts" not in out.columns:
+        out["hosts"], out["gpus_per_host"], out["layout"] = 1, out["replicas"], "one host"
     parts = []
     for _, r in out.iterrows():
+        hosts, per_host = int(r["hosts"]), int(r["gpus_per_host"])
+        if hosts > 1 and inter is None:
+            raise ConfigError(f"{r.get('source', 'a measured run')} ran {int(r['replicas'])} GPUs on {hosts} hosts "
+                              f"({r['layout']}); give --inter-host, the link between its hosts, to compare with it")
         ex = exchange(cal, r.get("allreduce_dtype"), _int_or_none(r.get("allreduce_packs")),
                       _int_or_none(r.get("accumulate")), overlap)
-        parts.append(step_parts(cal, 1, int(r["replicas"]), float(r["per_replica_batch"]), link, None, ex,
-                                devices=devices, algorithm=algorithm))
+        parts.append(step_parts(cal, hosts, per_host, float(r["per_replica_batch"]), link,
+                                inter if hosts > 1 else None, ex, devices=devices, nics_per_host=nics_per_host,
+                                algorithm=algorithm))
     out["predicted_compute_s"] = [x["compute_s"] for x in parts]
     out["predicted_allreduce_s"] = [x["allreduce_s"] for x in parts]
     out["predicted_step_time_s"] = [x["step_time_s"] for x in parts]

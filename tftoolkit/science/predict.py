@@ -178,8 +178,12 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
     }
     comparison = None
     if sc.measured:
-        comparison = compare(cal, links[0], measured_frame(sc.measured), sc.devices, sc.overlap, sc.algorithm)
-        result["comparison"] = {"link": links[0].name,
+        comparison = compare(cal, links[0], measured_frame(sc.measured, sc.gpus_per_host), sc.devices, sc.overlap,
+                             sc.algorithm, inter, sc.nics_per_host)
+        several = comparison["hosts"] > 1
+        result["comparison"] = {"link": links[0].name, "inter_host": inter.name if several.any() else None,
+                                "layouts": sorted({f"{int(h)} x {int(g)}" for h, g in
+                                                   zip(comparison["hosts"], comparison["gpus_per_host"])}),
                                 "median_abs_error": float(comparison["error"].abs().median()),
                                 "max_abs_error": float(comparison["error"].abs().max())}
     fileio.write_csv(out / "prediction.csv", frame)
@@ -230,7 +234,9 @@ def forecast_text(result: dict) -> str:
                                                    if finite(frac) else ""))
     if result.get("comparison"):
         c = result["comparison"]
-        lines.append(f"predicted vs measured step time ({c['link']}): median |error| {c['median_abs_error']:.1%}, "
+        link = c["link"] + (f" + {c['inter_host']} between hosts" if c.get("inter_host") else "")
+        hosts = (f"; each run on its own hosts x GPUs: {', '.join(c['layouts'])}" if c.get("layouts") else "")
+        lines.append(f"predicted vs measured step time ({link}{hosts}): median |error| {c['median_abs_error']:.1%}, "
                      f"max {c['max_abs_error']:.1%}")
     return "\n".join(lines + input_lines(result.get("input_limit")))
 
