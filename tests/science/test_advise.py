@@ -302,7 +302,7 @@ def test_advise_refusal_names_only_advise_options_and_it_takes_gpus_per_host(tmp
     sim = _run_dir(tmp_path, "sim", steps=False, device_kind="CPU-simulated")
     r = advise.advise(sim, figures=False, interconnect="pcie4")
     text = advise.advice_text(r)
-    assert "measured on CPU-simulated" in text
+    assert "is written in its summary.json as on CPU-simulated" in text and "measured on" not in text
     assert "--compute-ms" not in text and "--devices" not in text and "leave out --interconnect" in text
     # A cluster of 4-GPU hosts: 8 GPUs are two hosts joined by the inter-host link.
     gpu = _run_dir(tmp_path, "gpu", steps=False)

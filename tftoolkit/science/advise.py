@@ -56,7 +56,7 @@ from ..fileio import read_json
 from ..plots import batch as bplots
 from ..plots.theme import save_figure
 from . import inputlimit
-from .calibration import calibrate_summary, gpu_forecast_refusal
+from .calibration import calibrate_summary, gpu_forecast_refusal, handwritten
 from .comms import parse_link
 from .forecast import exchange, layouts, step_parts
 from .inputlimit import add_input_limit, host_fields, input_host, input_lines
@@ -269,18 +269,20 @@ def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batc
 
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
-                gpus_per_host: int, host_cores: int | None = None) -> tuple[pd.DataFrame | None, dict]:
+                gpus_per_host: int, host_cores: int | None = None, written_by_hand: str = "",
+                ) -> tuple[pd.DataFrame | None, dict]:
     """At which GPU count the input of hosts like the run's (or of ``host_cores`` cores) becomes the limit, at
     ``per_replica_batch``: (the frame per GPU count with predict's input columns, advice.json's ``input_limit``).
 
     The images/sec each count consumes come from predict's model, over ``interconnect`` when given (the time model
     above). Without one, from the compute alone: N x the batch over one GPU's step, the most N GPUs could consume,
-    so the count it names is the earliest at which input could become the limit."""
+    so the count it names is the earliest at which input could become the limit. ``written_by_hand``: why the
+    summary is taken as written by hand (calibration.handwritten), so that no refusal calls its figures measured."""
     host, why = input_host(s, host_cores)
     if host is None:
         return None, {"forecast": False, "why": why}
     try:
-        cal = calibrate_summary(s, "summary.json")
+        cal = calibrate_summary(s, "summary.json", handwritten=written_by_hand)
     except RunDirError as e:
         return None, {**host_fields(host), "forecast": False, "why": f"no throughput to compare it with: {e}"}
     refusal = gpu_forecast_refusal(cal, "dedicated", ADVISE_REMEDY)
@@ -358,7 +360,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         raise ConfigError(f"--per-replica-batch {per_replica_batch} is over the {cap} a replica holds ({cap_source}); "
                           f"give {cap} or less")
     b = int(per_replica_batch or (s["per_replica_batch"] if cap is None else min(s["per_replica_batch"], cap)))
-    input_frame, input_fields = input_limit(s, b, max_replicas, interconnect, inter_host, gpus_per_host, host_cores)
+    by_hand = handwritten(run_dir)
+    input_frame, input_fields = input_limit(s, b, max_replicas, interconnect, inter_host, gpus_per_host, host_cores,
+                                            by_hand)
     run_k = int(s.get("accumulate") or 1)
     current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"] * run_k))
     usable = math.isfinite(b_crit) and b_crit > 0
@@ -372,7 +376,8 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                                recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
                                             rec["accumulate"]))
         if interconnect:
-            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json"), "dedicated", ADVISE_REMEDY)
+            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json", handwritten=by_hand), "dedicated",
+                                           ADVISE_REMEDY)
             if refusal:
                 time_refused = f"no time-to-loss model over {interconnect}: {refusal}"
                 interconnect = None

@@ -1,6 +1,6 @@
 """The forecast tables: one optimizer step's compute, all-reduce and hidden part on hosts x GPUs (step_parts),
 the table over GPU counts (predict), where communication overtakes compute (crossover), and the model against
-measured runs (compare, measured_point).
+measured runs (compare, run_point).
 
 K micro-batches per optimizer step (``accumulate``), P packs (``allreduce_packs``), S the bytes one all-reduce
 moves in its dtype (``allreduce_dtype``); each defaults to the calibration run's.
@@ -36,7 +36,7 @@ import pandas as pd
 from .. import summary
 from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
-from .calibration import DEFAULT_GPUS_PER_HOST, Calibration, exchange_of, finite, on_training_clock
+from .calibration import DEFAULT_GPUS_PER_HOST, Calibration, exchange_of, finite, handwritten, on_training_clock
 from .comms import BACKWARD_SHARE, Link, allreduce_time, hidden_time
 
 DEVICES = ("dedicated", "shared")
@@ -208,31 +208,36 @@ def _int_or_none(v):
 
 
 
-def measured_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None,
-                   cal: Calibration | None = None) -> dict | None:
-    """The run's own measurement beside the forecast at its replica count (each scenario's predicted step time and
+def run_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None,
+              cal: Calibration | None = None) -> dict | None:
+    """The run's own step time beside the forecast at its replica count (each scenario's predicted step time and
     communication fraction, and their error), when the forecast covers it with the run's own accumulation and
     all-reduce (``ex``: the forecast's); None when it does not, and when it could not check anything (``cal``):
     the forecast's compute was taken from that very point (one replica: its step is the calibration), or was given
-    (--compute-ms) for devices other than the run's (a GPU's compute against a CPU-simulated step)."""
+    (--compute-ms) for devices other than the run's (a GPU's compute against a CPU-simulated step).
+
+    ``measured_by_tftoolkit`` and ``source`` say whether the step time was measured in a run tftoolkit trained or
+    is a figure of a summary.json written by hand (calibration.handwritten): only the first is called measured."""
     s = summary.read(Path(run_dir) / "summary.json")
     if cal is not None and ((cal.given and s.get("device_kind") != "GPU")
                             or (not cal.given and cal.replicas == 1 and s.get("replicas") == 1)):
         return None
     n = s.get("replicas")
-    measured = (on_training_clock(s, "step_time_no_input_s") if finite(s.get("step_time_no_input_s"))
-                else s.get("step_time_s"))
-    if not (finite(n) and finite(measured)) or frame.empty or n not in set(frame["replicas"]):
+    step = (on_training_clock(s, "step_time_no_input_s") if finite(s.get("step_time_no_input_s"))
+            else s.get("step_time_s"))
+    if not (finite(n) and finite(step)) or frame.empty or n not in set(frame["replicas"]):
         return None
     if ex is not None and (ex.accumulate, ex.dtype, ex.packs) != exchange_of(s):
         return None
+    why = handwritten(run_dir)
     rows = {}
     for name, g in frame[frame["replicas"] == n].groupby("scenario", sort=False):
         r = g.iloc[0]
         rows[name] = {"predicted_step_time_s": float(r["step_time_s"]),
-                      "error": float(r["step_time_s"] / measured - 1),
+                      "error": float(r["step_time_s"] / step - 1),
                       "predicted_communication_fraction": float(r["allreduce_s"] / (r["allreduce_s"] + r["compute_s"]))}
-    return {"replicas": int(n), "measured_step_time_s": float(measured),
-            "measured_communication_fraction": s.get("communication_fraction"),
-            "device_kind": s.get("device_kind"), "scenarios": rows}
-
+    return {"replicas": int(n), "step_time_s": float(step), "communication_fraction": s.get("communication_fraction"),
+            "device_kind": s.get("device_kind"), "measured_by_tftoolkit": not why,
+            "source": ("measured by tftoolkit in this run" if not why
+                       else f"the run directory's summary.json, not measured by tftoolkit ({why})"),
+            "scenarios": rows}
