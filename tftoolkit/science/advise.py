@@ -14,21 +14,9 @@ falls, so a value measured early in training understates the batch that pays off
 The recommendation: the replica count N whose global batch N × per-replica batch is closest to B_crit on
 a log scale (a power of two, as GPU counts come), capped at ``max_replicas``. If the per-replica batch
 alone exceeds B_crit, more GPUs only burn examples: one GPU, and a smaller batch if its memory allows.
-With an interconnect (``interconnect=``) the run's compute time and the scaling model
-(``tftoolkit.predict``) add the predicted time to reach the same loss, relative to one GPU:
-T(N) = S(N·b)/S(b) × t_step(N)/t_step(1), and the GPU-time to reach it, N × T(N).
-
-The recommendation with a time model (TIME_RULE): the count with the least T(N) × N·T(N), time to the same loss
-times the GPU-time it takes. It is the critical-batch rule above made to pay for communication: while the step time
-does not grow with N, T × GPU-time ∝ S/S_min × E/E_min, whose minimum is B = B_crit (the paper's balance point, each
-at twice its minimum), and over powers of two its smallest value is at the global batch closest to B_crit in log
-scale, the count recommend() names. Where the all-reduce lengthens the step, a doubling of GPUs must still cut the
-time by at least √2 (so that the GPU-time grows by at most √2) to be worth it, and the count stops lower. The count
-with the least time alone, the fastest, is always the largest allowed (steps keep falling, if ever more slowly): it is
-reported beside the recommendation with how much sooner it gets there and at how many times the recommendation's
-GPU-time, in the printed advice, advice.json's ``time_model`` and tradeoff.csv (``fastest``, ``time_vs_recommended``,
-``gpu_time_vs_recommended``). Its candidates are the power-of-two counts at the per-replica batch planned with and the
-critical-batch pick (with its accumulation, past the memory cap); ``critical_batch`` in tradeoff.csv flags that pick.
+With an interconnect (``interconnect=``), the count with the least time x GPU-time to the same loss from predict's
+model (``timetoloss``: recommend()'s count where communication does not lengthen the step, fewer where it does),
+and the fastest count beside it in its terms: how much sooner, at how many times its GPU-time.
 
 Past the memory cap: when the GPUs are capped (``max_replicas``) below the count B_crit asks for, the batch B_crit
 asks for is still reachable by gradient accumulation, if advise knows how much a replica holds (the cap:
@@ -55,10 +43,10 @@ from ..errors import ConfigError, DataError, RunDirError
 from ..fileio import read_json
 from ..plots import batch as bplots
 from ..plots.theme import save_figure
-from . import inputlimit
+from . import inputlimit, timetoloss
 from .calibration import calibrate_summary, gpu_forecast_refusal, handwritten
 from .comms import parse_link
-from .forecast import exchange, layouts, step_parts
+from .forecast import layouts
 from .inputlimit import add_input_limit, host_fields, input_host, input_lines
 
 # What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
@@ -178,58 +166,11 @@ def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DE
     return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
 
 
-def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: str = "ib200",
-             gpus_per_host: int = 8, per_replica_batch: int | None = None) -> pd.DataFrame:
-    """Predicted step time and time-to-the-same-loss relative to one GPU at ``per_replica_batch`` (default:
-    the run's), from the scaling model."""
-    cal = calibrate_summary(summary, "summary.json")
-    intra, inter = parse_link(interconnect), parse_link(inter_host)
-    out = frame.copy()
-    if "accumulate" not in out.columns:
-        out["accumulate"], out["per_replica_batch"] = 1, out["global_batch"] / out["replicas"]
-    out["step_time_s"] = [_step_time(cal, int(n), b, gpus_per_host, intra, inter, int(k))
-                          for n, b, k in zip(out["replicas"], out["per_replica_batch"], out["accumulate"])]
-    b1 = per_replica_batch or summary["per_replica_batch"]
-    base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1) & (out["accumulate"] == 1)].iloc[0]
-    out["time_ratio"] = out["steps_ratio"] / base["steps_ratio"] * out["step_time_s"] / base["step_time_s"]
-    out["gpu_time_ratio"] = out["time_ratio"] * out["replicas"]
-    out["interconnect"] = intra.name
-    return out
-
-
-def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=None, inter=None,
-               accumulate: int = 1) -> float:
-    """predict's step time on ``n`` GPUs (whole hosts of ``gpus_per_host`` past one) of ``accumulate`` micro-steps,
-    all-reducing as the run did (its dtype and packs); compute alone without ``intra``."""
-    g, hosts = (n, 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
-    if intra is None:
-        return cal.compute_at(n, per_replica_batch, "dedicated", accumulate)
-    ex = exchange(cal, accumulate=accumulate)
-    return step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
-
-
-# A doubling of GPUs pays under TIME_RULE while it cuts the time to the same loss by at least this: N x T^2 falls.
-DOUBLING_PAYS = math.sqrt(2.0)
-TIME_RULE = ("the GPU count with the least (time to the same loss) x (GPU-time to it): a doubling of GPUs is worth it "
-             f"while it cuts the time by at least {DOUBLING_PAYS:.2f}x; where the step time does not grow with the GPUs "
-             "this is the count whose global batch is closest to the critical batch")
-
-
 def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batch: int) -> tuple[pd.DataFrame, dict, dict]:
-    """TIME_RULE over add_time's frame: (the frame with ``recommended`` moved to the pick, ``critical_batch`` flagging
-    recommend()'s, ``fastest`` the least time, and each row's time and GPU-time relative to the pick; the
-    recommendation; advice.json's ``time_model`` figures). The candidates are the power-of-two counts at
-    ``per_replica_batch`` and recommend()'s pick ``rec``; the fastest is taken among the power-of-two counts."""
-    out = frame.copy()
-    grid = ((out["accumulate"] == 1) & (out["per_replica_batch"] == per_replica_batch)
-            & (out["global_batch"] == out["replicas"] * per_replica_batch))
-    out["critical_batch"] = out["recommended"].astype(bool)
-    out["time_x_gpu_time"] = out["time_ratio"] * out["gpu_time_ratio"]
-    # Fewest GPUs first, so a tie goes to the smaller count.
-    order = out.sort_values(["replicas", "global_batch"]).index
-    candidates = [i for i in order if grid[i] or out.at[i, "critical_batch"]]
-    best = min(candidates, key=lambda i: out.at[i, "time_x_gpu_time"])
-    fastest = min((i for i in order if grid[i]), key=lambda i: out.at[i, "time_ratio"])
+    """timetoloss.rank's pick as the recommendation: recommend()'s ``rec`` where it is the pick, else the picked
+    count at ``per_replica_batch`` with a note saying what the critical batch alone asked for and why not. Returns
+    (the ranked frame, the recommendation, advice.json's ``time_model`` figures)."""
+    out, best, fields = timetoloss.rank(frame, per_replica_batch)
     row, n0 = out.loc[best], rec["replicas"]
     if not out.at[best, "critical_batch"]:
         n = int(row["replicas"])
@@ -237,7 +178,7 @@ def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batc
         asked = f"global batch {rec['global_batch']} ({rec['train_with']})"
         if n < n0:
             why = (f"would ask for {asked}, but with the all-reduce there a doubling past {n} GPU(s) cuts the time by "
-                   f"less than {DOUBLING_PAYS:.2f}x")
+                   f"less than {timetoloss.DOUBLING_PAYS:.2f}x")
         elif n == n0:
             why = (f"would ask for {asked}, which takes {pick['time_ratio'] / row['time_ratio']:.2f}x the time: on the "
                    "same GPUs a larger batch takes more examples, so more time, to the same loss")
@@ -247,25 +188,7 @@ def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batc
                "note": (f"{n} GPU(s) x {per_replica_batch} = global batch {n * per_replica_batch}, the least time x "
                         f"GPU-time to the same loss over {row['interconnect']} (the critical batch {b_crit:.3g} alone "
                         f"{why})")}
-    out["recommended"] = out.index == best
-    out["fastest"] = out.index == fastest
-    out["time_vs_recommended"] = out["time_ratio"] / row["time_ratio"]
-    out["gpu_time_vs_recommended"] = out["gpu_time_ratio"] / row["gpu_time_ratio"]
-    on_grid = out.loc[[i for i in order if grid[i]]]
-    doublings = ({int(r): float(t_prev / t) for r, t, t_prev in
-                  zip(on_grid["replicas"][1:], on_grid["time_ratio"][1:], on_grid["time_ratio"][:-1])
-                  if r > row["replicas"]} if grid[best] else {})
-    f = out.loc[fastest]
-    fields = {"rule": TIME_RULE, "recommended_replicas": int(row["replicas"]),
-              "recommended_time_ratio": float(row["time_ratio"]),
-              "recommended_gpu_time_ratio": float(row["gpu_time_ratio"]),
-              "critical_batch_replicas": int(n0),
-              "fastest_replicas": int(f["replicas"]), "fastest_time_ratio": float(f["time_ratio"]),
-              "fastest_gpu_time_ratio": float(f["gpu_time_ratio"]),
-              "fastest_speedup_vs_recommended": float(row["time_ratio"] / f["time_ratio"]),
-              "fastest_gpu_time_vs_recommended": float(f["gpu_time_ratio"] / row["gpu_time_ratio"]),
-              "doubling_speedups_past_recommended": doublings}
-    return out, rec, fields
+    return out, rec, {**fields, "critical_batch_replicas": int(n0)}
 
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
@@ -294,7 +217,7 @@ def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect
     rows = []
     for hosts, g in layouts(max_replicas, gpus_per_host):
         n = hosts * g
-        t = _step_time(cal, n, per_replica_batch, gpus_per_host, intra, inter)
+        t = timetoloss.step_time(cal, n, per_replica_batch, gpus_per_host, intra, inter)
         rows.append({"replicas": n, "hosts": hosts, "global_batch": n * per_replica_batch, "step_time_s": t,
                      "images_per_sec": n * per_replica_batch / t})
     frame = add_input_limit(pd.DataFrame(rows), host, gpus_per_host)
@@ -382,7 +305,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                 time_refused = f"no time-to-loss model over {interconnect}: {refusal}"
                 interconnect = None
             else:
-                frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+                frame = timetoloss.add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
                 frame, rec, time_fields = pick_by_time(frame, rec, b_crit, b)
                 if cap is not None:
                     rec["max_per_replica_batch_source"] = cap_source
@@ -414,8 +337,10 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     if time_refused:
         result["time_model_refused"] = time_refused
     if interconnect and usable:
-        result["time_model"] = {"interconnect": interconnect, "inter_host": inter_host, "gpus_per_host": gpus_per_host,
-                                **time_fields}
+        # A plan that never leaves one host names no link between hosts.
+        result["time_model"] = {"interconnect": interconnect,
+                                "inter_host": inter_host if max_replicas > gpus_per_host else None,
+                                "gpus_per_host": gpus_per_host, **time_fields}
     out = Path(out) if out is not None else Path(run_dir)
     fileio.write_csv(out / "tradeoff.csv", frame)
     fileio.write_json(out / "advice.json", result)
@@ -470,24 +395,6 @@ def advice_text(result: dict) -> str:
     if result.get("time_model_refused"):
         lines.append(result["time_model_refused"])
     if "time_model" in result:
-        lines += time_lines(result["time_model"])
+        lines += timetoloss.time_lines(result["time_model"])
     return "\n".join(lines + input_lines(result.get("input_limit")))
 
-
-def time_lines(tm: dict) -> list[str]:
-    """The time model's lines: the recommendation's time and GPU-time, the rule that picked it, and the fastest count
-    in the recommendation's terms (how much sooner, at how many times its GPU-time)."""
-    n, fast = tm["recommended_replicas"], tm["fastest_replicas"]
-    lines = [f"time model over {tm['interconnect']} (+ {tm['inter_host']} between hosts of {tm['gpus_per_host']} "
-             f"GPUs): the recommended {n} GPU(s) reach the same loss in {tm['recommended_time_ratio']:.3g} x the time "
-             f"of 1 GPU, at {tm['recommended_gpu_time_ratio']:.3g} x its GPU-time",
-             f"recommended by {tm['rule']}"]
-    if fast == n:
-        lines.append(f"fastest to the same loss: the recommended {n} GPU(s) themselves")
-        return lines
-    past = tm.get("doubling_speedups_past_recommended") or {}
-    why = (f" (each doubling past {n} cuts the time by less than {DOUBLING_PAYS:.2f}x: "
-           + ", ".join(f"{x:.2f}x to {r}" for r, x in past.items()) + ")" if past else "")
-    lines.append(f"fastest to the same loss: {fast} GPUs, {tm['fastest_speedup_vs_recommended']:.2f}x sooner than the "
-                 f"recommended {n} at {tm['fastest_gpu_time_vs_recommended']:.2f}x its GPU-time{why}")
-    return lines
