@@ -162,7 +162,8 @@ def test_cli_predict_writes_table_json_and_figures(tmp_path, capsys):
     out = tmp_path / "pred"
     assert main(["predict", str(run), "--out", str(out), "--measured", str(run)]) == 0
     text = capsys.readouterr().out
-    assert "nvlink4 + ib200: efficiency 1: 100%" in text and "predicted vs measured" in text
+    assert "nvlink4 + ib200: efficiency 1: 100%" in text
+    assert "predicted vs measured step time over pcie4, each run on its own hosts x GPUs (1 x 1): median" in text
     df = pd.read_csv(out / "prediction.csv")
     assert set(df["scenario"]) == {"pcie4 + ib200", "pcie5 + ib200", "nvlink3 + ib200", "nvlink4 + ib200"}
     assert len(df) == 4 * 15
@@ -535,7 +536,7 @@ def test_cli_predict_measured_over_several_hosts_needs_the_link_between_them(tmp
                  "8", "--inter-host", "ib100", "--measured", str(cluster)]) == 0
     out = capsys.readouterr().out
     assert ("predicted vs the given step times (1 of 1 not measured by tftoolkit: summaries written by hand or "
-            "tables) (nvlink4 + ib100 between hosts; each run on its own hosts x GPUs: 2 x 8)") in out
+            "tables) over nvlink4 + ib100 between hosts, each run on its own hosts x GPUs (2 x 8): median") in out
     cmp_ = pd.read_csv(tmp_path / "p" / "prediction_vs_measured.csv")
     comm = comms.allreduce_time(25_600_000 * 4, 8, 2, comms.PRESETS["nvlink4"], comms.PRESETS["ib100"])
     assert cmp_["predicted_step_time_s"].tolist() == pytest.approx([0.05 + comm])

@@ -242,12 +242,12 @@ def forecast_text(result: dict) -> str:
     if result.get("comparison"):
         c = result["comparison"]
         link = c["link"] + (f" + {c['inter_host']} between hosts" if c.get("inter_host") else "")
-        hosts = (f"; each run on its own hosts x GPUs: {', '.join(c['layouts'])}" if c.get("layouts") else "")
+        hosts = f", each run on its own hosts x GPUs ({', '.join(c['layouts'])})" if c.get("layouts") else ""
         others = c.get("not_measured_by_tftoolkit") or []
         against = ("measured step time" if not others else
                    f"the given step times ({len(others)} of {c['runs']} not measured by tftoolkit: summaries written "
                    "by hand or tables)")
-        lines.append(f"predicted vs {against} ({link}{hosts}): median |error| {c['median_abs_error']:.1%}, "
+        lines.append(f"predicted vs {against} over {link}{hosts}: median |error| {c['median_abs_error']:.1%}, "
                      f"max {c['max_abs_error']:.1%}")
     return "\n".join(lines + input_lines(result.get("input_limit")))
 
