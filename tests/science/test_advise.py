@@ -241,7 +241,7 @@ def test_advise_reads_the_cap_from_find_batch_and_says_the_accumulate(tmp_path, 
     found.mkdir()
     (found / "batch_find.json").write_text(json.dumps({"max_per_replica_batch": 128, "device_kind": "GPU",
                                                        "capped_at_max_batch": False}))
-    assert main(["advise", str(run), "--batch-find", str(found), "--interconnect", "nvlink4"]) == 0
+    assert main(["advise", str(run), "--batch-find", str(found)]) == 0
     out = capsys.readouterr().out
     assert "recommended: 64 GPU(s) x 128 x accumulate 2 = global batch 16384, closest to the critical batch" in out
     assert (f"train with --replicas 64 --per-replica-batch 128 --accumulate 2 (a replica holds at most 128: find-batch "
@@ -252,9 +252,23 @@ def test_advise_reads_the_cap_from_find_batch_and_says_the_accumulate(tmp_path, 
     frame = pd.read_csv(run / "tradeoff.csv")
     rec = frame[frame["recommended"]].iloc[0]
     assert (rec["replicas"], rec["global_batch"], rec["per_replica_batch"], rec["accumulate"]) == (64, 16384, 128, 2)
-    # Its step: 2 micro-steps of 128, each 4 x the run's 50 ms at 32, and one all-reduce over 8 hosts.
+    # With a time model the accumulation is costed: 2 micro-steps of 128, each 4 x the run's 50 ms at 32, and one
+    # all-reduce over 8 hosts. On the same 64 GPUs the larger batch takes more examples, so more time, to the same
+    # loss: the time model recommends 64 x 32 and says what the critical batch alone asked for.
+    assert main(["advise", str(run), "--batch-find", str(found), "--interconnect", "nvlink4"]) == 0
+    out = capsys.readouterr().out
+    frame = pd.read_csv(run / "tradeoff.csv")
+    pick = frame[frame["critical_batch"]].iloc[0]
+    assert (pick["replicas"], pick["global_batch"], pick["accumulate"]) == (64, 16384, 2)
     comm = comms.allreduce_time(4e6, 8, 8, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
-    assert rec["step_time_s"] == pytest.approx(2 * 0.2 + comm)
+    assert pick["step_time_s"] == pytest.approx(2 * 0.2 + comm)
+    rec = frame[frame["recommended"]].iloc[0]
+    assert (rec["replicas"], rec["global_batch"], rec["accumulate"]) == (64, 2048, 1)
+    assert pick["time_vs_recommended"] == pytest.approx(
+        (1 + 16384 / 16384) / (1 + 16384 / 2048) * (2 * 0.2 + comm) / (0.05 + comm))
+    assert ("recommended: 64 GPU(s) x 32 = global batch 2048, the least time x GPU-time to the same loss over nvlink4 "
+            "(the critical batch 1.64e+04 alone would ask for global batch 16384 (--replicas 64 --per-replica-batch 128 "
+            f"--accumulate 2), which takes {pick['time_vs_recommended']:.2f}x the time") in out
     # The same cap given directly.
     r = advise.advise(run, tmp_path / "direct", max_per_replica_batch=128, figures=False)
     assert r["recommended"]["train_with"] == "--replicas 64 --per-replica-batch 128 --accumulate 2"
@@ -288,7 +302,7 @@ def test_advise_refusal_names_only_advise_options_and_it_takes_gpus_per_host(tmp
     sim = _run_dir(tmp_path, "sim", steps=False, device_kind="CPU-simulated")
     r = advise.advise(sim, figures=False, interconnect="pcie4")
     text = advise.advice_text(r)
-    assert "measured on CPU-simulated" in text
+    assert "is written in its summary.json as on CPU-simulated" in text and "measured on" not in text
     assert "--compute-ms" not in text and "--devices" not in text and "leave out --interconnect" in text
     # A cluster of 4-GPU hosts: 8 GPUs are two hosts joined by the inter-host link.
     gpu = _run_dir(tmp_path, "gpu", steps=False)
@@ -297,3 +311,65 @@ def test_advise_refusal_names_only_advise_options_and_it_takes_gpus_per_host(tmp
     assert main(["advise", str(gpu), "--interconnect", "nvlink3", "--gpus-per-host", "8"]) == 0
     eight = pd.read_csv(gpu / "tradeoff.csv").set_index("replicas")["step_time_s"]
     assert four.loc[8].max() > eight.loc[8].max()  # ib200 between two hosts costs more than NVLink inside one
+
+
+# --- the time model: one recommendation, the fastest count in its terms ------------------------------------------
+@pytest.mark.parametrize("b_crit", [40.0, 300.0, 500.0, 700.0, 800.0, 1e6])
+def test_with_free_communication_the_time_rule_is_the_critical_batch_rule(tmp_path, b_crit):
+    # A link that costs nothing: the step time stays 50 ms at every count, so the least time x GPU-time
+    # (S/S_min x E/E_min) is the power of two closest to B_crit: the same count recommend() names.
+    run = _run_dir(tmp_path, steps=False, noise_scale=b_crit)
+    r = advise.advise(run, figures=False, interconnect="free=1000000:0", inter_host="free=1000000:0")
+    assert r["recommended"]["replicas"] == advise.recommend(b_crit, 32, 64)["replicas"]
+    tm = r["time_model"]
+    assert tm["recommended_replicas"] == tm["critical_batch_replicas"] == r["recommended"]["replicas"]
+    frame = pd.read_csv(run / "tradeoff.csv")
+    assert frame.loc[frame["recommended"], "replicas"].tolist() == [r["recommended"]["replicas"]]
+    assert (frame["recommended"] == frame["critical_batch"]).all()
+
+
+def test_the_fastest_count_is_stated_in_the_recommendation_s_terms(tmp_path, capsys):
+    # Up to 512 GPUs: the fastest to the same loss is always the largest count (steps keep falling), far past the
+    # recommended 16; advise says how much sooner it is and at how many times the GPU-time, everywhere it reports.
+    run = _run_dir(tmp_path, steps=False)
+    assert main(["advise", str(run), "--interconnect", "nvlink4", "--max-replicas", "512"]) == 0
+    out = capsys.readouterr().out
+    frame = pd.read_csv(run / "tradeoff.csv").set_index("replicas")
+    tm = json.loads((run / "advice.json").read_text())["time_model"]
+    t, g = frame["time_ratio"], frame["gpu_time_ratio"]
+    assert (tm["recommended_replicas"], tm["fastest_replicas"]) == (16, 512)
+    assert tm["fastest_speedup_vs_recommended"] == pytest.approx(t[16] / t[512])
+    assert tm["fastest_gpu_time_vs_recommended"] == pytest.approx(g[512] / g[16]) and g[512] / g[16] > 10
+    assert frame["fastest"].tolist() == [r == 512 for r in frame.index]
+    assert frame.loc[512, "time_vs_recommended"] == pytest.approx(t[512] / t[16])
+    assert frame.loc[512, "gpu_time_vs_recommended"] == pytest.approx(g[512] / g[16])
+    # The rule is the least time x GPU-time; each doubling past 16 buys less than sqrt(2).
+    product = t * g
+    assert product.idxmin() == 16
+    assert all(t[n // 2] / t[n] < math.sqrt(2) for n in (32, 64, 128, 256, 512))
+    assert all(t[n // 2] / t[n] >= math.sqrt(2) for n in (2, 4, 8, 16))
+    assert "recommended by the GPU count with the least (time to the same loss) x (GPU-time to it)" in out
+    assert (f"fastest to the same loss: 512 GPUs, {t[16] / t[512]:.2f}x sooner than the recommended 16 at "
+            f"{g[512] / g[16]:.2f}x its GPU-time (each doubling past 16 cuts the time by less than 1.41x: "
+            f"{t[16] / t[32]:.2f}x to 32,") in out
+
+
+def test_a_slow_link_between_hosts_moves_the_recommendation_below_the_critical_batch(tmp_path, capsys):
+    # 0.5 GB/s between hosts of 8: past one host each doubling cuts the time to the same loss by less than sqrt(2),
+    # so the recommendation is the one host of 8, not the 16 the critical batch 500 alone asks for.
+    run = _run_dir(tmp_path, steps=False)
+    assert main(["advise", str(run), "--interconnect", "nvlink4", "--inter-host", "slow=0.5:0"]) == 0
+    out = capsys.readouterr().out
+    advice = json.loads((run / "advice.json").read_text())
+    assert advice["recommended"]["replicas"] == 8 and advice["recommended"]["train_with"] == (
+        "--replicas 8 --per-replica-batch 32")
+    assert advice["time_model"]["critical_batch_replicas"] == 16
+    frame = pd.read_csv(run / "tradeoff.csv").set_index("replicas")
+    assert frame["recommended"].tolist() == [r == 8 for r in frame.index]
+    assert frame["critical_batch"].tolist() == [r == 16 for r in frame.index]
+    t = frame["time_ratio"]
+    assert t[4] / t[8] >= math.sqrt(2) > t[8] / t[16]
+    assert ("recommended: 8 GPU(s) x 32 = global batch 256, the least time x GPU-time to the same loss over nvlink4 "
+            "(the critical batch 500 alone would ask for global batch 512 (--replicas 16 --per-replica-batch 32), but "
+            "with the all-reduce there a doubling past 8 GPU(s) cuts the time by less than 1.41x)") in out
+    assert "fastest to the same loss: 64 GPUs" in out and "than the recommended 8 at" in out

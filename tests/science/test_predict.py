@@ -18,11 +18,17 @@ from tftoolkit.science.predict import Scenario
 RESNET50_BYTES = 25.6e6 * 4  # ~25.6 M parameters in float32
 
 
-def _run_dir(tmp_path, name="run", **fields):
+def _run_dir(tmp_path, name="run", toolkit=False, **fields):
+    """A summary.json written by hand; with ``toolkit``, beside the files a run tftoolkit trained writes (their
+    contents do not matter here), so that its figures count as measured."""
     d = tmp_path / name
     d.mkdir()
     s = {"replicas": 1, "per_replica_batch": 64, "params": 1_000_000, "step_time_s": 0.1, "device_kind": "GPU", **fields}
     (d / "summary.json").write_text(json.dumps(s))
+    if toolkit:
+        (d / "config.json").write_text(json.dumps({"config": {"replicas": s["replicas"]}}))
+        (d / "env.json").write_text("{}")
+        (d / "steps.csv").write_text("step,loss,step_time_s\n1,2.0,0.1\n")
     return d
 
 
@@ -152,11 +158,12 @@ def test_compare_reports_the_relative_error(tmp_path):
 
 
 def test_cli_predict_writes_table_json_and_figures(tmp_path, capsys):
-    run = _run_dir(tmp_path, replicas=1, step_time_s=0.05, params=25_600_000)
+    run = _run_dir(tmp_path, replicas=1, step_time_s=0.05, params=25_600_000, toolkit=True)
     out = tmp_path / "pred"
     assert main(["predict", str(run), "--out", str(out), "--measured", str(run)]) == 0
     text = capsys.readouterr().out
-    assert "nvlink4 + ib200: efficiency 1: 100%" in text and "predicted vs measured" in text
+    assert "nvlink4 + ib200: efficiency 1: 100%" in text
+    assert "predicted vs measured step time over pcie4, each run on its own hosts x GPUs (1 x 1): median" in text
     df = pd.read_csv(out / "prediction.csv")
     assert set(df["scenario"]) == {"pcie4 + ib200", "pcie5 + ib200", "nvlink3 + ib200", "nvlink4 + ib200"}
     assert len(df) == 4 * 15
@@ -210,7 +217,7 @@ def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(
     # The issue's run: 2 CPU-simulated replicas, compute 12.56 ms/step on shared cores, communication 4.3% measured.
     run = _run_dir(tmp_path, replicas=2, per_replica_batch=64, compute_time_s=0.01256, step_time_s=0.0131,
                    step_time_no_input_s=0.0131, device_kind="CPU-simulated", communication_fraction=0.043,
-                   gradient_bytes=4e5)
+                   gradient_bytes=4e5, toolkit=True)
     assert main(["predict", str(run), "--interconnect", "pcie4"]) == 2
     err = capsys.readouterr().err
     assert "measured on CPU-simulated replicas" in err and "--compute-ms" in err
@@ -221,7 +228,7 @@ def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(
     # The run's own CPU-simulated step is not set beside a GPU's given compute: comparing them says nothing.
     assert "measured at" not in out
     result = json.loads((run / "prediction.json").read_text())
-    assert result["calibration"]["given"] is True and result["measured_point"] is None
+    assert result["calibration"]["given"] is True and result["run_point"] is None
     # The simulated replicas themselves can still be modelled (shared devices), labelled as measured there.
     r = predict.run(run, tmp_path / "shared", Scenario(interconnects="pcie4", devices="shared", max_replicas=8), figures=False)
     assert "measured on CPU-simulated" in r["calibration"]["source"]
@@ -417,7 +424,7 @@ def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys)
     assert result["overlap_model"].startswith("modelled, not measured here") and result["overlap_modelled"] is True
     assert (result["allreduce_dtype"], result["allreduce_packs"], result["accumulate"], result["gradient_bytes"]) == (
         "bfloat16", 4, 1, 2e6)
-    assert result["measured_point"] is None  # the run all-reduced float32 in one pack: not the forecast's step
+    assert result["run_point"] is None  # the run all-reduced float32 in one pack: not the forecast's step
     df = pd.read_csv(out / "prediction.csv").set_index("replicas")
     assert {"allreduce_dtype", "allreduce_packs", "accumulate", "gradient_bytes", "hidden_s"} <= set(df.columns)
     comm = 4 * (2 * 7 / 8 * 0.5e6 / 31.5e9 + 14 * 3e-6)
@@ -435,7 +442,7 @@ def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys)
     # shown as a check of the forecast ("measured at 1 replica (+0%)" would be circular).
     assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
     result = json.loads((out / "prediction.json").read_text())
-    assert result["overlap_model"].startswith("none: one all-reduce") and result["measured_point"] is None
+    assert result["overlap_model"].startswith("none: one all-reduce") and result["run_point"] is None
 
 
 @pytest.mark.parametrize("args, message", [
@@ -480,4 +487,104 @@ def test_a_one_replica_run_is_not_its_own_check(tmp_path):
     run = _run_dir(tmp_path, "one", replicas=1, per_replica_batch=64, step_time_s=0.1, device_kind="GPU",
                    gradient_bytes=1e6)
     r = predict.run(run, tmp_path / "p", Scenario(interconnects="pcie4", max_replicas=8), figures=False)
-    assert r["measured_point"] is None and "measured at" not in predict.forecast_text(r)
+    assert r["run_point"] is None and "measured at" not in predict.forecast_text(r)
+
+
+# --- the model against measured runs, each on the hosts it ran on ---------------------------------------------------
+def test_compare_models_each_measured_run_on_its_own_hosts(tmp_path):
+    cal = Calibration(0.01, 32, 1, 4e6, "test", "GPU")
+    nv, ib = comms.PRESETS["nvlink4"], comms.PRESETS["ib200"]
+    # A 64-GPU cluster's published figure (8 hosts of 8, written by hand), a 2-worker run of 4 GPUs each, a table
+    # with its hosts column, and a 16-GPU run that says nothing of its hosts (whole hosts of --gpus-per-host 4).
+    cluster = _run_dir(tmp_path, "cluster", replicas=64, per_replica_batch=32, step_time_s=0.02, hosts=8,
+                       gpus_per_host=8)
+    workers = _run_dir(tmp_path, "workers", replicas=8, per_replica_batch=32, step_time_s=0.02, workers=2,
+                       replicas_per_worker=4)
+    plain = _run_dir(tmp_path, "plain", replicas=16, per_replica_batch=32, step_time_s=0.02)
+    table = tmp_path / "scaling.csv"
+    pd.DataFrame({"replicas": [32], "global_batch": [1024], "images_per_sec": [1024 / 0.02],
+                  "hosts": [4]}).to_csv(table, index=False)
+    frame = calibration.measured_frame([cluster, workers, plain, table], gpus_per_host=4)
+    assert list(zip(frame["hosts"], frame["gpus_per_host"])) == [(8, 8), (2, 4), (4, 4), (4, 8)]
+    assert frame["layout"].tolist() == ["its hosts and gpus_per_host", "its workers, taken as one per host",
+                                        "whole hosts of --gpus-per-host 4", "its hosts and gpus_per_host"]
+    cmp_ = forecast.compare(cal, nv, frame, inter=ib, nics_per_host=2)
+    expected = [0.01 + comms.allreduce_time(4e6, g, h, nv, ib, nics_per_host=2) for h, g in
+                ((8, 8), (2, 4), (4, 4), (4, 8))]
+    assert cmp_["predicted_step_time_s"].tolist() == pytest.approx(expected)
+    # Not one host of 64: its ring over NVLink alone would take far less than the two-level all-reduce.
+    assert expected[0] > 0.01 + comms.allreduce_time(4e6, 64, 1, nv) * 1.5
+    # Without a link between hosts, a run over several is refused, naming the option.
+    with pytest.raises(ConfigError, match="ran 64 GPUs on 8 hosts .*give --inter-host"):
+        forecast.compare(cal, nv, frame)
+    with pytest.raises(DataError, match="12 GPUs are not 2 host"):
+        calibration.measured_frame([_run_dir(tmp_path, "odd", replicas=12, step_time_s=0.02, hosts=2,
+                                             gpus_per_host=8)])
+
+
+def test_cli_predict_measured_over_several_hosts_needs_the_link_between_them(tmp_path, capsys):
+    run = _run_dir(tmp_path, replicas=1, step_time_s=0.05, params=25_600_000)
+    cluster = _run_dir(tmp_path, "cluster", replicas=16, per_replica_batch=64, step_time_s=0.08, hosts=2,
+                       gpus_per_host=8)
+    # A single-host forecast (8 GPUs) names no link between hosts: the 2-host run cannot be compared.
+    assert main(["predict", str(run), "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
+                 "8", "--measured", str(cluster)]) == 2
+    err = capsys.readouterr().err
+    assert "ran 16 GPUs on 2 hosts (its hosts and gpus_per_host); give --inter-host" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["predict", str(run), "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
+                 "8", "--inter-host", "ib100", "--measured", str(cluster)]) == 0
+    out = capsys.readouterr().out
+    assert ("predicted vs the given step times (1 of 1 not measured by tftoolkit: summaries written by hand or "
+            "tables) over nvlink4 + ib100 between hosts, each run on its own hosts x GPUs (2 x 8): median") in out
+    cmp_ = pd.read_csv(tmp_path / "p" / "prediction_vs_measured.csv")
+    comm = comms.allreduce_time(25_600_000 * 4, 8, 2, comms.PRESETS["nvlink4"], comms.PRESETS["ib100"])
+    assert cmp_["predicted_step_time_s"].tolist() == pytest.approx([0.05 + comm])
+    result = json.loads((tmp_path / "p" / "prediction.json").read_text())
+    assert result["comparison"]["inter_host"] == "ib100" and result["comparison"]["layouts"] == ["2 x 8"]
+    assert "ib100" in result["links"]
+    # Without --measured, a single-host forecast no longer lists ib200 among its links.
+    assert main(["predict", str(run), "--out", str(tmp_path / "q"), "--interconnect", "nvlink4", "--max-replicas",
+                 "8"]) == 0
+    assert list(json.loads((tmp_path / "q" / "prediction.json").read_text())["links"]) == ["nvlink4"]
+
+
+# --- measured, or written by hand ---------------------------------------------------------------------------------
+def test_a_summary_written_by_hand_is_never_called_measured(tmp_path, capsys):
+    # A published 8-GPU figure copied into a summary.json (no training logs): 30 ms of compute, a 40 ms step.
+    fields = dict(replicas=8, per_replica_batch=64, compute_time_s=0.03, step_time_s=0.04, gradient_bytes=1e8,
+                  communication_fraction=0.25)
+    by_hand = _run_dir(tmp_path, "published", **fields)
+    trained = _run_dir(tmp_path, "trained", toolkit=True, **fields)
+    assert calibration.handwritten(by_hand) == "the directory has no config.json, env.json, steps.csv of a tftoolkit run"
+    assert calibration.handwritten(trained) == "" and calibration.measured_by_tftoolkit(trained)
+    (tmp_path / "other").mkdir()
+    for f in ("config.json", "env.json", "steps.csv"):
+        (tmp_path / "other" / f).write_text("{}")
+    assert calibration.handwritten(tmp_path / "other") == "its config.json is not a tftoolkit run's"
+
+    cal = calibration.calibrate(by_hand)
+    assert cal.label == ("compute 30 ms/step from the run directory's summary.json (compute_time_s, on GPU as written "
+                         "there; not measured by tftoolkit: the directory has no config.json, env.json, steps.csv of "
+                         "a tftoolkit run)")
+    assert not cal.measured and "measured on" not in cal.label
+    assert calibration.calibrate(trained).label == "compute 30 ms/step measured on GPU (compute_time_s)"
+
+    assert main(["predict", str(by_hand), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("calibration: compute 30 ms/step from the run directory's summary.json")
+    assert "measured on" not in text and "measured at" not in text
+    assert ("the run directory's summary.json (not measured by tftoolkit) at 8 replica(s) (GPU): step 40.00 ms "
+            "against pcie4's") in text and "communication 25% in the summary" in text
+    saved = (by_hand / "prediction.json").read_text()
+    result = json.loads(saved)
+    assert result["calibration"]["measured_by_tftoolkit"] is False
+    assert result["run_point"]["measured_by_tftoolkit"] is False
+    assert result["run_point"]["source"].startswith("the run directory's summary.json, not measured by tftoolkit")
+    assert "measured on" not in saved and "measured at" not in saved and "measured by tftoolkit in" not in saved
+    # The same figures in a run tftoolkit trained are measured, and said to be.
+    assert main(["predict", str(trained), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "compute 30 ms/step measured on GPU" in text and "measured at 8 replica(s) (GPU): step 40.00 ms" in text
+    result = json.loads((trained / "prediction.json").read_text())
+    assert result["calibration"]["measured_by_tftoolkit"] is True and result["run_point"]["measured_by_tftoolkit"]

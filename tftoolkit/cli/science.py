@@ -90,8 +90,8 @@ def add(sub) -> None:
     p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(comms.PRESETS)
                                           + " or NAME=GBps[:latency_us] (default: all intra-host presets, or none "
                                             "with --allreduce-csv)")
-    p.add_argument("--inter-host", help="link between hosts (default: ib200 with a run directory, the system's NIC "
-                                        "without)")
+    p.add_argument("--inter-host", help="link between hosts (default: ib200 with a run directory when "
+                                        "--max-replicas spans several hosts, the system's NIC without)")
     p.add_argument("--allreduce-csv", nargs="+", help="allreduce.csv file(s) or their directories from `tftoolkit "
                                                       "bench allreduce`: fit bandwidth and latency to them")
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
@@ -123,7 +123,11 @@ def add(sub) -> None:
     p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST, help="default: 8")
     p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
                                                      "system's)")
-    p.add_argument("--measured", nargs="+", help="run directories or scaling.csv to compare the prediction with")
+    p.add_argument("--measured", nargs="+",
+                   help="run directories or scaling.csv to compare the prediction with, each on the hosts it ran on: "
+                        "a summary.json's or table's hosts and gpus_per_host where written, else a multi-worker run's "
+                        "workers (one per host), else whole hosts of --gpus-per-host; over several hosts the "
+                        "comparison takes --inter-host (refused when none is given)")
     p.add_argument("--compute-ms", type=float, metavar="MS",
                    help="the compute of one forward/backward pass on one GPU at the run's per-replica batch (with "
                         "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
@@ -232,7 +236,11 @@ def predict_command(args) -> int:
     if args.run_dir is None:
         return plan_command(args)
     scenario = predict.Scenario(
-        interconnects=args.interconnect, inter_host=args.inter_host or "ib200", allreduce_csv=args.allreduce_csv,
+        # ib200 by default only where the forecast needs a link between hosts: a single-host forecast names none, so
+        # a measured run over several hosts is compared only with the link given for them.
+        interconnects=args.interconnect,
+        inter_host=args.inter_host or ("ib200" if args.max_replicas > args.gpus_per_host else None),
+        allreduce_csv=args.allreduce_csv,
         impl=args.impl, mode=args.mode, devices=args.devices, overlap=args.overlap, max_replicas=args.max_replicas,
         gpus_per_host=args.gpus_per_host, nics_per_host=args.nics_per_host or 1, measured=args.measured,
         algorithm=args.algorithm, compute_ms=args.compute_ms, host_cores=args.host_cores,

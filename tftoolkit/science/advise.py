@@ -14,9 +14,9 @@ falls, so a value measured early in training understates the batch that pays off
 The recommendation: the replica count N whose global batch N × per-replica batch is closest to B_crit on
 a log scale (a power of two, as GPU counts come), capped at ``max_replicas``. If the per-replica batch
 alone exceeds B_crit, more GPUs only burn examples: one GPU, and a smaller batch if its memory allows.
-With an interconnect (``interconnect=``) the run's compute time and the scaling model
-(``tftoolkit.predict``) add the predicted time to reach the same loss, relative to one GPU:
-S(N·b)/S(b) × t_step(N)/t_step(1).
+With an interconnect (``interconnect=``), the count with the least time x GPU-time to the same loss from predict's
+model (``timetoloss``: recommend()'s count where communication does not lengthen the step, fewer where it does),
+and the fastest count beside it in its terms: how much sooner, at how many times its GPU-time.
 
 Past the memory cap: when the GPUs are capped (``max_replicas``) below the count B_crit asks for, the batch B_crit
 asks for is still reachable by gradient accumulation, if advise knows how much a replica holds (the cap:
@@ -43,10 +43,10 @@ from ..errors import ConfigError, DataError, RunDirError
 from ..fileio import read_json
 from ..plots import batch as bplots
 from ..plots.theme import save_figure
-from . import inputlimit
-from .calibration import calibrate_summary, gpu_forecast_refusal
+from . import inputlimit, timetoloss
+from .calibration import calibrate_summary, gpu_forecast_refusal, handwritten
 from .comms import parse_link
-from .forecast import exchange, layouts, step_parts
+from .forecast import layouts
 from .inputlimit import add_input_limit, host_fields, input_host, input_lines
 
 # What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
@@ -124,12 +124,16 @@ def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT
                     f"--max-replicas cap and {max_per_replica_batch} the most a replica holds, so "
                     + (f"each replica sums {k} micro-batches of {per_replica_batch} per step" if k > 1
                        else f"the per-replica batch rises to {per_replica_batch}"))
-    return {"replicas": n, "global_batch": int(batch), "per_replica_batch": int(min(per_replica_batch, batch)),
-            "accumulate": int(k), "max_per_replica_batch": max_per_replica_batch,
-            "train_with": f"--replicas {n} --per-replica-batch {int(min(per_replica_batch, batch))}"
-                          + (f" --accumulate {k}" if k > 1 else ""),
-            "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit)),
-            "note": note}
+    return {**_recommendation(n, batch, per_replica_batch, k, max_per_replica_batch, b_crit), "note": note}
+
+
+def _recommendation(n: int, batch: int, per_replica_batch: int, k: int, cap: int | None, b_crit: float) -> dict:
+    """advice.json's ``recommended`` (less its note) for ``n`` GPUs at global ``batch`` in ``k`` micro-batches."""
+    b = int(min(per_replica_batch, batch))
+    return {"replicas": n, "global_batch": int(batch), "per_replica_batch": b, "accumulate": int(k),
+            "max_per_replica_batch": cap,
+            "train_with": f"--replicas {n} --per-replica-batch {b}" + (f" --accumulate {k}" if k > 1 else ""),
+            "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit))}
 
 
 def _point(p) -> tuple[int, int, int, int] | None:
@@ -162,49 +166,46 @@ def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DE
     return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
 
 
-def add_time(frame: pd.DataFrame, summary: dict, interconnect: str, inter_host: str = "ib200",
-             gpus_per_host: int = 8, per_replica_batch: int | None = None) -> pd.DataFrame:
-    """Predicted step time and time-to-the-same-loss relative to one GPU at ``per_replica_batch`` (default:
-    the run's), from the scaling model."""
-    cal = calibrate_summary(summary, "summary.json")
-    intra, inter = parse_link(interconnect), parse_link(inter_host)
-    out = frame.copy()
-    if "accumulate" not in out.columns:
-        out["accumulate"], out["per_replica_batch"] = 1, out["global_batch"] / out["replicas"]
-    out["step_time_s"] = [_step_time(cal, int(n), b, gpus_per_host, intra, inter, int(k))
-                          for n, b, k in zip(out["replicas"], out["per_replica_batch"], out["accumulate"])]
-    b1 = per_replica_batch or summary["per_replica_batch"]
-    base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1) & (out["accumulate"] == 1)].iloc[0]
-    out["time_ratio"] = out["steps_ratio"] / base["steps_ratio"] * out["step_time_s"] / base["step_time_s"]
-    out["gpu_time_ratio"] = out["time_ratio"] * out["replicas"]
-    out["interconnect"] = intra.name
-    return out
-
-
-def _step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=None, inter=None,
-               accumulate: int = 1) -> float:
-    """predict's step time on ``n`` GPUs (whole hosts of ``gpus_per_host`` past one) of ``accumulate`` micro-steps,
-    all-reducing as the run did (its dtype and packs); compute alone without ``intra``."""
-    g, hosts = (n, 1) if n <= gpus_per_host else (gpus_per_host, int(math.ceil(n / gpus_per_host)))
-    if intra is None:
-        return cal.compute_at(n, per_replica_batch, "dedicated", accumulate)
-    ex = exchange(cal, accumulate=accumulate)
-    return step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
+def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batch: int) -> tuple[pd.DataFrame, dict, dict]:
+    """timetoloss.rank's pick as the recommendation: recommend()'s ``rec`` where it is the pick, else the picked
+    count at ``per_replica_batch`` with a note saying what the critical batch alone asked for and why not. Returns
+    (the ranked frame, the recommendation, advice.json's ``time_model`` figures)."""
+    out, best, fields = timetoloss.rank(frame, per_replica_batch)
+    row, n0 = out.loc[best], rec["replicas"]
+    if not out.at[best, "critical_batch"]:
+        n = int(row["replicas"])
+        pick = out.loc[out["critical_batch"]].iloc[0]
+        asked = f"global batch {rec['global_batch']} ({rec['train_with']})"
+        if n < n0:
+            why = (f"would ask for {asked}, but with the all-reduce there a doubling past {n} GPU(s) cuts the time by "
+                   f"less than {timetoloss.DOUBLING_PAYS:.2f}x")
+        elif n == n0:
+            why = (f"would ask for {asked}, which takes {pick['time_ratio'] / row['time_ratio']:.2f}x the time: on the "
+                   "same GPUs a larger batch takes more examples, so more time, to the same loss")
+        else:
+            why = f"would ask for {asked}; over this link more GPUs still pay"
+        rec = {**_recommendation(n, n * per_replica_batch, per_replica_batch, 1, rec["max_per_replica_batch"], b_crit),
+               "note": (f"{n} GPU(s) x {per_replica_batch} = global batch {n * per_replica_batch}, the least time x "
+                        f"GPU-time to the same loss over {row['interconnect']} (the critical batch {b_crit:.3g} alone "
+                        f"{why})")}
+    return out, rec, {**fields, "critical_batch_replicas": int(n0)}
 
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
-                gpus_per_host: int, host_cores: int | None = None) -> tuple[pd.DataFrame | None, dict]:
+                gpus_per_host: int, host_cores: int | None = None, written_by_hand: str = "",
+                ) -> tuple[pd.DataFrame | None, dict]:
     """At which GPU count the input of hosts like the run's (or of ``host_cores`` cores) becomes the limit, at
     ``per_replica_batch``: (the frame per GPU count with predict's input columns, advice.json's ``input_limit``).
 
     The images/sec each count consumes come from predict's model, over ``interconnect`` when given (the time model
     above). Without one, from the compute alone: N x the batch over one GPU's step, the most N GPUs could consume,
-    so the count it names is the earliest at which input could become the limit."""
+    so the count it names is the earliest at which input could become the limit. ``written_by_hand``: why the
+    summary is taken as written by hand (calibration.handwritten), so that no refusal calls its figures measured."""
     host, why = input_host(s, host_cores)
     if host is None:
         return None, {"forecast": False, "why": why}
     try:
-        cal = calibrate_summary(s, "summary.json")
+        cal = calibrate_summary(s, "summary.json", handwritten=written_by_hand)
     except RunDirError as e:
         return None, {**host_fields(host), "forecast": False, "why": f"no throughput to compare it with: {e}"}
     refusal = gpu_forecast_refusal(cal, "dedicated", ADVISE_REMEDY)
@@ -216,7 +217,7 @@ def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect
     rows = []
     for hosts, g in layouts(max_replicas, gpus_per_host):
         n = hosts * g
-        t = _step_time(cal, n, per_replica_batch, gpus_per_host, intra, inter)
+        t = timetoloss.step_time(cal, n, per_replica_batch, gpus_per_host, intra, inter)
         rows.append({"replicas": n, "hosts": hosts, "global_batch": n * per_replica_batch, "step_time_s": t,
                      "images_per_sec": n * per_replica_batch / t})
     frame = add_input_limit(pd.DataFrame(rows), host, gpus_per_host)
@@ -282,11 +283,13 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         raise ConfigError(f"--per-replica-batch {per_replica_batch} is over the {cap} a replica holds ({cap_source}); "
                           f"give {cap} or less")
     b = int(per_replica_batch or (s["per_replica_batch"] if cap is None else min(s["per_replica_batch"], cap)))
-    input_frame, input_fields = input_limit(s, b, max_replicas, interconnect, inter_host, gpus_per_host, host_cores)
+    by_hand = handwritten(run_dir)
+    input_frame, input_fields = input_limit(s, b, max_replicas, interconnect, inter_host, gpus_per_host, host_cores,
+                                            by_hand)
     run_k = int(s.get("accumulate") or 1)
     current_batch = int(s.get("global_batch", s["per_replica_batch"] * s["replicas"] * run_k))
     usable = math.isfinite(b_crit) and b_crit > 0
-    time_refused = None
+    time_refused, time_fields = None, {}
     if usable:
         rec = recommend(b_crit, b, max_replicas, cap)
         if cap is not None:
@@ -296,12 +299,16 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                                recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
                                             rec["accumulate"]))
         if interconnect:
-            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json"), "dedicated", ADVISE_REMEDY)
+            refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json", handwritten=by_hand), "dedicated",
+                                           ADVISE_REMEDY)
             if refusal:
                 time_refused = f"no time-to-loss model over {interconnect}: {refusal}"
                 interconnect = None
             else:
-                frame = add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+                frame = timetoloss.add_time(frame, s, interconnect, inter_host, gpus_per_host, b)
+                frame, rec, time_fields = pick_by_time(frame, rec, b_crit, b)
+                if cap is not None:
+                    rec["max_per_replica_batch_source"] = cap_source
         current = {"replicas": s["replicas"], "global_batch": current_batch,
                    **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
@@ -330,10 +337,10 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     if time_refused:
         result["time_model_refused"] = time_refused
     if interconnect and usable:
-        fastest = frame.loc[frame["time_ratio"].idxmin()]
-        result["time_model"] = {"interconnect": interconnect, "inter_host": inter_host,
-                                "fastest_replicas": int(fastest["replicas"]),
-                                "fastest_time_ratio": float(fastest["time_ratio"])}
+        # A plan that never leaves one host names no link between hosts.
+        result["time_model"] = {"interconnect": interconnect,
+                                "inter_host": inter_host if max_replicas > gpus_per_host else None,
+                                "gpus_per_host": gpus_per_host, **time_fields}
     out = Path(out) if out is not None else Path(run_dir)
     fileio.write_csv(out / "tradeoff.csv", frame)
     fileio.write_json(out / "advice.json", result)
@@ -388,7 +395,6 @@ def advice_text(result: dict) -> str:
     if result.get("time_model_refused"):
         lines.append(result["time_model_refused"])
     if "time_model" in result:
-        tm = result["time_model"]
-        lines.append(f"with {tm['interconnect']} (+ {tm['inter_host']} between hosts): fastest to the same loss at "
-                     f"{tm['fastest_replicas']} GPUs ({tm['fastest_time_ratio']:.2f} x the time on 1 GPU)")
+        lines += timetoloss.time_lines(result["time_model"])
     return "\n".join(lines + input_lines(result.get("input_limit")))
+

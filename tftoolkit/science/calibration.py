@@ -8,6 +8,12 @@ the step it was timed interleaved with, times ``step_time_s``: on_training_clock
 replica has its own device) compute depends only on the per-replica batch: constant in weak scaling, and
 proportional to the per-replica batch in strong scaling. With ``devices="shared"`` (CPU-simulated replicas: every
 replica runs on the same host cores) compute is proportional to the total examples per step, N × per-replica batch.
+
+Measured or written by hand: a run directory tftoolkit trained holds, beside summary.json, the files a run writes
+as it starts and as it logs (RUN_FILES: config.json with the run's config, env.json, steps.csv; tftoolkit/rundir.py).
+One with a summary.json alone, or without those files, is taken as written by hand (a published table's figures
+copied into a summary): its figures are the summary's, and no label calls them measured (Calibration.label,
+measured_by_tftoolkit).
 """
 
 from __future__ import annotations
@@ -21,13 +27,19 @@ import pandas as pd
 
 from .. import summary
 from ..config import DTYPE_BYTES
+from ..fileio import read_json
 from ..errors import ConfigError, DataError, RunDirError
 
 # The summary.json fields the model is calibrated and checked with.
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
                       "images_per_sec", "images_per_sec_uncertainty", "device_kind", "communication_fraction",
                       "step_time_no_input_s", "accumulate", "allreduce_dtype", "allreduce_packs",
-                      "breakdown_step_time_s")
+                      "breakdown_step_time_s", "workers", "replicas_per_worker")
+# What a run tftoolkit trained writes beside its summary.json (training/api.py, training/run_records.py).
+RUN_FILES = ("config.json", "env.json", "steps.csv")
+# Written by hand into a summary.json or as a table's columns, the hosts a measured run spanned (no run records them).
+LAYOUT_KEYS = ("hosts", "gpus_per_host")
+DEFAULT_GPUS_PER_HOST = 8
 
 
 def on_training_clock(s: dict, key: str) -> float:
@@ -54,16 +66,25 @@ class Calibration:
     accumulate: int = 1        # the run's micro-batches per optimizer step (its step's compute is this many)
     allreduce_dtype: str = "float32"  # the dtype its gradient_bytes were moved in
     allreduce_packs: int = 1   # the packs it all-reduced them in
+    handwritten: str = ""      # why the run directory is taken as written by hand ("": a run tftoolkit trained)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the compute was measured by tftoolkit in the run (not given, not a summary written by hand)."""
+        return not self.given and not self.handwritten
 
     @property
     def label(self) -> str:
         """Where the compute figure comes from, for every forecast made with it."""
         if self.given:
             return f"compute {self.compute_s * 1e3:.3g} ms/step given (--compute-ms)"
-        if self.accumulate > 1:
-            return (f"compute {self.compute_s * 1e3:.3g} ms per micro-step measured on "
-                    f"{self.device_kind or 'unknown devices'} ({self.source} / accumulate {self.accumulate})")
-        return f"compute {self.compute_s * 1e3:.3g} ms/step measured on {self.device_kind or 'unknown devices'} ({self.source})"
+        per = " per micro-step" if self.accumulate > 1 else "/step"
+        source = self.source + (f" / accumulate {self.accumulate}" if self.accumulate > 1 else "")
+        if self.handwritten:
+            return (f"compute {self.compute_s * 1e3:.3g} ms{per} from the run directory's summary.json ({source}, on "
+                    f"{self.device_kind or 'unknown devices'} as written there; not measured by tftoolkit: "
+                    f"{self.handwritten})")
+        return f"compute {self.compute_s * 1e3:.3g} ms{per} measured on {self.device_kind or 'unknown devices'} ({source})"
 
     def compute_at(self, replicas: int, per_replica_batch: float, devices: str, accumulate: int = 1) -> float:
         """Compute of one optimizer step of ``accumulate`` micro-steps at ``per_replica_batch`` on ``replicas``."""
@@ -86,13 +107,35 @@ def finite(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def handwritten(run_dir) -> str:
+    """Why ``run_dir`` is taken as written by hand, not trained by tftoolkit ("" for a run it trained): the RUN_FILES
+    it lacks, or a config.json that is not a run's ({"config": {...}})."""
+    d = Path(run_dir)
+    missing = [f for f in RUN_FILES if not (d / f).exists()]
+    if missing:
+        return f"the directory has no {', '.join(missing)} of a tftoolkit run"
+    try:
+        config = read_json(d / "config.json")
+    except (OSError, ValueError):
+        config = None
+    if not (isinstance(config, dict) and isinstance(config.get("config"), dict)):
+        return "its config.json is not a tftoolkit run's"
+    return ""
+
+
+def measured_by_tftoolkit(run_dir) -> bool:
+    """Whether ``run_dir``'s figures were measured by tftoolkit (a run it trained, not a summary written by hand)."""
+    return not handwritten(run_dir)
+
+
 def calibrate(run_dir, compute_ms: float | None = None) -> Calibration:
-    """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing.
+    """Compute time, batch and gradient size from RUN_DIR/summary.json; says which fields are missing, and whether
+    the directory is a run tftoolkit trained or a summary written by hand (``handwritten``).
     ``compute_ms``: the step's compute in ms at the run's per-replica batch on one GPU, given instead."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         raise RunDirError(f"{run_dir} has no summary.json; give a run directory written by `tftoolkit train`")
-    return calibrate_summary(summary.read(path), str(path), compute_ms)
+    return calibrate_summary(summary.read(path), str(path), compute_ms, handwritten=handwritten(run_dir))
 
 
 PREDICT_REMEDY = ("Give --compute-ms (one GPU's compute of one step at this per-replica batch), a run measured on a "
@@ -106,7 +149,8 @@ def gpu_forecast_refusal(cal: Calibration, devices: str, remedy: str = PREDICT_R
     if devices != "dedicated" or cal.given or cal.device_kind == "GPU":
         return None
     step = "micro-step" if cal.accumulate > 1 else "step"
-    return (f"this run's compute ({cal.compute_s * 1e3:.3g} ms per {step}) was measured on {cal.device_kind or 'non-GPU'} "
+    where = "is written in its summary.json as on" if cal.handwritten else "was measured on"
+    return (f"this run's compute ({cal.compute_s * 1e3:.3g} ms per {step}) {where} {cal.device_kind or 'non-GPU'} "
             "replicas; a GPU computes that step far faster, so a GPU forecast from it would understate how much "
             f"communication costs. {remedy}")
 
@@ -131,9 +175,11 @@ def exchange_of(s: dict, where: str = "summary") -> tuple[int, str, int]:
     return int(k), str(dtype), int(packs)
 
 
-def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None = None) -> Calibration:
+def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None = None, *,
+                      handwritten: str = "") -> Calibration:
     """The calibration from a summary. ``compute_ms``: one GPU's compute of one forward/backward pass at the run's
-    per-replica batch (one micro-batch's, with accumulation), in ms, instead of the run's own."""
+    per-replica batch (one micro-batch's, with accumulation), in ms, instead of the run's own. ``handwritten``: why
+    the summary is taken as written by hand (calibration.handwritten of its run directory; "": measured)."""
     accumulate, dtype, packs = exchange_of(s, where)
     if compute_ms is not None:
         if not (finite(compute_ms) and compute_ms > 0):
@@ -165,14 +211,41 @@ def calibrate_summary(s: dict, where: str = "summary", compute_ms: float | None 
                   else float(s["params"]) * DTYPE_BYTES[dtype])
     # The run's step and compute times are per optimizer step: K micro-steps of the per-replica batch.
     return Calibration(compute / accumulate, float(s["per_replica_batch"]), int(replicas), grad_bytes, source,
-                       str(s.get("device_kind") or ""), compute_ms is not None, accumulate, dtype, packs)
+                       str(s.get("device_kind") or ""), compute_ms is not None, accumulate, dtype, packs, handwritten)
 
 
 
-def measured_frame(sources) -> pd.DataFrame:
+def host_layout(record, replicas: int, gpus_per_host: int, where: str) -> tuple[int, int, str]:
+    """(hosts, GPUs per host, where that comes from) of a measured run of ``replicas`` GPUs, from ``record`` (a
+    summary or a table's row): its ``hosts`` (and ``gpus_per_host``), written by hand, as no run records them; else
+    a multi-worker run's ``workers`` x ``replicas_per_worker``, one worker per host as multi-worker training places
+    them; else whole hosts of ``gpus_per_host`` (predict's --gpus-per-host), as the forecast lays GPUs out."""
+    def get(key):
+        v = record.get(key)
+        return int(v) if finite(v) and v >= 1 and v == int(v) else None
+
+    hosts, per_host = get("hosts"), get("gpus_per_host")
+    if hosts or per_host:
+        hosts = hosts or -(-replicas // per_host)
+        per_host, how = per_host or replicas // hosts, "its hosts and gpus_per_host"
+    elif (get("workers") or 1) > 1 and get("replicas_per_worker"):
+        hosts, per_host, how = get("workers"), get("replicas_per_worker"), "its workers, taken as one per host"
+    elif replicas <= gpus_per_host:
+        return 1, replicas, f"one host (--gpus-per-host {gpus_per_host})"
+    else:
+        hosts = -(-replicas // gpus_per_host)
+        per_host, how = replicas // hosts, f"whole hosts of --gpus-per-host {gpus_per_host}"
+    if hosts * per_host != replicas:
+        raise DataError(f"{where}: {replicas} GPUs are not {hosts} host(s) x {per_host} (from {how}); write its hosts "
+                        "and gpus_per_host (a summary.json's fields, a table's columns)")
+    return hosts, per_host, how
+
+
+def measured_frame(sources, gpus_per_host: int = DEFAULT_GPUS_PER_HOST) -> pd.DataFrame:
     """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
     ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv; each with the
-    ``accumulate``, ``allreduce_dtype`` and ``allreduce_packs`` it ran with (1, float32, 1 where not recorded)."""
+    ``accumulate``, ``allreduce_dtype`` and ``allreduce_packs`` it ran with (1, float32, 1 where not recorded) and
+    the ``hosts`` x ``gpus_per_host`` it ran on (host_layout, with ``layout`` saying from what)."""
 
     rows = []
     for src in sources:
@@ -187,7 +260,10 @@ def measured_frame(sources) -> pd.DataFrame:
             ips, ips_err = s.get("images_per_sec"), s.get("images_per_sec_uncertainty")
             rel = ips_err / ips if finite(ips) and finite(ips_err) and ips > 0 else math.nan
             k, dtype, packs = exchange_of(s, f"{p}/summary.json")
+            hosts, per_host, how = host_layout(s, int(s["replicas"]), gpus_per_host, f"{p}/summary.json")
             rows.append({"source": str(p), "replicas": int(s["replicas"]), "per_replica_batch": s["per_replica_batch"],
+                         "hosts": hosts, "gpus_per_host": per_host, "layout": how,
+                         "measured_by_tftoolkit": measured_by_tftoolkit(p),
                          "accumulate": k, "allreduce_dtype": dtype, "allreduce_packs": packs,
                          "step_time_s": s["step_time_s"], "step_time_uncertainty_s": s["step_time_s"] * rel,
                          "compute_time_s": s.get("compute_time_s", math.nan),
@@ -205,7 +281,11 @@ def measured_frame(sources) -> pd.DataFrame:
                 df["per_replica_batch"] = df["global_batch"] / (df["replicas"] * df["accumulate"])
             for _, r in df.iterrows():
                 k, dtype, packs = exchange_of({c: r[c] for c in defaults}, str(p))
+                layout = {c: r[c] for c in LAYOUT_KEYS if c in df.columns}
+                hosts, per_host, how = host_layout(layout, int(r["replicas"]), gpus_per_host, str(p))
                 rows.append({"source": str(p), "replicas": int(r["replicas"]), "per_replica_batch": r["per_replica_batch"],
+                             "hosts": hosts, "gpus_per_host": per_host, "layout": how,
+                             "measured_by_tftoolkit": False,  # a table: where its figures came from is not known
                              "accumulate": k, "allreduce_dtype": dtype, "allreduce_packs": packs,
                              "step_time_s": r["step_time_s"], "step_time_uncertainty_s": math.nan,
                              "compute_time_s": r.get("compute_time_s", math.nan),

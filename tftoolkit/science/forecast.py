@@ -1,6 +1,6 @@
 """The forecast tables: one optimizer step's compute, all-reduce and hidden part on hosts x GPUs (step_parts),
 the table over GPU counts (predict), where communication overtakes compute (crossover), and the model against
-measured runs (compare, measured_point).
+measured runs (compare, run_point).
 
 K micro-batches per optimizer step (``accumulate``), P packs (``allreduce_packs``), S the bytes one all-reduce
 moves in its dtype (``allreduce_dtype``); each defaults to the calibration run's.
@@ -36,10 +36,9 @@ import pandas as pd
 from .. import summary
 from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
-from .calibration import Calibration, exchange_of, finite, on_training_clock
+from .calibration import DEFAULT_GPUS_PER_HOST, Calibration, exchange_of, finite, handwritten, on_training_clock
 from .comms import BACKWARD_SHARE, Link, allreduce_time, hidden_time
 
-DEFAULT_GPUS_PER_HOST = 8
 DEVICES = ("dedicated", "shared")
 
 
@@ -177,17 +176,26 @@ def crossover(frame: pd.DataFrame) -> dict:
 
 
 def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str = "dedicated",
-            overlap: float | None = None, algorithm: str = "ring") -> pd.DataFrame:
-    """Predicted vs measured step time at each measured replica count (single host, ``link``), each run modelled
-    with the accumulation, all-reduce dtype and packs it ran with (measured_frame's columns; the calibration's
-    where a frame lacks them)."""
+            overlap: float | None = None, algorithm: str = "ring", inter: Link | None = None,
+            nics_per_host: int = 1) -> pd.DataFrame:
+    """Predicted vs measured step time at each measured run, each modelled on the hosts x GPUs it ran on (``link``
+    inside a host, ``inter`` between hosts) with the accumulation, all-reduce dtype and packs it ran with
+    (measured_frame's columns; one host, and the calibration's exchange, where a frame lacks them). A run over
+    several hosts with no ``inter`` is refused: the link between its hosts is not known."""
     out = measured.copy()
+    if "hosts" not in out.columns:
+        out["hosts"], out["gpus_per_host"], out["layout"] = 1, out["replicas"], "one host"
     parts = []
     for _, r in out.iterrows():
+        hosts, per_host = int(r["hosts"]), int(r["gpus_per_host"])
+        if hosts > 1 and inter is None:
+            raise ConfigError(f"{r.get('source', 'a measured run')} ran {int(r['replicas'])} GPUs on {hosts} hosts "
+                              f"({r['layout']}); give --inter-host, the link between its hosts, to compare with it")
         ex = exchange(cal, r.get("allreduce_dtype"), _int_or_none(r.get("allreduce_packs")),
                       _int_or_none(r.get("accumulate")), overlap)
-        parts.append(step_parts(cal, 1, int(r["replicas"]), float(r["per_replica_batch"]), link, None, ex,
-                                devices=devices, algorithm=algorithm))
+        parts.append(step_parts(cal, hosts, per_host, float(r["per_replica_batch"]), link,
+                                inter if hosts > 1 else None, ex, devices=devices, nics_per_host=nics_per_host,
+                                algorithm=algorithm))
     out["predicted_compute_s"] = [x["compute_s"] for x in parts]
     out["predicted_allreduce_s"] = [x["allreduce_s"] for x in parts]
     out["predicted_step_time_s"] = [x["step_time_s"] for x in parts]
@@ -200,31 +208,36 @@ def _int_or_none(v):
 
 
 
-def measured_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None,
-                   cal: Calibration | None = None) -> dict | None:
-    """The run's own measurement beside the forecast at its replica count (each scenario's predicted step time and
+def run_point(run_dir, frame: pd.DataFrame, ex: ExchangeModel | None = None,
+              cal: Calibration | None = None) -> dict | None:
+    """The run's own step time beside the forecast at its replica count (each scenario's predicted step time and
     communication fraction, and their error), when the forecast covers it with the run's own accumulation and
     all-reduce (``ex``: the forecast's); None when it does not, and when it could not check anything (``cal``):
     the forecast's compute was taken from that very point (one replica: its step is the calibration), or was given
-    (--compute-ms) for devices other than the run's (a GPU's compute against a CPU-simulated step)."""
+    (--compute-ms) for devices other than the run's (a GPU's compute against a CPU-simulated step).
+
+    ``measured_by_tftoolkit`` and ``source`` say whether the step time was measured in a run tftoolkit trained or
+    is a figure of a summary.json written by hand (calibration.handwritten): only the first is called measured."""
     s = summary.read(Path(run_dir) / "summary.json")
     if cal is not None and ((cal.given and s.get("device_kind") != "GPU")
                             or (not cal.given and cal.replicas == 1 and s.get("replicas") == 1)):
         return None
     n = s.get("replicas")
-    measured = (on_training_clock(s, "step_time_no_input_s") if finite(s.get("step_time_no_input_s"))
-                else s.get("step_time_s"))
-    if not (finite(n) and finite(measured)) or frame.empty or n not in set(frame["replicas"]):
+    step = (on_training_clock(s, "step_time_no_input_s") if finite(s.get("step_time_no_input_s"))
+            else s.get("step_time_s"))
+    if not (finite(n) and finite(step)) or frame.empty or n not in set(frame["replicas"]):
         return None
     if ex is not None and (ex.accumulate, ex.dtype, ex.packs) != exchange_of(s):
         return None
+    why = handwritten(run_dir)
     rows = {}
     for name, g in frame[frame["replicas"] == n].groupby("scenario", sort=False):
         r = g.iloc[0]
         rows[name] = {"predicted_step_time_s": float(r["step_time_s"]),
-                      "error": float(r["step_time_s"] / measured - 1),
+                      "error": float(r["step_time_s"] / step - 1),
                       "predicted_communication_fraction": float(r["allreduce_s"] / (r["allreduce_s"] + r["compute_s"]))}
-    return {"replicas": int(n), "measured_step_time_s": float(measured),
-            "measured_communication_fraction": s.get("communication_fraction"),
-            "device_kind": s.get("device_kind"), "scenarios": rows}
-
+    return {"replicas": int(n), "step_time_s": float(step), "communication_fraction": s.get("communication_fraction"),
+            "device_kind": s.get("device_kind"), "measured_by_tftoolkit": not why,
+            "source": ("measured by tftoolkit in this run" if not why
+                       else f"the run directory's summary.json, not measured by tftoolkit ({why})"),
+            "scenarios": rows}

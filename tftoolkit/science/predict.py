@@ -34,8 +34,7 @@ from ..plots import predict as pplots
 from ..plots.theme import save_figure
 from .calibration import calibrate, finite, gpu_forecast_refusal, measured_frame
 from .comms import ALGORITHMS, INTRA_PRESETS, Link, fit_link, parse_link, read_allreduce_csvs
-from .forecast import (DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchange,
-                       measured_point, predict)
+from .forecast import DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchange, predict, run_point
 from . import validation
 from .inputlimit import input_host, input_lines, with_input_limit
 from .planner import Plan
@@ -164,9 +163,10 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
         "overlap_model": ex.note, "overlap_modelled": ex.modelled,
         "calibration": {"compute_s": cal.compute_s, "per_replica_batch": cal.per_replica_batch,
                         "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.label,
-                        "device_kind": cal.device_kind, "given": cal.given, "accumulate": cal.accumulate,
+                        "device_kind": cal.device_kind, "given": cal.given, "measured_by_tftoolkit": cal.measured,
+                        "accumulate": cal.accumulate,
                         "allreduce_dtype": cal.allreduce_dtype, "allreduce_packs": cal.allreduce_packs},
-        "measured_point": measured_point(run_dir, frame, ex, cal),
+        "run_point": run_point(run_dir, frame, ex, cal),
         "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
                   for lk in links + ([inter] if inter is not None else [])},
         "allreduce_fit": fit,
@@ -178,8 +178,15 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
     }
     comparison = None
     if sc.measured:
-        comparison = compare(cal, links[0], measured_frame(sc.measured), sc.devices, sc.overlap, sc.algorithm)
-        result["comparison"] = {"link": links[0].name,
+        comparison = compare(cal, links[0], measured_frame(sc.measured, sc.gpus_per_host), sc.devices, sc.overlap,
+                             sc.algorithm, inter, sc.nics_per_host)
+        several = comparison["hosts"] > 1
+        result["comparison"] = {"link": links[0].name, "inter_host": inter.name if several.any() else None,
+                                "layouts": sorted({f"{int(h)} x {int(g)}" for h, g in
+                                                   zip(comparison["hosts"], comparison["gpus_per_host"])}),
+                                "runs": len(comparison),
+                                "not_measured_by_tftoolkit": sorted(set(
+                                    comparison.loc[~comparison["measured_by_tftoolkit"].astype(bool), "source"])),
                                 "median_abs_error": float(comparison["error"].abs().median()),
                                 "max_abs_error": float(comparison["error"].abs().max())}
     fileio.write_csv(out / "prediction.csv", frame)
@@ -219,18 +226,28 @@ def forecast_text(result: dict) -> str:
         where = (f"communication overtakes compute at {cross} replicas" if cross
                  else f"compute stays larger than communication up to {int(g['replicas'].max())} replicas")
         lines.append(f"{name}: efficiency {eff}; {where}")
-    mp = result.get("measured_point")
+    mp = result.get("run_point")
     if mp:
+        # Only a run tftoolkit trained was measured; a summary written by hand holds someone's figures.
+        where = ("measured" if mp["measured_by_tftoolkit"]
+                 else "the run directory's summary.json (not measured by tftoolkit)")
+        said = "measured" if mp["measured_by_tftoolkit"] else "in the summary"
         for name, r in mp["scenarios"].items():
-            frac = mp.get("measured_communication_fraction")
-            lines.append(f"measured at {mp['replicas']} replica(s) ({mp['device_kind']}): step "
-                         f"{mp['measured_step_time_s'] * 1e3:.2f} ms against {name}'s {r['predicted_step_time_s'] * 1e3:.2f} ms "
-                         f"({r['error']:+.0%})" + (f"; communication {frac:.0%} measured, "
+            frac = mp.get("communication_fraction")
+            lines.append(f"{where} at {mp['replicas']} replica(s) ({mp['device_kind']}): step "
+                         f"{mp['step_time_s'] * 1e3:.2f} ms against {name}'s {r['predicted_step_time_s'] * 1e3:.2f} ms "
+                         f"({r['error']:+.0%})" + (f"; communication {frac:.0%} {said}, "
                                                    f"{r['predicted_communication_fraction']:.0%} predicted"
                                                    if finite(frac) else ""))
     if result.get("comparison"):
         c = result["comparison"]
-        lines.append(f"predicted vs measured step time ({c['link']}): median |error| {c['median_abs_error']:.1%}, "
+        link = c["link"] + (f" + {c['inter_host']} between hosts" if c.get("inter_host") else "")
+        hosts = f", each run on its own hosts x GPUs ({', '.join(c['layouts'])})" if c.get("layouts") else ""
+        others = c.get("not_measured_by_tftoolkit") or []
+        against = ("measured step time" if not others else
+                   f"the given step times ({len(others)} of {c['runs']} not measured by tftoolkit: summaries written "
+                   "by hand or tables)")
+        lines.append(f"predicted vs {against} over {link}{hosts}: median |error| {c['median_abs_error']:.1%}, "
                      f"max {c['max_abs_error']:.1%}")
     return "\n".join(lines + input_lines(result.get("input_limit")))
 
