@@ -249,3 +249,8 @@ def test_an_achieved_fraction_is_fitted_per_family_chip_and_unit_and_never_cross
     # mixed precision on a V100 has a fraction of its own (the FP16 tensor cores' peak), not float32's
     assert validation.fraction_for(v, "resnet50", "v100", "mixed_float16") != \
         validation.fraction_for(v, "resnet50", "v100", "float32")
+
+
+def test_algorithms_that_need_the_catalogue_are_refused_with_a_run_directory_in_one_line():
+    with pytest.raises(ConfigError, match="without a run directory, with --gpu"):
+        predict.Scenario(algorithm="host")

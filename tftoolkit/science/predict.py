@@ -84,7 +84,10 @@ class Scenario:
         if self.devices not in DEVICES:
             raise ConfigError(f"devices must be one of {', '.join(DEVICES)}, got {self.devices!r}")
         if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"all-reduce algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+            raise ConfigError(f"all-reduce algorithm must be one of {', '.join(ALGORITHMS)} with a run directory, got "
+                              f"{self.algorithm!r}" + (" (it needs the catalogue's hardware: forecast without a run "
+                                                        "directory, with --gpu)" if self.algorithm in
+                                                       ("host", "ring-in-order") else ""))
         for flag, v in (("--max-replicas", self.max_replicas), ("--gpus-per-host", self.gpus_per_host),
                         ("--nics-per-host", self.nics_per_host)):
             if not (whole_number(v) and v >= 1):
