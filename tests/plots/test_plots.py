@@ -223,3 +223,16 @@ def test_themed_figures_do_not_change_global_style():
     before = dict(matplotlib.rcParams)
     scaling.plot_efficiency(pd.DataFrame({"replicas": [1, 2], "images_per_sec": [1.0, 1.5]}))
     assert dict(matplotlib.rcParams) == before
+
+
+def test_predicted_vs_measured_never_calls_a_reported_step_measured():
+    from tftoolkit.plots import predict as predict_plots
+    frame = pd.DataFrame({"replicas": [1, 2, 4], "step_time_s": [0.1, 0.11, 0.12],
+                          "predicted_step_time_s": [0.1, 0.105, 0.125], "predicted_compute_s": [0.1, 0.1, 0.1],
+                          "error": [0.0, -0.05, 0.04], "measured_by_tftoolkit": [True, False, False]})
+    fig = predict_plots.predicted_vs_measured(frame)
+    _render(fig)
+    labels = set(fig.axes[0].get_legend_handles_labels()[1])
+    assert {"measured step", "reported step (not measured by tftoolkit)"} <= labels
+    hand = predict_plots.predicted_vs_measured(frame.assign(measured_by_tftoolkit=False))
+    assert "measured step" not in set(hand.axes[0].get_legend_handles_labels()[1])

@@ -74,9 +74,18 @@ def predicted_vs_measured(frame: pd.DataFrame) -> Figure:
     yerr = df["step_time_uncertainty_s"].to_numpy() * ms if "step_time_uncertainty_s" in df.columns else None
     if yerr is not None and not np.isfinite(yerr).any():
         yerr = None
-    ax.errorbar(x, df["step_time_s"] * ms, yerr=yerr, fmt="o", color="black", capsize=3, label="measured step")
+    # A step time tftoolkit did not measure (a hand-written summary.json, a table) is drawn hollow and labelled so.
+    ours = (df["measured_by_tftoolkit"].fillna(False).astype(bool).to_numpy() if "measured_by_tftoolkit" in df.columns
+            else np.ones(len(df), dtype=bool))
+    for mask, face, label in ((ours, "black", "measured step"),
+                              (~ours, "none", "reported step (not measured by tftoolkit)")):
+        if mask.any():
+            ax.errorbar(x[mask], (df["step_time_s"] * ms).to_numpy()[mask],
+                        yerr=None if yerr is None else yerr[mask], fmt="o", color="black", mfc=face, capsize=3,
+                        label=label)
     if "compute_time_s" in df.columns and np.isfinite(df["compute_time_s"]).any():
-        ax.plot(x, df["compute_time_s"] * ms, "x", color="#4c72b0", label="measured compute part")
+        ax.plot(x, df["compute_time_s"] * ms, "x", color="#4c72b0",
+                label="measured compute part" if ours.all() else "compute part (as recorded)")
     for xi, yi, e in zip(x, df["step_time_s"] * ms, df["error"]):
         ax.annotate(f"{e:+.0%}", (xi, yi), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
     replicas_axis(ax, x)
