@@ -10,7 +10,7 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, DataError, RunDirError
-from tftoolkit.science import calibration, comms, forecast, predict
+from tftoolkit.science import calibration, comms, forecast, predict, validation
 from tftoolkit.science.calibration import Calibration
 from tftoolkit.science.comms import Link
 from tftoolkit.science.predict import Scenario
@@ -247,8 +247,9 @@ FAST = "fast=1000000:0"
 
 
 def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys):
+    # No straggler term (--straggler 0): the figures below are the link's and the input's arithmetic alone.
     run = _run_dir(tmp_path, **FED_BY_4_CORES)
-    r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8), figures=False)
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8, straggler=0), figures=False)
     df = r["frame"].set_index("replicas")
     assert df["images_per_sec"].tolist() == pytest.approx([150 * n for n in range(1, 9)])
     assert (df["input_capacity_images_per_sec"] == 400).all()
@@ -274,10 +275,11 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
 
 
 def test_host_cores_asks_about_another_server_and_each_host_feeds_its_own_gpus(tmp_path, capsys):
+    # No straggler term (--straggler 0): the figures below are the link's and the input's arithmetic alone.
     run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "workers": 2, "input_cores": 2})  # 2 workers x 2 cores each
-    assert main(["predict", str(run), "--interconnect", FAST, "--max-replicas", "8"]) == 0
+    assert main(["predict", str(run), "--straggler", "0", "--interconnect", FAST, "--max-replicas", "8"]) == 0
     assert "x 4 cores (this run's host: input_cores 2 x 2 worker(s)) = 400 images/s" in capsys.readouterr().out
-    assert main(["predict", str(run), "--interconnect", FAST, "--max-replicas", "16", "--host-cores", "8"]) == 0
+    assert main(["predict", str(run), "--straggler", "0", "--interconnect", FAST, "--max-replicas", "16", "--host-cores", "8"]) == 0
     out = capsys.readouterr().out
     assert "100 images/s per core x 8 cores (--host-cores) = 800 images/s per host" in out
     il = json.loads((run / "prediction.json").read_text())["input_limit"]["scenarios"]["fast + ib200"]
@@ -288,7 +290,7 @@ def test_host_cores_asks_about_another_server_and_each_host_feeds_its_own_gpus(t
     assert (big["replicas"], big["input_capacity_images_per_sec"], big["cores_needed_per_host"],
             big["service_workers_needed"]) == (16, 1600.0, 12, 1)
     # Enough cores: input keeps up everywhere, and says so.
-    assert main(["predict", str(run), "--interconnect", FAST, "--max-replicas", "16", "--host-cores", "16"]) == 0
+    assert main(["predict", str(run), "--straggler", "0", "--interconnect", FAST, "--max-replicas", "16", "--host-cores", "16"]) == 0
     # The closest is one full host (8 GPUs, 1,200 of 1,600 images/s); at 16 each host's GPUs consume a little less.
     assert ("fast + ib200: input keeps up to 16 GPUs: at its closest, 8 GPUs would consume 1,200 images/s of the 1,600 "
             "the input delivers") in capsys.readouterr().out
@@ -413,9 +415,10 @@ def test_accumulation_shrinks_communications_share_and_dtype_and_packs_shrink_it
 
 
 def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys):
+    # No straggler term (--straggler 0): the figures below are the link's and the input's arithmetic alone.
     run = _run_dir(tmp_path, step_time_s=0.1)  # 1 GPU, 1,000,000 float32 parameters: 4 MB
     out = tmp_path / "p"
-    assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8",
+    assert main(["predict", str(run), "--straggler", "0", "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8",
                  "--allreduce-dtype", "bfloat16", "--allreduce-packs", "4"]) == 0
     text = capsys.readouterr().out
     assert ("one all-reduce of 2.00 MB in bfloat16 (the run's 4.00 MB in float32, converted) in 4 packs; hidden "
@@ -431,7 +434,7 @@ def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys)
     assert df.loc[8, "allreduce_s"] == pytest.approx(comm) and df.loc[8, "hidden_s"] == pytest.approx(0.75 * comm)
     assert df.loc[8, "step_time_s"] == pytest.approx(0.1 + comm / 4)
     # Accumulation: the step is K micro-steps and one all-reduce; given overlap is said to be given.
-    assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8",
+    assert main(["predict", str(run), "--straggler", "0", "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8",
                  "--accumulate", "4", "--overlap", "0.5"]) == 0
     assert "step: accumulate 4 (compute 4 x one micro-step" in capsys.readouterr().out
     result = json.loads((out / "prediction.json").read_text())
@@ -440,7 +443,7 @@ def test_cli_predict_with_another_dtype_packs_and_accumulation(tmp_path, capsys)
     assert df.loc[8, "global_batch"] == 64 * 8 * 4 and df.loc[8, "compute_s"] == pytest.approx(0.4)
     # The run's own settings: nothing is hidden; its one-replica step is the calibration itself, so it is not
     # shown as a check of the forecast ("measured at 1 replica (+0%)" would be circular).
-    assert main(["predict", str(run), "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
+    assert main(["predict", str(run), "--straggler", "0", "--out", str(out), "--interconnect", "pcie4", "--max-replicas", "8"]) == 0
     result = json.loads((out / "prediction.json").read_text())
     assert result["overlap_model"].startswith("none: one all-reduce") and result["run_point"] is None
 
@@ -523,16 +526,17 @@ def test_compare_models_each_measured_run_on_its_own_hosts(tmp_path):
 
 
 def test_cli_predict_measured_over_several_hosts_needs_the_link_between_them(tmp_path, capsys):
+    # No straggler term (--straggler 0): the figures below are the link's and the input's arithmetic alone.
     run = _run_dir(tmp_path, replicas=1, step_time_s=0.05, params=25_600_000)
     cluster = _run_dir(tmp_path, "cluster", replicas=16, per_replica_batch=64, step_time_s=0.08, hosts=2,
                        gpus_per_host=8)
     # A single-host forecast (8 GPUs) names no link between hosts: the 2-host run cannot be compared.
-    assert main(["predict", str(run), "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
+    assert main(["predict", str(run), "--straggler", "0", "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
                  "8", "--measured", str(cluster)]) == 2
     err = capsys.readouterr().err
     assert "ran 16 GPUs on 2 hosts (its hosts and gpus_per_host); give --inter-host" in err
     assert len(err.strip().splitlines()) == 1
-    assert main(["predict", str(run), "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
+    assert main(["predict", str(run), "--straggler", "0", "--out", str(tmp_path / "p"), "--interconnect", "nvlink4", "--max-replicas",
                  "8", "--inter-host", "ib100", "--measured", str(cluster)]) == 0
     out = capsys.readouterr().out
     assert ("predicted vs the given step times (1 of 1 not measured by tftoolkit: summaries written by hand or "
@@ -544,7 +548,7 @@ def test_cli_predict_measured_over_several_hosts_needs_the_link_between_them(tmp
     assert result["comparison"]["inter_host"] == "ib100" and result["comparison"]["layouts"] == ["2 x 8"]
     assert "ib100" in result["links"]
     # Without --measured, a single-host forecast no longer lists ib200 among its links.
-    assert main(["predict", str(run), "--out", str(tmp_path / "q"), "--interconnect", "nvlink4", "--max-replicas",
+    assert main(["predict", str(run), "--straggler", "0", "--out", str(tmp_path / "q"), "--interconnect", "nvlink4", "--max-replicas",
                  "8"]) == 0
     assert list(json.loads((tmp_path / "q" / "prediction.json").read_text())["links"]) == ["nvlink4"]
 
@@ -588,3 +592,26 @@ def test_a_summary_written_by_hand_is_never_called_measured(tmp_path, capsys):
     assert "compute 30 ms/step measured on GPU" in text and "measured at 8 replica(s) (GPU): step 40.00 ms" in text
     result = json.loads((trained / "prediction.json").read_text())
     assert result["calibration"]["measured_by_tftoolkit"] is True and result["run_point"]["measured_by_tftoolkit"]
+
+
+def test_a_gpu_forecast_waits_for_its_slowest_replica_and_carries_the_interval(tmp_path, capsys):
+    # The published rows' straggler sigma by default, relative to the calibration's own replica count (a 2-replica
+    # run's compute already waited for the slower of its two); none for replicas sharing one pool of cores.
+    run = _run_dir(tmp_path, replicas=2, step_time_s=0.1, compute_time_s=0.1, params=1, toolkit=True,
+                   device_kind="GPU")
+    v = validation.release()
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects="fast=1000000:0", max_replicas=8), figures=False)
+    df = r["frame"].set_index("replicas")
+    sigma = v["straggler"]
+    assert sigma > 0 and r["straggler"] == sigma
+    want = forecast.straggler_factor(sigma, 8, 2)
+    assert df.loc[8, "straggler_s"] == pytest.approx(df.loc[8, "compute_s"] * (want - 1))
+    assert df.loc[2, "straggler_s"] == pytest.approx(0)  # the run's own count: its compute is the calibration
+    lo, hi, _ = v["bands"]["rate"]
+    assert df.loc[8, "images_per_sec_low"] == pytest.approx(df.loc[8, "images_per_sec"] * math.exp(lo))
+    assert "published rows" in r["interval"]["method"] and "checked against" in r["interval"]["checked"]
+    assert "interval: 5th-95th percentiles" in predict.forecast_text(r)
+    shared = predict.run(run, tmp_path / "s", Scenario(interconnects="fast=1000000:0", devices="shared",
+                                                       max_replicas=8), figures=False)
+    assert (shared["frame"]["straggler_s"] == 0).all() and shared["interval"]["method"].startswith("none")
+    assert shared["frame"]["images_per_sec_low"].isna().all()

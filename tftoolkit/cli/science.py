@@ -139,6 +139,11 @@ def add(sub) -> None:
                         "each half, the halves' main devices exchanging); without a run directory also ring-in-order (NCCL 1.x: one "
                         "ring in device order) and host (the variables in host memory: a parameter server on the CPU, "
                         "CentralStorageStrategy) (default: ring)")
+    p.add_argument("--straggler", type=float, metavar="SIGMA",
+                   help="a replica's compute's variation from step to step (coefficient of variation): a synchronous "
+                        "step waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the "
+                        "value fitted to the published validation rows, on dedicated devices; none with --devices "
+                        "shared)")
     _add_host_cores(p)
     p.set_defaults(func=predict_command)
 
@@ -159,10 +164,6 @@ def _add_plan_options(p) -> None:
     g.add_argument("--overhead-ms", type=float, metavar="MS",
                    help="fixed cost of each multi-GPU step, ms (default: the value fitted to the published "
                         "validation rows together with --straggler's)")
-    g.add_argument("--straggler", type=float, metavar="SIGMA",
-                   help="a replica's step-to-step compute variation (coefficient of variation): a synchronous step "
-                        "waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the value "
-                        "fitted to the published validation rows)")
     g.add_argument("--json", action="store_true", help="print the forecast as JSON on stdout")
 
 
@@ -243,6 +244,7 @@ def predict_command(args) -> int:
         allreduce_csv=args.allreduce_csv,
         impl=args.impl, mode=args.mode, devices=args.devices, overlap=args.overlap, max_replicas=args.max_replicas,
         gpus_per_host=args.gpus_per_host, nics_per_host=args.nics_per_host or 1, measured=args.measured,
+        straggler=args.straggler,
         algorithm=args.algorithm, compute_ms=args.compute_ms, host_cores=args.host_cores,
         allreduce_dtype=args.allreduce_dtype, allreduce_packs=args.allreduce_packs, accumulate=args.accumulate)
     result = predict.run(args.run_dir, args.out, scenario)

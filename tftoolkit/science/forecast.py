@@ -26,6 +26,7 @@ all-reduce: communication's share of the step falls as K grows, and the global b
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,25 @@ from .calibration import DEFAULT_GPUS_PER_HOST, Calibration, exchange_of, finite
 from .comms import BACKWARD_SHARE, Link, allreduce_time, hidden_time
 
 DEVICES = ("dedicated", "shared")
+
+
+@functools.cache
+def expected_max(n: int) -> float:
+    """E[max of n independent standard normals]: 0 for n = 1, 1/√π for 2, 3/(2√π) for 3 (numerical quadrature of
+    n·x·φ(x)·Φ(x)^(n−1) on a fine grid; exact to 1e-6 for n <= 1024)."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 48_001)
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return float(np.trapezoid(n * x * pdf * cdf ** (n - 1), x))
+
+
+def straggler_factor(sigma: float, replicas: int, calibrated_at: int = 1) -> float:
+    """How much longer a synchronous step's compute is on ``replicas`` dedicated devices than on
+    ``calibrated_at`` (whose measured compute already waited for its own slowest): the slowest of N replicas,
+    each varying by σ (coefficient of variation), is E[max of N] standard deviations above the mean."""
+    return (1 + sigma * expected_max(replicas)) / (1 + sigma * expected_max(calibrated_at))
 
 
 def layouts(max_replicas: int, gpus_per_host: int) -> list[tuple[int, int]]:
@@ -106,24 +126,27 @@ def exchange(cal: Calibration, allreduce_dtype: str | None = None, packs: int | 
 
 def step_parts(cal: Calibration, hosts: int, gpus_per_host: int, per_replica_batch: float, intra: Link,
                inter: Link | None = None, ex: ExchangeModel = ExchangeModel(), *, devices: str = "dedicated",
-               nics_per_host: int = 1, algorithm: str = "ring") -> dict:
-    """One optimizer step on ``hosts`` x ``gpus_per_host`` GPUs: its compute (K micro-steps), all-reduce, hidden
-    part and step time, and the bytes one all-reduce moves."""
+               nics_per_host: int = 1, algorithm: str = "ring", straggler: float = 0.0) -> dict:
+    """One optimizer step on ``hosts`` x ``gpus_per_host`` GPUs: its compute (K micro-steps), the wait for the
+    slowest replica (``straggler`` σ, dedicated devices only: replicas sharing one pool of cores wait for the pool,
+    which compute_at already counts), all-reduce, hidden part and step time, and the bytes one all-reduce moves."""
     n = hosts * gpus_per_host
     micro = cal.compute_at(n, per_replica_batch, devices)
     size = cal.gradient_bytes_in(ex.dtype)
     comm = allreduce_time(size, gpus_per_host, hosts, intra, inter, nics_per_host, algorithm, ex.packs)
     hidden = ex.hidden(comm, micro)
     compute = ex.accumulate * micro
-    return {"compute_s": compute, "allreduce_s": comm, "hidden_s": hidden, "step_time_s": compute + comm - hidden,
-            "gradient_bytes": size}
+    wait = compute * (straggler_factor(straggler, n, cal.replicas) - 1) if devices == "dedicated" else 0.0
+    return {"compute_s": compute, "straggler_s": wait, "allreduce_s": comm, "hidden_s": hidden,
+            "step_time_s": compute + wait + comm - hidden, "gradient_bytes": size}
 
 
 def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: str = "weak",
             devices: str = "dedicated", overlap: float | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
             gpus_per_host: int = DEFAULT_GPUS_PER_HOST, nics_per_host: int = 1,
             global_batch: float | None = None, algorithm: str = "ring", allreduce_dtype: str | None = None,
-            allreduce_packs: int | None = None, accumulate: int | None = None) -> pd.DataFrame:
+            allreduce_packs: int | None = None, accumulate: int | None = None,
+            straggler: float = 0.0) -> pd.DataFrame:
     """One row per (hosts, GPUs per host): compute, all-reduce and step time, throughput, speedup, efficiency.
 
     Weak scaling keeps the calibration's per-replica batch; strong scaling keeps ``global_batch`` (default:
@@ -146,7 +169,7 @@ def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: s
         if b < 1:
             continue
         part = step_parts(cal, hosts, g, b, intra, inter, ex, devices=devices, nics_per_host=nics_per_host,
-                          algorithm=algorithm)
+                          algorithm=algorithm, straggler=straggler)
         # A forecast that never leaves one host is named for its link alone: no "+ ib200" it does not use.
         spans = inter is not None and max_replicas > gpus_per_host
         rows.append({"scenario": intra.name + (f" + {inter.name}" if spans else ""),
@@ -154,6 +177,7 @@ def predict(cal: Calibration, intra: Link, inter: Link | None = None, *, mode: s
                      "gpus_per_host": g, "replicas": n, "per_replica_batch": b, "accumulate": k,
                      "global_batch": b * n * k, "allreduce_dtype": ex.dtype, "allreduce_packs": ex.packs,
                      "gradient_bytes": part["gradient_bytes"], "compute_s": part["compute_s"],
+                     "straggler_s": part["straggler_s"],
                      "allreduce_s": part["allreduce_s"], "hidden_s": part["hidden_s"],
                      "step_time_s": part["step_time_s"], "images_per_sec": b * n * k / part["step_time_s"],
                      "comm_exceeds_compute": part["allreduce_s"] > part["compute_s"]})
@@ -177,7 +201,7 @@ def crossover(frame: pd.DataFrame) -> dict:
 
 def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str = "dedicated",
             overlap: float | None = None, algorithm: str = "ring", inter: Link | None = None,
-            nics_per_host: int = 1) -> pd.DataFrame:
+            nics_per_host: int = 1, straggler: float = 0.0) -> pd.DataFrame:
     """Predicted vs measured step time at each measured run, each modelled on the hosts x GPUs it ran on (``link``
     inside a host, ``inter`` between hosts) with the accumulation, all-reduce dtype and packs it ran with
     (measured_frame's columns; one host, and the calibration's exchange, where a frame lacks them). A run over
@@ -195,7 +219,7 @@ def compare(cal: Calibration, link: Link, measured: pd.DataFrame, devices: str =
                       _int_or_none(r.get("accumulate")), overlap)
         parts.append(step_parts(cal, hosts, per_host, float(r["per_replica_batch"]), link,
                                 inter if hosts > 1 else None, ex, devices=devices, nics_per_host=nics_per_host,
-                                algorithm=algorithm))
+                                algorithm=algorithm, straggler=straggler))
     out["predicted_compute_s"] = [x["compute_s"] for x in parts]
     out["predicted_allreduce_s"] = [x["allreduce_s"] for x in parts]
     out["predicted_step_time_s"] = [x["step_time_s"] for x in parts]

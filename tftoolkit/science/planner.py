@@ -22,7 +22,7 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   2 · (k − 1) · S / B (comms.host_transfer_time, topology.uplink_sharing).
 - Stragglers (σ): a synchronous step waits for the slowest of N replicas. With each replica's compute varying by
   σ (its coefficient of variation) around the mean, the expected slowest of N is E[max of N standard normals]
-  (expected_max: 0 at one GPU, 1/√π at two, 1.42 at eight, 2.35 at 64) standard deviations above it (Chen et al.
+  (forecast.expected_max: 0 at one GPU, 1/√π at two, 1.42 at eight, 2.35 at 64) standard deviations above it (Chen et al.
   2016, "Revisiting Distributed Synchronous SGD", measured this tail). σ is ``straggler``, default the value fitted
   to the published validation rows (validation.release: one σ for all of them, never per row).
 - hidden: forecast.ExchangeModel's, from the packs (``allreduce_packs``) or a given ``overlap`` (framework fusion).
@@ -37,34 +37,20 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError
 from .. import catalogue
 from .comms import allreduce_time, host_transfer_time
-from .forecast import ExchangeModel
+from .forecast import ExchangeModel, expected_max, straggler_factor
 from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, ring_link, uplink_sharing
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 ALGORITHMS = ("ring", "ring-in-order", "star", "hierarchical-copy", "host")
-
-
-@functools.cache
-def expected_max(n: int) -> float:
-    """E[max of n independent standard normals]: 0 for n = 1, 1/√π for 2, 3/(2√π) for 3 (numerical quadrature of
-    n·x·φ(x)·Φ(x)^(n−1) on a fine grid; exact to 1e-6 for n <= 1024)."""
-    if n <= 1:
-        return 0.0
-    x = np.linspace(-12.0, 12.0, 48_001)
-    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-    return float(np.trapezoid(n * x * pdf * cdf ** (n - 1), x))
 
 
 def _counts(v) -> tuple[int, ...]:
@@ -211,7 +197,7 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0,
         comm, how, link_name = _allreduce(plan, gpu, size, g, hosts, inter, nics)
         hidden = ex.hidden(comm, compute)
         overhead = fixed_ms / 1e3 if n > 1 else 0.0
-        wait = compute * sigma * expected_max(n)  # the slowest replica sets a synchronous step
+        wait = compute * (straggler_factor(sigma, n) - 1)  # the slowest replica sets a synchronous step
         step = compute + wait + comm - hidden + overhead
         links[f"{g} GPU(s) per host"] = how
         rows.append({"replicas": n, "hosts": hosts, "gpus_per_host": g, "per_replica_batch": plan.per_replica_batch,

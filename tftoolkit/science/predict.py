@@ -74,6 +74,7 @@ class Scenario:
     allreduce_dtype: str | None = None
     allreduce_packs: int | None = None
     accumulate: int | None = None
+    straggler: float | None = None  # σ of a replica's compute; default: fitted to the published rows (GPUs only)
 
     def __post_init__(self):
         # Lists and comma-separated strings become tuples, so a scenario is hashable and compares by value.
@@ -95,6 +96,8 @@ class Scenario:
         for flag, v in (("--allreduce-packs", self.allreduce_packs), ("--accumulate", self.accumulate)):
             if v is not None and not (whole_number(v) and v >= 1):
                 raise ConfigError(f"{flag} must be a whole number >= 1, got {v!r}")
+        if self.straggler is not None and not (finite(self.straggler) and 0 <= self.straggler < 1):
+            raise ConfigError(f"--straggler is a coefficient of variation in [0, 1), got {self.straggler!r}")
         if self.allreduce_dtype is not None and self.allreduce_dtype not in DTYPE_BYTES:
             raise ConfigError(f"--allreduce-dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.allreduce_dtype!r}")
         if self.overlap is not None and not (finite(self.overlap) and 0.0 <= self.overlap <= 1.0):
@@ -151,12 +154,22 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
     if not links:
         raise ConfigError("no interconnect to predict for; give --interconnect and/or --allreduce-csv")
     inter = parse_link(sc.inter_host) if sc.inter_host else None
+    v = validation.release()
+    # The published rows are GPU servers: their straggler σ and interval speak for dedicated devices only.
+    gpus = sc.devices == "dedicated"
+    sigma = sc.straggler if sc.straggler is not None else (v.get("straggler", 0.0) if gpus else 0.0)
     frame = pd.concat([predict(cal, link, inter, mode=sc.mode, devices=sc.devices, overlap=sc.overlap,
                                max_replicas=sc.max_replicas, gpus_per_host=sc.gpus_per_host,
                                nics_per_host=sc.nics_per_host, algorithm=sc.algorithm, allreduce_dtype=ex.dtype,
-                               allreduce_packs=ex.packs, accumulate=ex.accumulate)
+                               allreduce_packs=ex.packs, accumulate=ex.accumulate, straggler=sigma)
                        for link in links],
                       ignore_index=True)
+    if gpus:
+        frame, interval = validation.with_interval(frame, "rate", v)
+    else:
+        frame, interval = validation.with_interval(frame, "none", {})
+        interval = {"method": "none: replicas sharing one host's cores (--devices shared); the published validation "
+                              "rows are GPU servers", "checked": "not checked"}
     frame, input_fields = with_input_limit(frame, host, why, sc.devices, sc.gpus_per_host)
     result = {
         "run_dir": str(run_dir), "mode": sc.mode, "devices": sc.devices, "overlap": sc.overlap,
@@ -173,16 +186,23 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
         "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
                   for lk in links + ([inter] if inter is not None else [])},
         "allreduce_fit": fit,
+        "straggler": sigma,
+        "stragglers": (f"the slowest of N replicas sets the step: compute x (1 + {sigma:.3g} x E[max of N]) / (1 + "
+                       f"{sigma:.3g} x E[max of {cal.replicas}]), the run's own replicas' wait already in its compute"
+                       + (" (given, --straggler)" if sc.straggler is not None else
+                          " (sigma fitted to the published validation rows)" if gpus else
+                          " (none: replicas share one pool of cores)")),
+        "interval": interval,
         "crossover_replicas": crossover(frame),
         "input_limit": input_fields,
-        "model": "t = K*micro_compute + P*[2(G-1)/G*S/(P*B_intra) + 2(G-1)*alpha_intra + 2(H-1)/H*S/(P*nics*B_inter) "
+        "model": "t = K*micro_compute*straggler_factor + P*[2(G-1)/G*S/(P*B_intra) + 2(G-1)*alpha_intra + 2(H-1)/H*S/(P*nics*B_inter) "
                  "+ 2(H-1)*alpha_inter] - hidden; hidden = min(overlap*allreduce, 2/3*micro_compute) with --overlap, "
                  "else (P-1)/P*min(allreduce, 2/3*micro_compute) for K = 1 (modelled, not measured), 0 for K > 1",
     }
     comparison = None
     if sc.measured:
         comparison = compare(cal, links[0], measured_frame(sc.measured, sc.gpus_per_host), sc.devices, sc.overlap,
-                             sc.algorithm, inter, sc.nics_per_host)
+                             sc.algorithm, inter, sc.nics_per_host, straggler=sigma)
         several = comparison["hosts"] > 1
         result["comparison"] = {"link": links[0].name, "inter_host": inter.name if several.any() else None,
                                 "layouts": sorted({f"{int(h)} x {int(g)}" for h, g in
@@ -224,11 +244,16 @@ def forecast_text(result: dict) -> str:
                      f"backward pass: {result['overlap_model']}")
     for name, g in frame.groupby("scenario", sort=False):
         pick = g[g["replicas"].isin([1, 2, 4, 8, 16, 32, 64])]
-        eff = ", ".join(f"{int(r)}: {e:.0%}" for r, e in zip(pick["replicas"], pick["efficiency"]))
+        eff = ", ".join(f"{int(r['replicas'])}: {r['efficiency']:.0%}" + (
+            f" [{r['efficiency_low']:.0%}..{r['efficiency_high']:.0%}]"
+            if r["replicas"] > 1 and finite(r.get("efficiency_low")) else "") for _, r in pick.iterrows())
         cross = result["crossover_replicas"].get(name)
         where = (f"communication overtakes compute at {cross} replicas" if cross
                  else f"compute stays larger than communication up to {int(g['replicas'].max())} replicas")
         lines.append(f"{name}: efficiency {eff}; {where}")
+    if result.get("interval"):
+        lines.append(f"interval: {result['interval']['method']}; {result['interval']['checked']}; "
+                     f"{result.get('stragglers', '')}")
     mp = result.get("run_point")
     if mp:
         # Only a run tftoolkit trained was measured; a summary written by hand holds someone's figures.
