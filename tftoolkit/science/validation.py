@@ -22,6 +22,10 @@ The all-reduce a row's ``allreduce`` column names, as planner.ALGORITHMS models 
 ``reduce_to_one``: star; everything else (Horovod and NCCL 2, the parameter server sharded over the GPUs,
 ``replicated`` without NCCL, which sums each variable on one GPU in turn, ``distributed_replicated``): ring.
 
+Overlap: none is modelled for the rows. Horovod (NVIDIA's rows) overlaps its all-reduce with the backward pass, but
+there its all-reduce is 1-3% of the step over NVLink / NVSwitch, so the rows cannot tell any overlap fraction from
+none; tf_cnn_benchmarks' graph-mode rows fitted best with none too (a fraction tried on all of them at once).
+
 Step costs: one σ (planner's ``straggler``) and one fixed cost per multi-GPU step (``overhead_ms``) fitted to all of
 published.csv's rate-case rows at once (fit_step_costs: the pair on a grid, σ from 0 to 0.1 by 0.0025 and the cost
 0, 0.5, 1, 2, 5, 10, 20 ms, with the least mean |ln(published / forecast)|), then every row forecast with them. The
@@ -263,7 +267,8 @@ def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame
     out["efficiency_high"] = out["images_per_sec_high"] / (out["replicas"] * base)
     return out, {"method": f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of ln(published / "
                            f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
-                           f"x{math.exp(hi):.3f}",
+                           f"x{math.exp(hi):.3f}" + (" (wider than with a rate: the compute is FLOPs over the peak x a "
+                                                    "fitted fraction, not measured)" if case == "flops" else ""),
                  "checked": summary_line(v["residuals"], case)}
 
 
