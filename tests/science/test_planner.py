@@ -254,3 +254,17 @@ def test_an_achieved_fraction_is_fitted_per_family_chip_and_unit_and_never_cross
 def test_algorithms_that_need_the_catalogue_are_refused_with_a_run_directory_in_one_line():
     with pytest.raises(ConfigError, match="without a run directory, with --gpu"):
         predict.Scenario(algorithm="host")
+
+
+def test_an_efficiency_band_is_the_scaling_error_alone_even_without_a_rate():
+    v = validation.release()
+    frame, _ = planner.forecast(Plan(gpu="a100-sxm4-80", per_replica_batch=256, params=RESNET50,
+                                     forward_flops=7.755e9, interconnect="dgx-a100", replica_counts="1,8"),
+                                achieved=validation.fraction_for(v, "resnet50", "a100-sxm4-80", "float32"))
+    out, how = validation.with_interval(frame, "flops", v)
+    one, eight = out.iloc[0], out.iloc[1]
+    assert one["efficiency_low"] == one["efficiency_high"] == 1  # 100% by definition
+    assert one["images_per_sec_low"] < one["images_per_sec"] < one["images_per_sec_high"]  # the compute's error
+    lo, hi, _ = v["bands"]["rate"]
+    assert eight["efficiency_low"] == pytest.approx(eight["efficiency"] * math.exp(lo))
+    assert "wider than with a rate" in how["method"]

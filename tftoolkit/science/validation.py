@@ -264,9 +264,12 @@ def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame
     if case == "rate":  # the given rate at one GPU is not a forecast
         one = out["replicas"] == 1
         out.loc[one, "images_per_sec_low"] = out.loc[one, "images_per_sec_high"] = out.loc[one, "images_per_sec"]
-    base = out["images_per_sec"] / out["efficiency"] / out["replicas"]
-    out["efficiency_low"] = out["images_per_sec_low"] / (out["replicas"] * base)
-    out["efficiency_high"] = out["images_per_sec_high"] / (out["replicas"] * base)
+    # Efficiency is against the same forecast's 1-GPU rate, so the compute's own error cancels: its band is the
+    # scaling error alone (the rate case's residuals), and at one GPU it is 100% exactly.
+    e_lo, e_hi, _ = v["bands"].get("rate", (lo, hi, n))
+    several = out["replicas"] > 1
+    out["efficiency_low"] = out["efficiency"].where(~several, out["efficiency"] * math.exp(e_lo))
+    out["efficiency_high"] = out["efficiency"].where(~several, out["efficiency"] * math.exp(e_hi))
     return out, {"method": f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of ln(published / "
                            f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
                            f"x{math.exp(hi):.3f}" + (" (wider than with a rate: the compute is FLOPs over the peak x a "
