@@ -75,13 +75,16 @@ def add(sub) -> None:
         add_config_options(p, skip=FINDER_SKIP[name])
         p.set_defaults(func=fn)
 
-    p = sub.add_parser("predict", help="predict speedup and efficiency for 1..64 GPUs from a measured run",
-                       description="Scaling model: step time = K micro-steps of compute + ring all-reduce(gradient "
-                                   "bytes in the all-reduce dtype, N, in P packs) - overlap, "
-                                   "calibrated from a run directory and an allreduce.csv or link presets "
-                                   "(see tftoolkit.predict for the figures and their sources); and the GPU count at "
-                                   "which the host's input becomes the limit (input_limit in prediction.json, the "
-                                   "input_* columns of prediction.csv).")
+    p = sub.add_parser("predict", help="forecast throughput, speedup and efficiency on N GPUs, from a measured run or "
+                                       "from the model and the catalogue's hardware",
+                       description="Scaling model: step time = K micro-steps of compute x the wait for the slowest "
+                                   "replica + all-reduce(gradient bytes in the all-reduce dtype, GPUs per host, hosts, "
+                                   "in P packs) - overlap. Compute from a run directory (or --compute-ms), or without "
+                                   "one from --images-per-sec or the model's FLOPs over the GPU's peak; links from "
+                                   "presets, an allreduce.csv or the catalogue (tftoolkit/catalogue). Every GPU "
+                                   "forecast carries an interval from the published validation rows "
+                                   "(validation/published.csv; docs/guides/planner.md), and says at which GPU count "
+                                   "the host's input becomes the limit (input_limit in prediction.json).")
     p.add_argument("run_dir", nargs="?",
                    help="measured run directory (summary.json with compute_time_s or a 1-replica step_time_s); "
                         "without one, forecast from --gpu and --params/--model (the catalogue's hardware)")
