@@ -69,8 +69,6 @@ def test_quiet_has_one_help_text():
     assert {t for _, t in texts} == {QUIET_HELP}, sorted(texts)
 
 
-@pytest.mark.xfail(reason="cli/science.py gives --quiet its own text until it calls cli.common.add_quiet "
-                          "(NOTES-h38-docs.md asks for it)", strict=False)
 def test_science_commands_quiet_has_the_same_text():
     texts = quiet_texts(SCIENCE)
     assert texts and {t for _, t in texts} == {QUIET_HELP}, sorted(texts)

@@ -6,7 +6,7 @@ import json
 
 from ..config import ALLREDUCE_DTYPES, DEFAULT_MAX_REPLICAS, SCALING_MODES
 from ..errors import ConfigError
-from .common import add_config_options, config_from_args
+from .common import add_config_options, add_quiet, config_from_args
 
 
 def add(sub) -> None:
@@ -51,7 +51,7 @@ def add(sub) -> None:
                                ("find-batch", find_batch_command, "largest per-replica batch that fits in device memory")):
         p = sub.add_parser(name, help=helptext, description=helptext + " (see tftoolkit.finders).")
         p.add_argument("--out", required=True, help="directory for the finder's table, JSON and figure")
-        p.add_argument("--quiet", action="store_true", help="only warnings")
+        add_quiet(p)
         if name == "find-lr":
             p.add_argument("--lr-min", type=float, default=finders.LR_MIN, help=f"first LR (default: {finders.LR_MIN:g})")
             p.add_argument("--lr-max", type=float, default=finders.LR_MAX, help=f"last LR (default: {finders.LR_MAX:g})")
