@@ -643,18 +643,18 @@ NOTEBOOKS["07_choosing_hardware"] = [
     md("""
 # 07 · Choosing hardware
 
-Which server should you get? For a model and a list of candidate servers (catalogue systems, or your own: a GPU
-and a link), the planner (`tftoolkit predict` without a run directory; docs/guides/planner.md) forecasts
+Which server should you get? For a model (a registered name, a keras.applications name or your own
+`package.module:function`: its parameters and FLOPs are counted) and a list of candidate servers (catalogue systems,
+or your own: a GPU and a link, with a 1-GPU rate where you have one), the planner (`tftoolkit predict` without a run directory; docs/guides/planner.md) forecasts
 throughput, scaling efficiency and time per epoch against GPU count, each with its interval from the published
 validation rows (the band), and the energy per epoch from the GPUs' TDP; with prices, the cost per epoch.
 
 """ + run_hint("07_choosing_hardware")),
     params("""
-model: str = "resnet50"  # a name for the figures (and for the FLOPs case: its family)
-params: int = 25_636_712  # parameters (keras.applications ResNet50, as tftoolkit.science.modelsize counts them)
+model: str = "resnet50"  # a registered model, a keras.applications name or package.module:function: its parameters and FLOPs are counted
 per_replica_batch: int = 64  # images per GPU per step
 precision: str = "float32"  # Keras policy: float32 (TF32 on Ampere+), mixed_float16, mixed_bfloat16
-candidates: list = [{"name": "DGX-1 V100", "gpu": "v100", "interconnect": "dgx1-v100", "images_per_sec": 360, "price_per_gpu_hour": 2.5}, {"name": "8x RTX 2080 Ti PCIe", "gpu": "rtx-2080-ti", "interconnect": "pcie3", "images_per_sec": 290, "price_per_gpu_hour": 0.6}]  # servers: catalogue systems or dicts with gpu, interconnect, a 1-GPU images_per_sec (here example figures, not measured: give yours) and an optional price per GPU-hour
+candidates: list = [{"name": "DGX-1 V100", "gpu": "v100", "interconnect": "dgx1-v100", "images_per_sec": 360, "price_per_gpu_hour": 2.5}, {"name": "8x RTX 2080 Ti PCIe", "gpu": "rtx-2080-ti", "interconnect": "pcie3", "images_per_sec": 290, "price_per_gpu_hour": 0.6}, "dgx-a100"]  # servers: catalogue systems (no rate: compute from the model's FLOPs) or dicts with gpu, interconnect, a 1-GPU images_per_sec (here example figures, not measured: give yours) and an optional price per GPU-hour
 replica_counts: list = [1, 2, 4, 8]  # GPU counts to forecast
 examples_per_epoch: int = 1_281_167  # ImageNet-1k's training images
 smoke: bool = False  # the forecast is arithmetic: smoke changes nothing but is accepted like every notebook's
@@ -671,12 +671,12 @@ from tftoolkit.science import candidates as cand
 out = nb.start(out_dir)
 """),
     code("""
-choice = cand.compare(candidates, params=params, per_replica_batch=per_replica_batch,
+choice = cand.compare(candidates, model=model, per_replica_batch=per_replica_batch,
                       replica_counts=nb.as_list(replica_counts, int, "replica_counts"),
-                      examples_per_epoch=examples_per_epoch, precision=precision, model=model)
+                      examples_per_epoch=examples_per_epoch, precision=precision)
 fileio.write_csv(out / "choice.csv", choice)
-choice[["candidate", "replicas", "images_per_sec", "images_per_sec_low", "images_per_sec_high", "efficiency",
-        "epoch_s", "energy_kwh_per_epoch", "cost_per_epoch"]].round(3)
+choice[["candidate", "compute_from", "replicas", "images_per_sec", "images_per_sec_low", "images_per_sec_high",
+        "efficiency", "epoch_s", "energy_kwh_per_epoch", "cost_per_epoch"]].round(3)
 """),
     code("""
 fig = predict_plots.hardware_choice(choice)

@@ -268,3 +268,21 @@ def test_an_efficiency_band_is_the_scaling_error_alone_even_without_a_rate():
     lo, hi, _ = v["bands"]["rate"]
     assert eight["efficiency_low"] == pytest.approx(eight["efficiency"] * math.exp(lo))
     assert "wider than with a rate" in how["method"]
+
+
+def test_candidates_side_by_side_with_a_rate_and_from_flops_and_their_figure():
+    from tftoolkit.plots import predict as predict_plots
+    from tftoolkit.science import candidates
+    choice = candidates.compare(
+        [{"name": "V100 box", "gpu": "v100", "interconnect": "dgx1-v100", "images_per_sec": 360,
+          "price_per_gpu_hour": 2.0}, "dgx-a100"],
+        model="resnet50", params=RESNET50, forward_flops=7.755e9, per_replica_batch=64, replica_counts=(1, 8))
+    by = choice.set_index(["candidate", "replicas"])
+    assert by.loc[("V100 box", 1), "compute_from"] == "given rate"
+    assert by.loc[("dgx-a100", 1), "compute_from"] == "FLOPs over the peak"
+    assert by.loc[("V100 box", 8), "cost_per_epoch"] == pytest.approx(
+        8 * 2.0 * by.loc[("V100 box", 8), "epoch_s"] / 3600)
+    fig = predict_plots.hardware_choice(choice)
+    assert len(fig.axes) == 5  # throughput, efficiency, time, energy and cost per epoch
+    with pytest.raises(ConfigError, match="give a model"):
+        candidates.compare(["dgx-a100"], per_replica_batch=64)

@@ -99,11 +99,15 @@ def predicted_vs_measured(frame: pd.DataFrame) -> Figure:
 
 @themed
 def hardware_choice(frame: pd.DataFrame) -> Figure:
-    """Throughput, efficiency and time per epoch against GPU count, one line per candidate server, with the
-    forecast's interval as a band (``candidates.compare``'s frame)."""
+    """Throughput, efficiency, time and energy per epoch (and cost, where prices are given) against GPU count, one
+    line per candidate server, with the forecast's interval as a band (``candidates.compare``'s frame)."""
     require(frame, ["candidate", "replicas", "images_per_sec", "efficiency", "epoch_s"], "hardware choice")
-    fig, axes = new_figure(3, width=14.0, height=4.2)
-    panels = (("images_per_sec", "images/s"), ("efficiency", "scaling efficiency"), ("epoch_s", "time per epoch (s)"))
+    panels = [("images_per_sec", "images/s"), ("efficiency", "scaling efficiency"), ("epoch_s", "time per epoch (s)")]
+    if "energy_kwh_per_epoch" in frame.columns and frame["energy_kwh_per_epoch"].notna().any():
+        panels.append(("energy_kwh_per_epoch", "GPU energy per epoch (kWh, at TDP)"))
+    if "cost_per_epoch" in frame.columns and frame["cost_per_epoch"].notna().any():
+        panels.append(("cost_per_epoch", "cost per epoch (price x GPU-hours)"))
+    fig, axes = new_figure(len(panels), width=4.7 * len(panels), height=4.2)
     for name, g in frame.groupby("candidate", sort=False):
         g = g.sort_values("replicas")
         for ax, (col, label) in zip(axes, panels):

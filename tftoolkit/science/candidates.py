@@ -33,14 +33,27 @@ def candidate(spec) -> dict:
     return spec
 
 
-def compare(candidates, *, params: int, per_replica_batch: int, replica_counts=(1, 2, 4, 8),
-            examples_per_epoch: int = 1_281_167, precision: str = "float32", forward_flops: float | None = None,
-            model: str | None = None) -> pd.DataFrame:
-    """One row per candidate and GPU count: the forecast with its interval, time, energy and cost per epoch."""
+def compare(candidates, *, per_replica_batch: int, model=None, params: int | None = None,
+            replica_counts=(1, 2, 4, 8), examples_per_epoch: int = 1_281_167, precision: str = "float32",
+            forward_flops: float | None = None, image_size: int = 224) -> pd.DataFrame:
+    """One row per candidate and GPU count: the forecast with its interval, time, energy and cost per epoch.
+
+    ``model``: a registered name, a keras.applications name, ``package.module:function`` or a callable
+    ``fn(input_shape, num_classes)``; its parameters and forward FLOPs are counted (science.modelsize, which builds
+    it with TensorFlow) unless ``params`` (and, for a candidate without a rate, ``forward_flops``) are given."""
+    if model is not None and (params is None or forward_flops is None):
+        from . import modelsize  # builds the Keras model: TensorFlow only when something must be counted
+
+        counted, fwd, _ = modelsize.count(model, image_size)
+        params = params or counted
+        forward_flops = forward_flops or fwd
+    if params is None:
+        raise ConfigError("give a model to count, or its params")
+    name = model if isinstance(model, str) or model is None else getattr(model, "__name__", "model")
     frames = []
     for spec in candidates:
         c = candidate(spec)
-        plan = Plan(gpu=c["gpu"], per_replica_batch=per_replica_batch, params=params, model=model,
+        plan = Plan(gpu=c["gpu"], per_replica_batch=per_replica_batch, params=params, model=name,
                     gpus_per_host=c.get("gpus_per_host", 8), interconnect=c.get("interconnect"),
                     inter_host=c.get("inter_host"), images_per_sec=c.get("images_per_sec"),
                     forward_flops=forward_flops, precision=precision, replica_counts=replica_counts)
@@ -50,6 +63,7 @@ def compare(candidates, *, params: int, per_replica_batch: int, replica_counts=(
             # a faster rate is a shorter epoch: the epoch's low end comes from the rate's high end
             df["epoch_s" + col] = examples_per_epoch / df[ips]
         df["energy_kwh_per_epoch"] = df["replicas"] * (tdp or float("nan")) * df["epoch_s"] / 3.6e6
+        df["compute_from"] = "given rate" if c.get("images_per_sec") else "FLOPs over the peak"
         price = c.get("price_per_gpu_hour")
         df["cost_per_epoch"] = df["replicas"] * price * df["epoch_s"] / 3600 if price else float("nan")
         frames.append(df)
