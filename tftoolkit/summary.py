@@ -57,6 +57,8 @@ _ALL = (
     + _fields("devices", [
         ("replicas", "", "replicas in sync (all workers' together)"),
         ("workers", "", "worker processes sharing the replicas"),
+        ("hosts", "", "distinct machines among the workers (by their cluster addresses; 1 without a cluster): with "
+                      "replicas, the host layout predict --measured compares a run on"),
         ("replicas_per_worker", "", "replicas each worker runs"),
         ("device_kind", "", "GPU, or CPU-simulated (logical CPU devices sharing the host's cores)"),
         ("devices", "", "this worker's TensorFlow devices, e.g. ['/gpu:0', '/gpu:1']"),

@@ -33,6 +33,17 @@ def fit_workers(strategy) -> int:
     return max(1, sum(len(spec.get(job, [])) for job in ("chief", "worker")))
 
 
+def fit_hosts(strategy) -> int:
+    """Distinct machines among the strategy's cluster addresses (1 without a cluster)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    try:
+        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    except Exception:  # noqa: BLE001 - no cluster: one host
+        spec = {}
+    addresses = [a for job in ("chief", "worker") for a in (spec.get(job) or [])]
+    return max(1, len({str(a).rsplit(":", 1)[0] for a in addresses}))
+
+
 def memory_peaks(kind: str, devices: list[str]):
     """engine.devices.memory_peaks of these devices (None on CPU)."""
     setup = devices_mod.DeviceSetup(kind, tuple(devices), None, devices_mod.host_cores())

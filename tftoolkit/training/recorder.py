@@ -177,6 +177,7 @@ class RunRecorder(keras.callbacks.Callback):
             "strategy": "default" if type(strategy).__name__.startswith("_Default") else type(strategy).__name__,
             "replicas": self._replicas,
             "workers": keras_facts.fit_workers(strategy),
+            "hosts": keras_facts.fit_hosts(strategy),
             "global_batch": self.global_batch_given,
             "epochs": self.params.get("epochs"),
             "steps_per_epoch": self.params.get("steps"),
@@ -362,7 +363,8 @@ class RunRecorder(keras.callbacks.Callback):
     def _summary(self, status: str, error: str | None) -> dict:
         model, replicas = self.model, self._replicas
         facts = {
-            "replicas": replicas, "workers": self.config["workers"], "replicas_per_worker": len(self._devices),
+            "replicas": replicas, "workers": self.config["workers"], "hosts": self.config.get("hosts", 1),
+            "replicas_per_worker": len(self._devices),
             "device_kind": self._kind, "devices": self._devices,
             "cross_device_ops": allreduce_name(model.distribute_strategy) if replicas > 1 else None,
             "threads": devices_mod.thread_settings(),

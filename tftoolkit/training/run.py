@@ -426,7 +426,8 @@ class Run:
         step = int(st["step"].numpy())
         sess, src = self.session, self.source
         facts = {  # what the set-up found (summary_build.train_summary names each)
-            "replicas": eng.strategy.num_replicas_in_sync, "cross_device_ops": sess.cross_device_ops or sess.impl,
+            "replicas": eng.strategy.num_replicas_in_sync, "hosts": self.hosts,
+            "cross_device_ops": sess.cross_device_ops or sess.impl,
             "threads": devices.thread_settings(), "params": int(eng.model.count_params()),
             "gradient_bytes": eng.exchange.bytes(eng.model.trainable_variables), "allreduce_dtype": eng.exchange.dtype,
             "dataset": src.name, "train_examples": src.train_examples, "num_classes": src.num_classes,

@@ -128,7 +128,8 @@ def train_summary(config, setup, facts: dict, *, status: str, error, steps: int,
                           metric_names=metric_names)
     return {
         "status": status, "error": error,
-        "replicas": facts["replicas"], "workers": config.workers, "replicas_per_worker": setup.replicas,
+        "replicas": facts["replicas"], "workers": config.workers, "hosts": facts.get("hosts", 1),
+        "replicas_per_worker": setup.replicas,
         "device_kind": setup.kind, "devices": list(setup.devices),
         "cross_device_ops": facts["cross_device_ops"], "cross_device_ops_requested": config.cross_device_ops,
         "threads": facts["threads"], "model": config.model, "params": facts["params"],
@@ -236,6 +237,7 @@ def fit_summary(facts: dict, *, status: str, error, steps: int, steps_per_epoch,
                           loop_times=loop_times, losses=[r["loss"] for r in rows], evals=evals)
     return {
         "status": status, "error": error,
+        "hosts": facts.get("hosts", 1),
         **{k: facts[k] for k in ("replicas", "workers", "replicas_per_worker", "device_kind", "devices",
                                  "cross_device_ops", "threads", "device_memory_peak_bytes", "model", "params",
                                  "gradient_bytes")},
