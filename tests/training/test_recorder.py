@@ -440,3 +440,22 @@ def test_a_strategy_of_another_count_than_init_devices_set_up_is_warned(tmp_path
     monkeypatch.setattr(devices, "configured", lambda: 2)  # as after init_devices(2): the same count, no warning
     _fit(tmp_path / "same", _model(mirrored2), n=64)
     assert "init_devices set up" not in caplog.text and (tmp_path / "same" / "summary.json").exists()
+
+
+def test_hosts_are_the_distinct_machines_of_the_cluster():
+    from tftoolkit.training import keras_facts
+
+    class Resolver:
+        def __init__(self, spec):
+            self.spec = spec
+
+        def cluster_spec(self):
+            return type("Spec", (), {"as_dict": lambda _self: self.spec})()
+
+    class Strategy:
+        def __init__(self, spec):
+            self.cluster_resolver = Resolver(spec)
+
+    two_hosts = Strategy({"chief": ["a:2222"], "worker": ["a:2223", "b:2222", "b:2223"]})
+    assert keras_facts.fit_hosts(two_hosts) == 2 and keras_facts.fit_workers(two_hosts) == 4
+    assert keras_facts.fit_hosts(object()) == 1  # no cluster: one machine

@@ -203,21 +203,3 @@ def test_the_monitor_counts_this_hosts_share_of_the_timed_images(monkeypatch):
     # The monitor never fails a run: a monitor.csv that cannot be read is no monitor field.
     assert summary_build.monitor_fields("/nonexistent/monitor.csv", loop_times=[], global_batch=None) is None
 
-
-def test_hosts_are_the_distinct_machines_of_the_cluster():
-    from tftoolkit.training import keras_facts
-
-    class Resolver:
-        def __init__(self, spec):
-            self.spec = spec
-
-        def cluster_spec(self):
-            return type("Spec", (), {"as_dict": lambda _self: self.spec})()
-
-    class Strategy:
-        def __init__(self, spec):
-            self.cluster_resolver = Resolver(spec)
-
-    two_hosts = Strategy({"chief": ["a:2222"], "worker": ["a:2223", "b:2222", "b:2223"]})
-    assert keras_facts.fit_hosts(two_hosts) == 2 and keras_facts.fit_workers(two_hosts) == 4
-    assert keras_facts.fit_hosts(object()) == 1  # no cluster: one machine
