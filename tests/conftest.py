@@ -11,6 +11,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pytest  # noqa: E402
 
+from tftoolkit.experiments.startup import skip_slow_format_checkers  # noqa: E402
+
+# Each pytest worker imports nbformat (papermill, the notebook tests); without this, jsonschema's optional
+# rfc3987-syntax compiles its parsers there, ~6 s of one worker's collection with TensorFlow's objects alive (10 s
+# with it, 17 s without; tftoolkit/experiments/startup.py says why nothing uses them). The processes the tests
+# start are the toolkit's own entry points, which do the same; tests/experiments/test_startup.py checks it in a
+# fresh interpreter, where this line does not reach.
+skip_slow_format_checkers()
+
 MAX_TEST_REPLICAS = 4
 
 
