@@ -11,6 +11,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import pytest  # noqa: E402
 
+from tftoolkit.experiments.startup import skip_slow_format_checkers  # noqa: E402
+
+# Each pytest worker imports nbformat (papermill, the notebook tests); without this, jsonschema's optional
+# rfc3987-syntax compiles its parsers there, ~6 s of one worker's collection with TensorFlow's objects alive (10 s
+# with it, 17 s without; tftoolkit/experiments/startup.py says why nothing uses them). The processes the tests
+# start are the toolkit's own entry points, which do the same; tests/experiments/test_startup.py checks it in a
+# fresh interpreter, where this line does not reach.
+skip_slow_format_checkers()
+
 MAX_TEST_REPLICAS = 4
 
 
@@ -78,20 +87,31 @@ def slurm_cluster():
 
 # The files that take longest go first: `make test` runs `-n 3 --dist loadfile --no-loadscope-reorder`, which
 # hands whole files to the workers in collection order, so a long file collected last would leave one worker alone
-# at the end.
-# Measured with --durations (the order, not the figures, matters); files not listed keep their order after these.
+# at the end. Every file of more than ~40 s of test durations, longest first, from one `make test --durations=0`
+# (2026-12-04, a shared host; docs/benchmarks/suite-time.md): the order, not the figures, matters. Files not listed
+# keep their order after these.
 LONGEST_FIRST = (
-    "tests/cluster/test_slurm.py",
-    "tests/experiments/test_notebooks.py",
-    "tests/training/test_resume.py",
-    "tests/data/test_service.py",
-    "tests/experiments/test_sweep.py",
-    "tests/cluster/test_multiworker.py",
     "tests/engine/test_equivalence.py",
+    "tests/experiments/test_notebooks.py",
+    "tests/cluster/test_multiworker.py",
+    "tests/data/test_service.py",
+    "tests/cluster/test_slurm.py",
+    "tests/training/test_resume.py",
+    "tests/cluster/test_dataservice.py",
+    "tests/data/test_imagenet.py",
     "tests/training/test_train.py",
-    "tests/experiments/test_batch_science_notebook.py",
+    "tests/data/test_streaming.py",
+    "tests/training/test_tasks.py",
+    "tests/cli/test_cli.py",
     "tests/cluster/test_input_sharding.py",
+    "tests/training/test_tensorboard.py",
+    "tests/training/test_formats_train.py",
+    "tests/training/test_recorder.py",
+    "tests/experiments/test_sweep.py",
     "tests/experiments/test_jupyterlab.py",
+    "tests/docs/test_site.py",
+    "tests/engine/test_feed.py",
+    "tests/experiments/test_batch_science_notebook.py",
 )
 
 

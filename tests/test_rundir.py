@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -119,9 +120,17 @@ def test_taking_the_lock_removes_temp_files_a_killed_writer_left(tmp_path):
         assert (out / "runs" / "p1" / ".steps.csv.x.tmp").exists()
 
 
-def test_force_clears_a_run_but_keeps_the_lock_file(tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def finished_tiny(tmp_path_factory):
+    """A finished run of TINY; each test that needs one works on its own copy."""
+    out = tmp_path_factory.mktemp("tiny") / "r"
     tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    return out
+
+
+def test_force_clears_a_run_but_keeps_the_lock_file(tmp_path, finished_tiny):
+    out = tmp_path / "run"
+    shutil.copytree(finished_tiny, out)
     s = tftoolkit.train(RunConfig(**{**TINY, "seed": 1}), out, quiet=True, force=True)
     assert s["status"] == "ok" and (out / rundir.LOCK_FILE).exists()
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 1
@@ -187,9 +196,9 @@ def test_which_fields_define_a_run_is_decided_for_every_field_both_ways(tmp_path
 
 
 @pytest.mark.slow
-def test_a_finished_run_is_left_as_it_is_and_says_what_a_changed_option_would_need(tmp_path, caplog):
+def test_a_finished_run_is_left_as_it_is_and_says_what_a_changed_option_would_need(tmp_path, caplog, finished_tiny):
     out = tmp_path / "r"
-    tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    shutil.copytree(finished_tiny, out)
     before = (out / "config.json").read_text()
     with caplog.at_level("INFO", logger="tftoolkit"):
         s = tftoolkit.train(RunConfig(**{**TINY, "measure": True, "steps_per_loop": 1}), out)

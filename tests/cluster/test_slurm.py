@@ -280,11 +280,33 @@ def _srun_train(out: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def srun_2x1(slurm_cluster, tmp_path_factory):
-    """An uninterrupted `srun -n 2 tftoolkit train --workers 2` run (2 workers of 1 replica)."""
-    out = tmp_path_factory.mktemp("srun") / "2x1"
-    done = subprocess.run(_srun_train(out), capture_output=True, text=True, env=_srun_env(slurm_cluster), timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+def sbatch_example(slurm_cluster, tmp_path_factory):
+    """The shipped sbatch example, submitted with small settings (TRAIN): (its run directory, its job's state line,
+    its log). Its one command is `srun --kill-on-bad-exit=1 tftoolkit train --workers 2 TRAIN --out OUT`, what
+    _srun_train runs by hand, so its run directory is also the uninterrupted 2-worker run the srun tests compare
+    with (one 2-worker training fewer than a run of each)."""
+    folder = tmp_path_factory.mktemp("sbatch")
+    out = folder / "example"
+    env = {**_srun_env(slurm_cluster), "OUT": str(out), "TFTOOLKIT": f"{sys.executable} -m tftoolkit",
+           "TRAIN_ARGS": " ".join(a for a in TRAIN if a != "--quiet")}
+    # The example asks for 2 nodes with 4 GPUs; this cluster has one CPU node: the command line overrides it.
+    done = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+                           "--gpus-per-node=0", f"--output={folder}/%x-%j.out", "--time=10",
+                           str(ROOT / "examples" / "slurm_multiworker.sbatch")],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    slurm_cluster.wait_idle(300)  # (sbatch --wait polls with a growing interval: tens of seconds lost)
+    logs = "".join(p.read_text() for p in folder.glob("tftoolkit-mw-*.out"))
+    state = slurm_cluster.run("scontrol", "-o", "show", "job", job).stdout
+    return out, state, logs
+
+
+@pytest.fixture(scope="module")
+def srun_2x1(sbatch_example):
+    """An uninterrupted 2-worker run of TRAIN under srun (2 workers of 1 replica): the sbatch example's."""
+    out, state, logs = sbatch_example
+    assert "JobState=COMPLETED" in state, state + logs[-3000:]
     return out
 
 
@@ -310,20 +332,8 @@ def test_srun_two_workers_equal_one_process_with_two_replicas(srun_2x1, tmp_path
 
 
 @pytest.mark.slow
-def test_the_shipped_sbatch_example_runs_with_small_settings(slurm_cluster, tmp_path):
-    out = tmp_path / "example"
-    env = {**_srun_env(slurm_cluster), "OUT": str(out), "TFTOOLKIT": f"{sys.executable} -m tftoolkit",
-           "TRAIN_ARGS": " ".join(a for a in TRAIN if a != "--quiet")}
-    # The example asks for 2 nodes with 4 GPUs; this cluster has one CPU node: the command line overrides it.
-    done = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
-                           "--gpus-per-node=0", f"--output={tmp_path}/%x-%j.out", "--time=10",
-                           str(ROOT / "examples" / "slurm_multiworker.sbatch")],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
-    slurm_cluster.wait_idle(300)  # (sbatch --wait polls with a growing interval: tens of seconds lost)
-    logs = "".join(p.read_text() for p in tmp_path.glob("tftoolkit-mw-*.out"))
-    state = slurm_cluster.run("scontrol", "-o", "show", "job", job).stdout
+def test_the_shipped_sbatch_example_runs_with_small_settings(sbatch_example):
+    out, state, logs = sbatch_example
     assert "JobState=COMPLETED" in state, state + logs[-3000:]
     assert "tftoolkit: 2 workers on" in logs
     s = json.loads((out / "summary.json").read_text())

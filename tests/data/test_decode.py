@@ -48,6 +48,7 @@ def _folder(root: Path, damage) -> Path:
     return root
 
 
+@pytest.mark.slow  # a TensorFlow interpreter of its own (6.6 s alone, 9 s in test-fast's workers); make test runs it
 def test_a_damaged_jpeg_gives_the_one_line_error_and_no_libjpeg_text(tmp_path):
     cut = _folder(tmp_path / "cut", lambda b: b[:len(b) // 2])               # a partial copy, cut in its headers
     broken = _folder(tmp_path / "broken", lambda b: b[:200] + bytes(300))   # headers break off before the scan

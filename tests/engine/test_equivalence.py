@@ -334,15 +334,25 @@ def test_a_float16_all_reduce_turns_on_loss_scaling_so_tiny_gradients_survive_th
     kw = dict(replicas=2, global_batch=64, optimizer="sgd", base_lr=2000.0, lr_rule="none", warmup_epochs=0.0,
               schedule="constant", model="small_cnn", steps=3, steps_per_loop=3, measure=False, seed=7,
               eval_every_epoch=False)
+    # The weights both runs start from: the run's own set-up (session.start seeds them) builds the model, and
+    # nothing trains (a run at LR 1e-12 ends at these to 1e-19).
+    sess = session.start(RunConfig(**kw), data=(x, y), loss=_tiny_loss)
+    initial = build_engine(sess.config, sess.strategy, sess.source, sess.source.train_examples,
+                           loss=sess.loss).model.trainable_variables
     runs = {}
-    for name, dtype, lr in (("initial", "float32", 1e-12), ("float32", "float32", 2000.0), ("float16", "float16", 2000.0)):
+    for name, dtype in (("float32", "float32"), ("float16", "float16")):
         with caplog.at_level("INFO", logger="tftoolkit"):
-            s = tftoolkit.train(RunConfig(**{**kw, "base_lr": lr}, allreduce_dtype=dtype), tmp_path / name,
-                                quiet=False, data=(x, y), loss=_tiny_loss)
+            s = tftoolkit.train(RunConfig(**kw, allreduce_dtype=dtype), tmp_path / name, quiet=False, data=(x, y),
+                                loss=_tiny_loss)
         assert s["status"] == "ok"
         runs[name] = checkpoint_variables(tmp_path / name)
-    names = [n for n in runs["float32"] if "_trainable_variables" in n]
-    moved = max(np.abs(runs["float32"][n] - runs["initial"][n]).max() for n in names)  # what 3 steps moved
+    # Keras 3 checkpoints each weight as the optimizer's _trainable_variables/<i>: the model's i-th trainable one.
+    index = {n: int(n.split("_trainable_variables/")[1].split("/")[0]) for n in runs["float32"]
+             if "_trainable_variables" in n}
+    names = list(index)
+    assert sorted(index.values()) == list(range(len(initial)))
+    assert all(runs["float32"][n].shape == tuple(initial[i].shape) for n, i in index.items())
+    moved = max(np.abs(runs["float32"][n] - initial[i].numpy()).max() for n, i in index.items())  # what 3 steps moved
     diff = max(np.abs(runs["float32"][n] - runs["float16"][n]).max() for n in names)
     assert moved > 1e-5 and diff <= 1e-2 * moved, (diff, moved)
     assert "--allreduce-dtype float16: dynamic loss scaling turned on" in caplog.text

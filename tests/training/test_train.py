@@ -1,5 +1,6 @@
 import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -73,19 +74,34 @@ def test_divergence_stops_the_run_and_is_recorded(tmp_path):
     assert on_disk["status"] == "diverged"
 
 
-def test_run_directory_with_a_different_config_is_refused_unless_forced(tmp_path):
-    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, lr_rule="linear", **SMALL)
-    tftoolkit.train(cfg, tmp_path / "r", quiet=True)
+# One finished run of this config serves the three tests of what a second train() into its folder does; each test
+# gets its own copy of the folder.
+FINISHED = RunConfig(replicas=1, per_replica_batch=64, steps=2, lr_rule="linear", **SMALL)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "r"
+    return out, tftoolkit.train(FINISHED, out, quiet=True)
+
+
+def _copy_of(finished_run, to):
+    shutil.copytree(finished_run[0], to)
+    return finished_run[1]
+
+
+def test_run_directory_with_a_different_config_is_refused_unless_forced(tmp_path, finished_run):
+    cfg = FINISHED
+    _copy_of(finished_run, tmp_path / "r")
     with pytest.raises(RunDirError, match="differs in base_lr"):
         tftoolkit.train(cfg.replace(base_lr=0.5), tmp_path / "r", quiet=True)
     s = tftoolkit.train(cfg.replace(base_lr=0.5), tmp_path / "r", quiet=True, force=True)
     assert s["learning_rate"] == pytest.approx(0.5 * 64 / 256)
 
 
-def test_same_config_on_a_finished_run_returns_it_without_training(tmp_path):
-    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, **SMALL)
-    first = tftoolkit.train(cfg, tmp_path / "r", quiet=True)
-    again = tftoolkit.train(cfg, tmp_path / "r", quiet=True)
+def test_same_config_on_a_finished_run_returns_it_without_training(tmp_path, finished_run):
+    first = _copy_of(finished_run, tmp_path / "r")
+    again = tftoolkit.train(FINISHED, tmp_path / "r", quiet=True)
     # What the file holds, its nulls (2 steps time nothing) read back as NaN: equal once written the same way.
     assert fileio.jsonable(again) == json.loads((tmp_path / "r" / "summary.json").read_text())
     assert math.isnan(again["images_per_sec"])
@@ -140,9 +156,9 @@ def test_import_path_model(tmp_path, monkeypatch):
         tftoolkit.train(cfg.replace(model="mymodels:not_a_model"), tmp_path / "nm", quiet=True)
 
 
-def test_run_directory_from_before_a_new_config_field_still_resumes(tmp_path):
-    cfg = RunConfig(replicas=1, per_replica_batch=64, steps=2, **SMALL)
-    tftoolkit.train(cfg, tmp_path / "old", quiet=True)
+def test_run_directory_from_before_a_new_config_field_still_resumes(tmp_path, finished_run):
+    cfg = FINISHED
+    _copy_of(finished_run, tmp_path / "old")
     path = tmp_path / "old" / "config.json"
     written = json.loads(path.read_text())
     del written["config"]["divergence_factor"]  # as if written by a version without that field (default 5.0)
