@@ -8,9 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.science import advise, comms
+from tftoolkit.science import advise, comms, forecast, validation
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, RunDirError
+
+
+def _wait(n, run_replicas=2):
+    """The straggler factor of n GPUs against the run's own replicas (predict's and advise's step: the published
+    rows' sigma)."""
+    return forecast.straggler_factor(validation.release()["straggler"], n, run_replicas)
 
 
 def _run_dir(tmp_path, name="run", steps=True, **fields):
@@ -71,8 +77,9 @@ def test_advise_writes_advice_tradeoff_and_figures(tmp_path):
     # Time to the same loss: S(B)/S(b) x t(N)/t(1); on NVLink 4 with 50 ms of compute, 4 MB of gradients.
     row = frame.set_index("replicas").loc[16]
 
-    t16 = 0.05 + comms.allreduce_time(4e6, 8, 2, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
-    assert row["time_ratio"] == pytest.approx((1 + 500 / 512) / (1 + 500 / 32) * t16 / 0.05)
+    # The slowest of N replicas sets a synchronous step: 50 ms measured on the run's 2 replicas, x _wait(N).
+    t16 = 0.05 * _wait(16) + comms.allreduce_time(4e6, 8, 2, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
+    assert row["time_ratio"] == pytest.approx((1 + 500 / 512) / (1 + 500 / 32) * t16 / (0.05 * _wait(1)))
     assert json.loads((run / "advice.json").read_text())["time_model"]["fastest_replicas"] == 64
     assert (run / "tradeoff.png").stat().st_size > 20_000 and (run / "noise_scale.png").exists()
 
@@ -261,11 +268,11 @@ def test_advise_reads_the_cap_from_find_batch_and_says_the_accumulate(tmp_path, 
     pick = frame[frame["critical_batch"]].iloc[0]
     assert (pick["replicas"], pick["global_batch"], pick["accumulate"]) == (64, 16384, 2)
     comm = comms.allreduce_time(4e6, 8, 8, comms.PRESETS["nvlink4"], comms.PRESETS["ib200"])
-    assert pick["step_time_s"] == pytest.approx(2 * 0.2 + comm)
+    assert pick["step_time_s"] == pytest.approx(2 * 0.2 * _wait(64) + comm)
     rec = frame[frame["recommended"]].iloc[0]
     assert (rec["replicas"], rec["global_batch"], rec["accumulate"]) == (64, 2048, 1)
     assert pick["time_vs_recommended"] == pytest.approx(
-        (1 + 16384 / 16384) / (1 + 16384 / 2048) * (2 * 0.2 + comm) / (0.05 + comm))
+        (1 + 16384 / 16384) / (1 + 16384 / 2048) * (2 * 0.2 * _wait(64) + comm) / (0.05 * _wait(64) + comm))
     assert ("recommended: 64 GPU(s) x 32 = global batch 2048, the least time x GPU-time to the same loss over nvlink4 "
             "(the critical batch 1.64e+04 alone would ask for global batch 16384 (--replicas 64 --per-replica-batch 128 "
             f"--accumulate 2), which takes {pick['time_vs_recommended']:.2f}x the time") in out

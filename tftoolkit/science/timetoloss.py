@@ -26,6 +26,7 @@ import pandas as pd
 
 from .calibration import calibrate_summary
 from .comms import parse_link
+from . import validation
 from .forecast import exchange, step_parts
 
 # A doubling of GPUs pays under TIME_RULE while it cuts the time to the same loss by at least this: N x T^2 falls.
@@ -62,7 +63,9 @@ def step_time(cal, n: int, per_replica_batch: float, gpus_per_host: int, intra=N
     if intra is None:
         return cal.compute_at(n, per_replica_batch, "dedicated", accumulate)
     ex = exchange(cal, accumulate=accumulate)
-    return step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex)["step_time_s"]
+    # The same step as predict's GPU forecast: the wait for the slowest replica with the published rows' sigma.
+    return step_parts(cal, hosts, g, per_replica_batch, intra, inter, ex,
+                      straggler=validation.release().get("straggler", 0.0))["step_time_s"]
 
 
 def rank(frame: pd.DataFrame, per_replica_batch: int) -> tuple[pd.DataFrame, int, dict]:
