@@ -4,6 +4,7 @@ rows, and the CLI path (--json). No TensorFlow: parameters, rates and FLOPs are 
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -286,3 +287,15 @@ def test_candidates_side_by_side_with_a_rate_and_from_flops_and_their_figure():
     assert len(fig.axes) == 5  # throughput, efficiency, time, energy and cost per epoch
     with pytest.raises(ConfigError, match="give a model"):
         candidates.compare(["dgx-a100"], per_replica_batch=64)
+
+
+def test_the_release_shifts_its_residuals_to_the_fitted_step_costs_as_a_fresh_forecast_would():
+    v = validation.release()
+    fresh = validation.residuals(validation.read(validation.PUBLISHED), v["fractions"], v["straggler"],
+                                 v["overhead_ms"])
+    for col in ("forecast", "log_ratio", "step_time_s", "straggler_s", "efficiency_forecast"):
+        np.testing.assert_allclose(v["residuals"][col].to_numpy(), fresh[col].to_numpy(), rtol=1e-12, atol=0,
+                                   err_msg=col)
+    shifted = validation.at_step_costs(fresh, 0.01, 5.0)
+    again = validation.residuals(validation.read(validation.PUBLISHED), v["fractions"], 0.01, 5.0)
+    np.testing.assert_allclose(shifted["forecast"].to_numpy(), again["forecast"].to_numpy(), rtol=1e-12)

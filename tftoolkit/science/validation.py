@@ -225,6 +225,24 @@ def fit_step_costs(res: pd.DataFrame) -> tuple[float, float]:
     return best[1], best[2]
 
 
+def at_step_costs(res: pd.DataFrame, straggler: float, overhead_ms: float) -> pd.DataFrame:
+    """``res`` (made at σ = 0 and no fixed cost) as residuals(rows, fractions, straggler, overhead_ms) would make it,
+    by the same arithmetic as planner.forecast's step, without forecasting every row again (the CLI computes the
+    release's validation on every forecast; tests/science/test_planner.py checks the two agree)."""
+    out = res.copy()
+    several = out["gpus"] > 1
+    out["straggler_s"] = out["compute_s"] * straggler * out["gpus"].map(expected_max)
+    out["overhead_s"] = np.where(several, overhead_ms / 1e3, 0.0)
+    out["step_time_s"] = res["step_time_s"] - res["straggler_s"] - res["overhead_s"] + out["straggler_s"] \
+        + out["overhead_s"]
+    out["forecast"] = out["global_batch"] / out["step_time_s"]
+    out["log_ratio"] = np.log(out["published"] / out["forecast"])
+    base = res["forecast"] / res["efficiency_forecast"] / res["gpus"]  # each row's 1-GPU rate (NaN without one)
+    out["efficiency_forecast"] = out["forecast"] / (out["gpus"] * base)
+    out["efficiency_error"] = (out["efficiency_forecast"] - out["efficiency_published"]).abs()
+    return out
+
+
 def bands(res: pd.DataFrame) -> dict[str, tuple[float, float, int]]:
     """case -> (q10, q90, rows) of the log-ratio residuals."""
     return {case: (float(np.quantile(g["log_ratio"], QUANTILES[0])), float(np.quantile(g["log_ratio"], QUANTILES[1])),
@@ -239,8 +257,9 @@ def release() -> dict:
         return {}
     pub = read(PUBLISHED)
     fractions = achieved_fractions(pub)
-    straggler, overhead_ms = fit_step_costs(residuals(pub, fractions))
-    res = residuals(pub, fractions, straggler, overhead_ms)
+    res0 = residuals(pub, fractions)
+    straggler, overhead_ms = fit_step_costs(res0)
+    res = at_step_costs(res0, straggler, overhead_ms)
     return {"fractions": fractions, "straggler": straggler, "overhead_ms": overhead_ms, "bands": bands(res),
             "residuals": res}
 
