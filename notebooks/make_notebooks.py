@@ -657,7 +657,7 @@ precision: str = "float32"  # Keras policy: float32 (TF32 on Ampere+), mixed_flo
 candidates: list = [{"name": "DGX-1 V100", "gpu": "v100", "interconnect": "dgx1-v100", "images_per_sec": 360, "price_per_gpu_hour": 2.5}, {"name": "8x RTX 2080 Ti PCIe", "gpu": "rtx-2080-ti", "interconnect": "pcie3", "images_per_sec": 290, "price_per_gpu_hour": 0.6}, "dgx-a100"]  # servers: catalogue systems (no rate: compute from the model's FLOPs) or dicts with gpu, interconnect, a 1-GPU images_per_sec (here example figures, not measured: give yours) and an optional price per GPU-hour
 replica_counts: list = [1, 2, 4, 8]  # GPU counts to forecast
 examples_per_epoch: int = 1_281_167  # ImageNet-1k's training images
-smoke: bool = False  # the forecast is arithmetic: smoke changes nothing but is accepted like every notebook's
+smoke: bool = False  # the forecast is arithmetic (the model is built once to count it): smoke changes nothing but is accepted like every notebook's
 out_dir: str = "runs/07_choosing_hardware"  # where choice.csv and figures/ go
 """),
     code("""

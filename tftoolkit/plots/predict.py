@@ -107,7 +107,12 @@ def hardware_choice(frame: pd.DataFrame) -> Figure:
         panels.append(("energy_kwh_per_epoch", "GPU energy per epoch (kWh, at TDP)"))
     if "cost_per_epoch" in frame.columns and frame["cost_per_epoch"].notna().any():
         panels.append(("cost_per_epoch", "cost per epoch (price x GPU-hours)"))
-    fig, axes = new_figure(len(panels), width=4.7 * len(panels), height=4.2)
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = new_figure(ncols, nrows, width=4.7 * ncols, height=3.8 * nrows)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    axes = axes[:len(panels)]
     for name, g in frame.groupby("candidate", sort=False):
         g = g.sort_values("replicas")
         for ax, (col, label) in zip(axes, panels):
@@ -118,6 +123,7 @@ def hardware_choice(frame: pd.DataFrame) -> Figure:
             ax.set_ylabel(label)
     for ax in axes:
         replicas_axis(ax, sorted(frame["replicas"].unique()))
+        ax.set_xlabel("GPUs")
     axes[0].legend(fontsize=8)
     fig.suptitle("Candidate servers: forecast with its interval (band)")
     return fig
