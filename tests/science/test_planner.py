@@ -10,7 +10,7 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError
-from tftoolkit.science import planner, predict, topology, validation
+from tftoolkit.science import forecast, planner, predict, topology, validation
 from tftoolkit.science.planner import Plan
 
 RESNET50 = 25_557_032
@@ -155,10 +155,10 @@ def test_the_validation_is_what_the_cli_prints(capsys):
 
 
 def test_expected_slowest_of_n_replicas_matches_its_closed_forms():
-    assert planner.expected_max(1) == 0
-    assert planner.expected_max(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
-    assert planner.expected_max(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-6)
-    assert planner.expected_max(8) > planner.expected_max(4) > planner.expected_max(2)
+    assert forecast.expected_max(1) == 0
+    assert forecast.expected_max(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    assert forecast.expected_max(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-6)
+    assert forecast.expected_max(8) > forecast.expected_max(4) > forecast.expected_max(2)
 
 
 def test_the_straggler_term_lengthens_the_step_by_sigma_times_the_expected_slowest():
@@ -166,7 +166,7 @@ def test_the_straggler_term_lengthens_the_step_by_sigma_times_the_expected_slowe
              replica_counts="1,8", straggler=0.05)
     df, assumed = planner.forecast(p)
     compute = 64 / 400
-    assert df["straggler_s"].tolist() == pytest.approx([0, compute * 0.05 * planner.expected_max(8)])
+    assert df["straggler_s"].tolist() == pytest.approx([0, compute * 0.05 * forecast.expected_max(8)])
     assert "given, --straggler" in assumed["stragglers"]
     with pytest.raises(ConfigError, match="straggler"):
         Plan(gpu="v100", per_replica_batch=64, params=1, straggler=1.5)

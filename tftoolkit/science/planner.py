@@ -46,7 +46,7 @@ from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError
 from .. import catalogue
 from .comms import allreduce_time, host_transfer_time
-from .forecast import ExchangeModel, expected_max, straggler_factor
+from .forecast import ExchangeModel, straggler_factor
 from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, ring_link, uplink_sharing
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")

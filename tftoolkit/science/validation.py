@@ -51,7 +51,8 @@ import pandas as pd
 
 from .. import catalogue
 from ..errors import ConfigError, DataError
-from .planner import Plan, expected_max, forecast
+from .forecast import expected_max
+from .planner import Plan, forecast
 from .topology import find_gpu
 
 ROOT = Path(__file__).resolve().parents[2] / "validation"

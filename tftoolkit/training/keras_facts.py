@@ -23,25 +23,24 @@ def fit_devices(strategy) -> tuple[list[str], list[int]]:
     return out, [int(d.split(":")[1]) for d in out if d.startswith("/gpu:")]
 
 
-def fit_workers(strategy) -> int:
-    """Worker processes in the strategy's cluster (1 without one)."""
+def cluster_addresses(strategy) -> list[str]:
+    """The chief's and workers' addresses in the strategy's cluster (none without one)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     try:
         spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    except Exception:  # noqa: BLE001 - no cluster: one worker
+    except Exception:  # noqa: BLE001 - no cluster: one worker on one host
         spec = {}
-    return max(1, sum(len(spec.get(job, [])) for job in ("chief", "worker")))
+    return [str(a) for job in ("chief", "worker") for a in (spec.get(job) or [])]
+
+
+def fit_workers(strategy) -> int:
+    """Worker processes in the strategy's cluster (1 without one)."""
+    return max(1, len(cluster_addresses(strategy)))
 
 
 def fit_hosts(strategy) -> int:
     """Distinct machines among the strategy's cluster addresses (1 without a cluster)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    try:
-        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    except Exception:  # noqa: BLE001 - no cluster: one host
-        spec = {}
-    addresses = [a for job in ("chief", "worker") for a in (spec.get(job) or [])]
-    return max(1, len({str(a).rsplit(":", 1)[0] for a in addresses}))
+    return max(1, len({a.rsplit(":", 1)[0] for a in cluster_addresses(strategy)}))
 
 
 def memory_peaks(kind: str, devices: list[str]):
