@@ -38,12 +38,10 @@ def add(sub) -> None:
     p.add_argument("--max-per-replica-batch", type=int, metavar="B",
                    help="the memory cap given directly instead of --batch-find: the largest per-replica batch that "
                         "fits on the GPUs you will train on")
-    p.add_argument("--max-replicas", type=int, default=64, help="most GPUs to consider (default: 64)")
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
                                           + ", ".join(comms.PRESETS) + " or NAME=GBps[:latency_us]")
     p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
-    p.add_argument("--gpus-per-host", type=int, default=8,
-                   help="GPUs in each host: counts past it are whole hosts joined by --inter-host (default: 8)")
+    _add_layout(p, forecast)
     _add_host_cores(p)
     p.set_defaults(func=advise_command)
 
@@ -122,8 +120,7 @@ def add(sub) -> None:
                         "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
                         "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
                         "(default: the run's)")
-    p.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS, help="default: 64")
-    p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST, help="default: 8")
+    _add_layout(p, forecast)
     p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
                                                      "system's)")
     p.add_argument("--measured", nargs="+",
@@ -168,6 +165,16 @@ def _add_plan_options(p) -> None:
                    help="fixed cost of each multi-GPU step, ms (default: the value fitted to the published "
                         "validation rows together with --straggler's)")
     g.add_argument("--json", action="store_true", help="print the forecast as JSON on stdout")
+
+
+def _add_layout(p, forecast) -> None:
+    """--max-replicas and --gpus-per-host, with one default each for advise and predict (``forecast``: the
+    science.forecast module, imported by add() so the parser starts no more than it needs)."""
+    p.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS,
+                   help=f"most GPUs to consider (default: {DEFAULT_MAX_REPLICAS})")
+    p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST,
+                   help="GPUs in each host: counts past it are whole hosts joined by --inter-host "
+                        f"(default: {forecast.DEFAULT_GPUS_PER_HOST})")
 
 
 def _add_host_cores(p) -> None:

@@ -49,7 +49,12 @@ def compare(candidates, *, per_replica_batch: int, model=None, params: int | Non
         forward_flops = forward_flops or fwd
     if params is None:
         raise ConfigError("give a model to count, or its params")
-    name = model if isinstance(model, str) or model is None else getattr(model, "__name__", "model")
+    if callable(model):
+        from ..engine.models import qualified_name  # how a model callable is named everywhere else
+
+        name = qualified_name(model)
+    else:
+        name = model
     frames = []
     for spec in candidates:
         c = candidate(spec)

@@ -158,12 +158,11 @@ def _allreduce(plan: Plan, gpu, size: float, g: int, hosts: int, inter, nics: in
     """(seconds of one step's all-reduce on ``hosts`` x ``g`` GPUs, how the link inside a host was found, its name)."""
     if plan.algorithm == "host":
         k, why = uplink_sharing(gpu, plan.interconnect, g)
-        intra, _ = intra_link(gpu, plan.interconnect, g)
-        up = catalogue.link(f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie3")
-        t = host_transfer_time(size, k, ring_link(up), plan.allreduce_packs)
-        if hosts > 1:
-            t += allreduce_time(size, 1, hosts, intra, inter, nics, "ring", plan.allreduce_packs)
-        return t, f"variables in host memory: {why}", up.key
+        up = ring_link(catalogue.link(f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie3"))
+        t = host_transfer_time(size, k, up, plan.allreduce_packs)
+        if hosts > 1:  # the hosts' parameter servers exchange over the NICs (one GPU per host: no intra term)
+            t += allreduce_time(size, 1, hosts, up, inter, nics, "ring", plan.allreduce_packs)
+        return t, f"variables in host memory: {why}", up.name
     if plan.algorithm == "ring-in-order":
         intra, how = in_order_ring_link(gpu, plan.interconnect, g)
         algorithm = "ring"
@@ -201,7 +200,8 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0,
         step = compute + wait + comm - hidden + overhead
         links[f"{g} GPU(s) per host"] = how
         rows.append({"replicas": n, "hosts": hosts, "gpus_per_host": g, "per_replica_batch": plan.per_replica_batch,
-                     "global_batch": plan.per_replica_batch * n, "compute_s": compute, "straggler_s": wait, "allreduce_s": comm,
+                     "global_batch": plan.per_replica_batch * n, "compute_s": compute, "straggler_s": wait,
+                     "allreduce_s": comm,
                      "hidden_s": hidden, "overhead_s": overhead, "step_time_s": step,
                      "images_per_sec": plan.per_replica_batch * n / step,
                      "scenario": f"{plan.interconnect or link_name}" + (f" + {inter.name}" if hosts > 1 else "")})
