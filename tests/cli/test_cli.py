@@ -1,6 +1,7 @@
 """The command line: every option documented, bad input gets one line and exit code 2, no traceback."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -188,3 +189,37 @@ def test_an_exhausted_memory_names_what_ran_out_and_what_to_lower(monkeypatch, c
     for fix in ("--per-replica-batch", "--image-size", "--data-memory-gb", "--replicas"):
         assert fix in err[0], err
     assert "address-space limit of 3.1 GB (ulimit -v)" in err[0], err
+
+
+def test_the_command_table_says_what_each_module_registers():
+    """`tftoolkit --help` is printed from cli.COMMANDS alone; each line must be the one the command's own module
+    registers, in the same order, and each command must live in the module the table names."""
+    import argparse
+
+    def listed(parser):
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return [(c.dest, c.help) for c in sub._choices_actions]
+
+    full = listed(cli.build_parser())
+    assert full == [(name, helptext) for name, (_, helptext) in cli.COMMANDS.items()]
+    assert listed(cli.build_parser(None)) == full
+    for name, (module, _) in cli.COMMANDS.items():
+        one = cli.build_parser(name)
+        assert listed(one) == full
+        built = {n for n, p in next(a for a in one._actions if isinstance(a, argparse._SubParsersAction)).choices.items()
+                 if p._actions[1:]}  # a stub has only -h
+        assert built == {n for n, (m, _) in cli.COMMANDS.items() if m == module}, name
+
+
+def test_the_top_level_help_and_a_light_command_import_no_command_module():
+    """The front door imports what a command runs and nothing else: the top level's help builds no command's
+    parser, and `train --help` loads neither pandas, the notebooks' libraries nor TensorFlow."""
+    code = ("import sys; from tftoolkit import cli; cli.build_parser(None); "
+            "a = sorted(m for m in sys.modules if m.startswith('tftoolkit.cli.') and m != 'tftoolkit.cli.common' "
+            "and m != 'tftoolkit.cli.sections'); cli.build_parser('train'); "
+            "b = [m for m in ('pandas', 'nbformat', 'nbconvert', 'papermill', 'tensorflow') if m in sys.modules]; "
+            "print(a, b)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[] []"

@@ -20,22 +20,60 @@ import signal
 import sys
 import threading
 
+import importlib
+
 from ..errors import ToolkitError, out_of_memory
-from . import cluster, data, experiments, measure, science, train
 from .common import EXIT_USAGE, Parser, add_config_options, config_from_args, subcommands
 
+# Every command with the CLI module that builds its options and its one-line help, in the order a user meets them:
+# train; its data; measure it; sweep it; tune batch and LR; more hosts. `tftoolkit --help` is printed from this
+# table alone, and a command builds only its own module's parsers, so no help imports what a command runs (pandas,
+# notebooks, TensorFlow). tests/cli/test_cli.py holds each line equal to the one its module registers.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train", "train data-parallel and write a run directory"),
+    "data": ("data", "prepare datasets (shapes16k)"),
+    "env": ("measure", "hardware and software report (GPUs, interconnect topology, TensorFlow build)"),
+    "doctor": ("measure", "check that the toolkit's assumptions hold on this machine (run first on a new GPU server)"),
+    "scale": ("measure", "train at several replica counts; speedup and efficiency table"),
+    "bench": ("measure", "micro-benchmarks: input pipeline, all-reduce bandwidth"),
+    "sweep": ("experiments", "run a notebook over a parameter grid with papermill (resumable)"),
+    "demo": ("experiments", "the main job: data, scaling and batch/LR sweeps, report (about 5 minutes on 2 CPU cores)"),
+    "tensorboard": ("experiments", "open TensorBoard on a run or a sweep (scalars, HParams, profiler traces)"),
+    "advise": ("science", "recommend a global batch and GPU count from a run's measured noise scale"),
+    "find-lr": ("science", "exponential learning-rate sweep under the strategy"),
+    "find-batch": ("science", "largest per-replica batch that fits in device memory"),
+    "predict": ("science", "forecast throughput, speedup and efficiency on N GPUs, from a measured run or from the "
+                           "model and the catalogue's hardware"),
+    "launch": ("cluster", "run a train command as K worker processes here (MultiWorkerMirroredStrategy)"),
+    "data-service": ("cluster", "a tf.data service to run the input pipeline on more cores or hosts"),
+}
+ALL = "*"
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
+    """The parser with every command's options (``command=ALL``: docs, tests, ``launch``), or with only
+    ``command``'s module built and the other commands listed by name and help (None: the top level alone)."""
     parser = Parser(prog="tftoolkit", description="Measure and tune multi-GPU data-parallel training with TensorFlow.")
     sub = subcommands(parser, "command")
-    # In the order a user meets them: train; its data; measure it; sweep it; tune batch and LR; more hosts.
-    for group in (train, data, measure, experiments, science, cluster):
-        group.add(sub)
+    built: set[str] = set()
+    for name, (module, helptext) in COMMANDS.items():
+        if command == ALL or COMMANDS.get(command, ("",))[0] == module:
+            if module not in built:  # a module adds all of its commands at once, in the table's order
+                built.add(module)
+                importlib.import_module(f"{__name__}.{module}").add(sub)
+        else:
+            sub.add_parser(name, help=helptext)
     return parser
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # name the command whose --help lists what it takes, not the top level's
         where = f"tftoolkit {args.command}" if getattr(args, "command", None) else "tftoolkit"
