@@ -127,6 +127,19 @@ def hierarchical_copy_time(size_bytes: float, replicas: int, link: Link) -> floa
     return (2.0 * (h - 1) + 2.0) * (size_bytes / link.bandwidth_Bps + link.latency_s)
 
 
+def parameter_server_time(size_bytes: float, largest_bytes: float | None, replicas: int, link: Link,
+                          packs: int = 1) -> float:
+    """Variables spread over the GPUs, each held whole by one GPU that sums its gradients and sends the variable
+    back (tf_cnn_benchmarks' parameter_server on the GPUs): the GPU holding the most, max(largest tensor, S / N),
+    receives N − 1 gradients of it and sends N − 1 copies, both directions at once over its link:
+    (N − 1) · max(S_largest, S / N) / B + 2(N − 1)·α per pack. ``largest_bytes`` None: evenly spread (S / N).
+    0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    held = max(largest_bytes or 0.0, size_bytes / replicas)
+    return (replicas - 1) * held / link.bandwidth_Bps + 2.0 * packs * (replicas - 1) * link.latency_s
+
+
 ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time, "hierarchical-copy": hierarchical_copy_time}
 
 

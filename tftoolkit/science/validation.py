@@ -138,6 +138,12 @@ def algorithm_of(text) -> str:
     return next((alg for key, alg in ALGORITHM_OF if key in low), "ring")
 
 
+def exchange_known(text) -> bool:
+    """Whether a row's source says how it combined gradients (Lambda's tables do not: "unconfirmed")."""
+    low = str(text or "").lower()
+    return bool(low) and "unconfirmed" not in low and "unknown" not in low
+
+
 def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
     """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
     all-reduce its source names (algorithm_of)."""
@@ -197,6 +203,9 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overh
                             "compute_s": float(fc["compute_s"]), "step_time_s": float(fc["step_time_s"]),
                             "straggler_s": float(fc["straggler_s"]), "overhead_s": float(fc["overhead_s"]),
                             "global_batch": float(fc["global_batch"]),
+                            "allreduce_s": float(fc["allreduce_s"]) - float(fc["hidden_s"]),
+                            "hardware_class": fc["hardware_class"],
+                            "exchange_known": exchange_known(_get(pub, "allreduce", "")),
                             "algorithm": algorithm_of(_get(pub, "allreduce", "")),
                             "source": _get(pub, "source", "")})
     res = pd.DataFrame(out)
