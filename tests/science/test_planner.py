@@ -10,17 +10,64 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError
-from tftoolkit.science import forecast, planner, predict, topology, validation
+from tftoolkit.science import forecast, intervals, planner, predict, topology, validation
 from tftoolkit.science.planner import Plan
 
 RESNET50 = 25_557_032
 
 
 def test_no_peer_to_peer_halves_the_ring_bandwidth_of_geforce_cards():
-    pro, _ = topology.intra_link(topology.find_gpu("quadro-rtx-8000"), "pcie3", 8)
-    geforce, how = topology.intra_link(topology.find_gpu("rtx-2080-ti"), "pcie3", 8)
+    pro, _ = topology.intra_link(topology.find_gpu("quadro-rtx-8000"), "pcie3", 2)
+    geforce, how = topology.intra_link(topology.find_gpu("rtx-2080-ti"), "pcie3", 2)
     assert geforce.bandwidth_GBps == pytest.approx(pro.bandwidth_GBps / 2)
     assert "host memory" in how
+
+
+def test_the_host_is_a_shared_link_whose_share_per_gpu_falls_with_the_gpus_on_a_socket():
+    # A generic server: 2 sockets of 4 GPUs, each socket 1.5 x PCIe 3 x16 (15.75 GB/s) for staged traffic.
+    gpu = topology.find_gpu("rtx-2080-ti")
+    bw = {g: topology.intra_link(gpu, "pcie3", g)[0].bandwidth_GBps for g in (2, 3, 4, 8)}
+    assert bw[2] == bw[3] == pytest.approx(12.0 / 2)        # half the link: the socket is not the limit
+    assert bw[4] == pytest.approx(1.5 * 15.75 / 4)           # 5.9 GB/s: four GPUs share one socket
+    assert bw[8] == pytest.approx(bw[4])                     # device order fills the first socket first
+    how = topology.intra_link(gpu, "pcie3", 8)[1]
+    assert "4 GPUs share" in how and "nccl#1130" in how
+    # GPUs with peer-to-peer on a named PCIe server: past one socket the ring is staged through host memory too.
+    a6000 = topology.find_gpu("rtx-a6000")
+    inside, _ = topology.intra_link(a6000, "pcie-8x-2switch", 4)
+    across, why = topology.intra_link(a6000, "pcie-8x-2switch", 8)
+    assert across.bandwidth_GBps < inside.bandwidth_GBps and "span the CPU sockets" in why
+    assert topology.link_class(a6000, "pcie-8x-2switch", 8) == "pcie via host memory"
+    assert topology.link_class(a6000, "pcie-8x-2switch", 4) == "pcie peer-to-peer"
+
+
+def test_a_generic_system_runs_the_gpus_own_pcie_generation():
+    # pcie-8x-2switch's note: a PCIe 4 GPU uses PCIe 4 (it ran over PCIe 3 before).
+    link, how = topology.intra_link(topology.find_gpu("rtx-3090"), "pcie-8x-2switch", 2)
+    assert how.startswith("pcie4") and link.bandwidth_GBps == pytest.approx(31.5 / 2)
+
+
+def test_vgg16_through_a_parameter_server_on_a_pcie_server_without_p2p_gains_little_and_says_why():
+    plan = Plan(gpu="rtx-3090", per_replica_batch=64, params=138_357_544, model="vgg16", images_per_sec=420,
+                precision="mixed_float16", interconnect="pcie-8x-2switch", algorithm="parameter-server")
+    result = predict.run_plan(plan)
+    rates = {r["replicas"]: r["images_per_sec"] for r in result["rows"]}
+    assert rates[8] / rates[4] < 1.5   # 2x the GPUs, far less than 2x the rate
+    assert result["crossover"].startswith("communication overtakes compute at 8 GPUs")
+    assert "gains only" in result["crossover"]
+    # (N-1) x the largest tensor (VGG16's fc1, 102.76M float32) over the 11.8 GB/s each GPU gets from the host.
+    df, assumed = planner.forecast(plan)
+    assert df.set_index("replicas").loc[8, "allreduce_s"] == pytest.approx(
+        7 * 102_760_448 * 4 / (1.5 * 31.5 / 4 * 1e9) + 2 * 7 * 5.7e-6, rel=1e-6)
+    assert "largest tensor 102,760,448" in assumed["links"]["8 GPU(s) per host"]
+
+
+def test_efficiency_intervals_stop_at_100_percent_and_say_so():
+    plan = Plan(gpu="a100-sxm4-40", per_replica_batch=256, params=1_000_000, images_per_sec=2000,
+                interconnect="dgx-a100", replica_counts="1,2,8")
+    result = predict.run_plan(plan)
+    assert max(r["efficiency_high"] for r in result["rows"]) <= 1.0
+    assert "capped at 100%" in result["interval"]["method"]
 
 
 def test_hybrid_cube_mesh_rings_use_more_links_as_gpus_join():
@@ -150,7 +197,12 @@ def test_the_validation_is_what_the_cli_prints(capsys):
         want = res[(res["case_id"] == r["baseline"]) & (res["gpus"] == r["gpus"])
                    & (res["published"] == r["images_per_sec"])]["forecast"].iloc[0]
         assert got["images_per_sec"] == pytest.approx(want, rel=1e-9)
-        assert got["images_per_sec_low"] == pytest.approx(want * math.exp(v["bands"]["rate"][0]), rel=1e-9)
+        # The interval: the out-of-sample quantiles, widened by the row's own spread (intervals.py).
+        fc = planner.forecast(plan, straggler=v["straggler"], overhead_ms=v["overhead_ms"])[0].iloc[0]
+        fitted = fc["hardware_class"] in intervals.fitted_classes(v["residuals"])
+        lo = intervals.quantiles(intervals.out_of_sample())["rate"][0]
+        s = float(intervals.spread(int(r["gpus"]), fc["comm_share"], True, fitted))
+        assert got["images_per_sec_low"] == pytest.approx(want * math.exp(lo * s), rel=1e-9)
     assert seen == {"ring", "ring-in-order", "host"}
 
 
