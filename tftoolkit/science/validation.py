@@ -16,6 +16,8 @@ all-reduce, in two cases:
   chip and the unit the precision runs on, on published.csv's 1-GPU rows: the median of published /
   peak-implied rate).
 
+The exchange's dtype: float16 for tf_cnn_benchmarks' fp16 rows (exchange_dtype), else float32.
+
 The all-reduce a row's ``allreduce`` column names, as planner.ALGORITHMS models it (ALGORITHM_OF):
 ``parameter_server (local_parameter_device cpu)``: host (the variables in host memory);
 ``replicated (with NCCL)`` (TensorFlow's 2017 page: TensorFlow 1.x's contrib NCCL, NCCL 1.x): ring-in-order;
@@ -149,12 +151,21 @@ def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
     all-reduce its source names (algorithm_of)."""
     gflops = _get(r, "forward_gflops") or FORWARD_GFLOPS.get(str(r["model"]))
     algorithm = algorithm_of(_get(r, "allreduce", ""))
+    precision = PRECISION.get(str(_get(r, "precision", "fp32")), "float32")
     return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_gpu_batch"]), params=PARAMS.get(str(r["model"])),
                 model=_get(r, "model"), gpus_per_host=gpus_per_host,
                 interconnect=_get(r, "system") or _get(r, "interconnect"), inter_host=_get(r, "inter_host"),
                 images_per_sec=rate, forward_flops=gflops * 1e9 if gflops else None,
-                precision=PRECISION.get(str(_get(r, "precision", "fp32")), "float32"), replica_counts=counts,
-                algorithm=algorithm)
+                precision=precision, replica_counts=counts, algorithm=algorithm,
+                allreduce_dtype=exchange_dtype(_get(r, "framework", ""), precision))
+
+
+def exchange_dtype(framework, precision: str) -> str:
+    """The dtype a row's gradients were exchanged in: tf_cnn_benchmarks in fp16 casts them to float16 first
+    (``--compact_gradient_transfer``, default True, applied when ``--use_fp16``: tensorflow/benchmarks,
+    scripts/tf_cnn_benchmarks/variable_mgr.py, preprocess_device_grads); everything else float32 (Keras and Horovod
+    without compression keep float32 gradients under mixed precision)."""
+    return "float16" if precision == "mixed_float16" and "tf_cnn_benchmarks" in str(framework) else "float32"
 
 
 def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str, str], float]:
