@@ -352,3 +352,24 @@ def test_the_release_shifts_its_residuals_to_the_fitted_step_costs_as_a_fresh_fo
     shifted = validation.at_step_costs(fresh, 0.01, 5.0)
     again = validation.residuals(validation.read(validation.PUBLISHED), v["fractions"], 0.01, 5.0)
     np.testing.assert_allclose(shifted["forecast"].to_numpy(), again["forecast"].to_numpy(), rtol=1e-12)
+
+
+def test_predict_takes_the_bus_bandwidth_measured_on_the_users_gpus(tmp_path, capsys):
+    # A hand-made allreduce.csv as `tftoolkit bench allreduce` writes it, once at 2 and once at 4 GPUs: busbw
+    # 10 GB/s at 2, 8 at 4 (falling: the GPUs share one capacity, 4 x 8 = 32 GB/s), so 8 GPUs get 32 / 8 = 4 GB/s.
+    size = 256 * 2**20
+    rows = [{"impl": "nccl", "replicas": 2, "payload": "buffer", "size_bytes": size, "time_s": size / 10e9,
+             "status": "ok"},
+            {"impl": "nccl", "replicas": 4, "payload": "buffer", "size_bytes": size, "time_s": size * 1.5 / 8e9,
+             "status": "ok"},
+            {"impl": "nccl", "replicas": 4, "payload": "buffer", "size_bytes": 1024, "time_s": 1e-4, "status": "ok"}]
+    pd.DataFrame(rows).to_csv(tmp_path / "allreduce.csv", index=False)
+    assert main(["predict", "--gpu", "rtx-4090", "--params", str(RESNET50), "--per-replica-batch", "64",
+                 "--images-per-sec", "1000", "--replica-counts", "1,2,4,8", "--allreduce-csv",
+                 str(tmp_path / "allreduce.csv"), "--straggler", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    links = out["assumed"]["links"]
+    assert "busbw 10 GB/s measured at 2 GPUs" in links["2 GPU(s) per host"]
+    assert "busbw 4 GB/s extrapolated from 4 GPUs" in links["8 GPU(s) per host"]
+    row8 = next(r for r in out["rows"] if r["replicas"] == 8)
+    assert row8["allreduce_s"] == pytest.approx(2 * 7 / 8 * RESNET50 * 4 / 4e9 + 2 * 7 * 5.7e-6, rel=1e-6)

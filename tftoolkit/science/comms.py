@@ -241,6 +241,58 @@ def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = No
                   "median_abs_rel_error": float(np.median(np.abs(err))), "max_abs_rel_error": float(np.abs(err).max())}
 
 
+def busbw_by_replicas(frame: pd.DataFrame, impl: str | None = None) -> tuple[dict[int, float], str]:
+    """({GPU count: bus bandwidth in GB/s}, implementation) from ``tftoolkit bench allreduce``'s allreduce.csv rows
+    (one file per GPU count, read together): per count, the busbw (nccl-tests': algbw x 2(n-1)/n) of the largest
+    buffer timed, where the bandwidth term dominates; of ``impl`` (default: the one with the highest median)."""
+    need = ["impl", "replicas", "size_bytes", "time_s"]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise DataError(f"allreduce.csv lacks column(s) {', '.join(missing)}; write it with `tftoolkit bench allreduce`")
+    df = frame.copy()
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    if "payload" in df.columns and (df["payload"] == "buffer").any():
+        df = df[df["payload"] == "buffer"]
+    df["replicas"] = pd.to_numeric(df["replicas"], errors="coerce")
+    df["size_bytes"] = pd.to_numeric(df["size_bytes"], errors="coerce")
+    df["time_s"] = pd.to_numeric(df["time_s"], errors="coerce")
+    df = df[(df["replicas"] > 1) & (df["size_bytes"] > 0) & np.isfinite(df["time_s"]) & (df["time_s"] > 0)]
+    if df.empty:
+        raise DataError("allreduce.csv has no usable rows (status ok, replicas > 1, a finite time)")
+    n = df["replicas"]
+    df["_busbw"] = df["size_bytes"] / df["time_s"] / 1e9 * 2 * (n - 1) / n
+    if impl is None:
+        impl = str(df.groupby("impl")["_busbw"].median().idxmax())
+    df = df[df["impl"] == impl]
+    if df.empty:
+        raise DataError(f"allreduce.csv has no usable rows for implementation {impl!r}")
+    out = {}
+    for count, g in df.groupby("replicas"):
+        out[int(count)] = float(g.loc[g["size_bytes"] == g["size_bytes"].max(), "_busbw"].median())
+    return out, impl
+
+
+def measured_busbw(busbw: dict[int, float], replicas: int) -> tuple[float, str]:
+    """(bus bandwidth for ``replicas`` GPUs, how) from measured {count: busbw}: the count's own where measured;
+    between measured counts the next smaller one's; past the largest count N, where busbw fell from the count
+    before it by more than 10%, the host's share C / n with C = busbw(N) x N (the GPUs share one capacity), else
+    busbw(N) kept."""
+    if replicas in busbw:
+        return busbw[replicas], f"measured at {replicas} GPUs"
+    counts = sorted(busbw)
+    top = counts[-1]
+    if replicas < top:
+        below = [c for c in counts if c < replicas]
+        c = below[-1] if below else counts[0]
+        return busbw[c], f"not measured at {replicas} GPUs: taken from {c} GPUs"
+    if len(counts) > 1 and busbw[top] < 0.9 * busbw[counts[-2]]:
+        cap = busbw[top] * top
+        return cap / replicas, (f"extrapolated from {top} GPUs: busbw fell from {busbw[counts[-2]]:.3g} to "
+                                f"{busbw[top]:.3g} GB/s, so the GPUs share one capacity, {cap:.3g} GB/s / {replicas}")
+    return busbw[top], f"extrapolated from {top} GPUs: busbw did not fall with the GPU count, kept"
+
+
 def check_gradient_sets(frame: pd.DataFrame, link: Link, algorithm: str = "ring") -> pd.DataFrame:
     """The ring model against the timed all-reduce of real models' gradient sets (``payload`` grads:NAME rows
     of allreduce.csv): predicted time from their total bytes, and the relative error."""

@@ -56,7 +56,7 @@ import pandas as pd
 from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError
 from .. import catalogue
-from .comms import allreduce_time, host_transfer_time, parameter_server_time
+from .comms import Link, allreduce_time, host_transfer_time, measured_busbw, parameter_server_time
 from .forecast import ExchangeModel, straggler_factor
 from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, uplink_sharing
 
@@ -106,6 +106,8 @@ class Plan:
     overhead_ms: float | None = None   # default: fitted with σ
     achieved: float | None = None       # fraction of peak; default: fitted per family, chip and unit
     straggler: float | None = None      # σ, a replica's compute's coefficient of variation; default: fitted
+    measured_busbw: tuple[tuple[int, float], ...] = ()  # (GPU count, bus bandwidth GB/s) from allreduce.csv
+    measured_from: str = ""             # which file and implementation they came from
 
     def __post_init__(self):
         object.__setattr__(self, "replica_counts", _counts(self.replica_counts))
@@ -197,6 +199,10 @@ def _allreduce(plan: Plan, gpu, size: float, g: int, hosts: int, inter, nics: in
     else:
         intra, how = intra_link(gpu, plan.interconnect, g)
         algorithm = plan.algorithm
+    if plan.measured_busbw and g > 1:  # the user's own GPUs, measured: their busbw replaces the catalogue's
+        bw, which = measured_busbw(dict(plan.measured_busbw), g)
+        intra = Link(f"measured ({plan.measured_from})", bw, intra.latency_us, which)
+        how = f"busbw {bw:.3g} GB/s {which} ({plan.measured_from})"
     t = allreduce_time(size, g, hosts, intra, inter if hosts > 1 else None, nics, algorithm, plan.allreduce_packs)
     return t, how, intra.name
 
