@@ -373,3 +373,13 @@ def test_predict_takes_the_bus_bandwidth_measured_on_the_users_gpus(tmp_path, ca
     assert "busbw 4 GB/s extrapolated from 4 GPUs" in links["8 GPU(s) per host"]
     row8 = next(r for r in out["rows"] if r["replicas"] == 8)
     assert row8["allreduce_s"] == pytest.approx(2 * 7 / 8 * RESNET50 * 4 / 4e9 + 2 * 7 * 5.7e-6, rel=1e-6)
+
+
+def test_the_tree_all_reduce_has_the_rings_bandwidth_and_a_logarithmic_latency():
+    from tftoolkit.science import comms
+    link = comms.Link("l", 10.0, 5.0)
+    s = 100e6
+    assert comms.tree_allreduce_time(s, 8, link) == pytest.approx(2 * 7 / 8 * s / 10e9 + 2 * 3 * 5e-6)
+    assert comms.tree_allreduce_time(s, 8, link) < comms.ring_allreduce_time(s, 8, link)
+    assert comms.tree_allreduce_time(s, 1, link) == 0.0
+    assert "tree" in planner.ALGORITHMS

@@ -107,6 +107,16 @@ def ring_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
     return 2.0 * (n - 1) / n * size_bytes / link.bandwidth_Bps + 2.0 * (n - 1) * link.latency_s
 
 
+def tree_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """NCCL's double binary tree (NCCL 2.4 and later, NCCL_ALGO=Tree): the ring's bandwidth term with a latency
+    logarithmic in N, 2(N−1)/N · S/B + 2·⌈log2 N⌉·α (NVIDIA's "Massively Scale Your Deep Learning Training with
+    NCCL 2.4" blog: "full bandwidth" and "logarithmic latency"). 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    n = replicas
+    return 2.0 * (n - 1) / n * size_bytes / link.bandwidth_Bps + 2.0 * math.ceil(math.log2(n)) * link.latency_s
+
+
 def star_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
     """2(N−1) · (S/B + α): every buffer goes to one device and the sum back to every other, one after another
     through that device (TensorFlow's reduce_to_one; what CPU replicas use). 0 for one replica."""
@@ -140,7 +150,7 @@ def parameter_server_time(size_bytes: float, largest_bytes: float | None, replic
     return (replicas - 1) * held / link.bandwidth_Bps + 2.0 * packs * (replicas - 1) * link.latency_s
 
 
-ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time, "hierarchical-copy": hierarchical_copy_time}
+ALGORITHMS = {"ring": ring_allreduce_time, "tree": tree_allreduce_time, "star": star_allreduce_time, "hierarchical-copy": hierarchical_copy_time}
 
 
 def host_transfer_time(size_bytes: float, sharing: int, uplink: Link, packs: int = 1) -> float:
@@ -225,8 +235,9 @@ def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = No
     size = df["size_bytes"].astype(float).to_numpy()
     t = df["time_s"].astype(float).to_numpy()
     cost = _algorithm(algorithm)
-    factor = 2 * (n - 1) / n if algorithm == "ring" else 2 * (n - 1)
-    a = np.column_stack([2 * (n - 1), factor * size]) / t[:, None]  # rows scaled by 1/t: relative error
+    factor = 2 * (n - 1) / n if algorithm in ("ring", "tree") else 2 * (n - 1)
+    steps = 2 * np.ceil(np.log2(n)) if algorithm == "tree" else 2 * (n - 1)
+    a = np.column_stack([steps, factor * size]) / t[:, None]  # rows scaled by 1/t: relative error
     coef, *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
     alpha, inv_b = float(coef[0]), float(coef[1])
     if inv_b <= 0:

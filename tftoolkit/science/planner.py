@@ -12,6 +12,7 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   NICs per host), two-level across hosts (comms.allreduce_time):
   ``ring``: NCCL 2 and later (its rings over the topology; Horovod, MirroredStrategy's NcclAllReduce, the collective
   ops), and a parameter server sharded over the GPUs (every GPU sends and receives the same 2(N−1)/N · S);
+  ``tree``: NCCL's double binary tree, the ring's bandwidth with a latency logarithmic in N (comms.tree_allreduce_time);
   ``ring-in-order``: NCCL 1.x's one ring in device order (topology.in_order_ring_link);
   ``star``: TensorFlow's reduce-to-one, every buffer through one device; ``hierarchical-copy``: TensorFlow's
   HierarchicalCopyAllReduce, a star in each half of the GPUs and an exchange between the halves' main devices
@@ -61,7 +62,7 @@ from .forecast import ExchangeModel, straggler_factor
 from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, uplink_sharing
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-ALGORITHMS = ("ring", "ring-in-order", "star", "hierarchical-copy", "host", "parameter-server")
+ALGORITHMS = ("ring", "tree", "ring-in-order", "star", "hierarchical-copy", "host", "parameter-server")
 DEFAULT_ALGORITHM = "ring"  # this toolkit's own step: MirroredStrategy's NCCL all-reduce, a ring over the topology
 # Parameters of each model's largest variable (the parameter server's bottleneck), counted from the layer shapes:
 # VGG16's fc1 25088 x 4096; AlexNet's first dense layer (256 x 6 x 6) x 4096 (tf_cnn_benchmarks' definition,
