@@ -137,11 +137,14 @@ def add(sub) -> None:
                         "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
     p.add_argument("--algorithm", choices=planner.ALGORITHMS, default="ring",
-                   help="all-reduce inside a host: ring (NCCL 2+, Horovod, the collective ops), star (reduce_to_one: "
-                        "CPU replicas, GPUs without NCCL), hierarchical-copy (HierarchicalCopyAllReduce: a star in "
-                        "each half, the halves' main devices exchanging); without a run directory also ring-in-order (NCCL 1.x: one "
-                        "ring in device order) and host (the variables in host memory: a parameter server on the CPU, "
-                        "CentralStorageStrategy) (default: ring)")
+                   help="the exchange inside a host: ring (NCCL 2+, Horovod, the collective ops; this toolkit's own "
+                        "step), tree (NCCL's double binary tree), star (reduce_to_one: CPU replicas, GPUs without "
+                        "NCCL), hierarchical-copy (HierarchicalCopyAllReduce: a star in each half, the halves' main "
+                        "devices exchanging); without a run directory also ring-in-order (NCCL 1.x: one ring in device "
+                        "order), host (the variables in host memory: a parameter server on the CPU, "
+                        "CentralStorageStrategy) and parameter-server (variables spread over the GPUs, the largest "
+                        "tensor's holder the bottleneck: tf_cnn_benchmarks' default). 16-bit gradient compaction is "
+                        "--allreduce-dtype float16 (default: ring)")
     p.add_argument("--straggler", type=float, metavar="SIGMA",
                    help="a replica's compute's variation from step to step (coefficient of variation): a synchronous "
                         "step waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the "
