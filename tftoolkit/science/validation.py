@@ -37,10 +37,11 @@ published.csv's rate-case rows at once (fit_step_costs: the pair on a grid, σ f
 0, 0.5, 1, 2, 5, 10, 20 ms, with the least mean |ln(published / forecast)|), then every row forecast with them. The
 fixed cost comes out 0 ms: what the rows add per step grows with the compute and with N.
 
-The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
-interval is [forecast · e^q5, forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by
-construction on the rows it was made from; heldout.csv says how it holds on rows it was not). The flops case's
-residuals are wider: it is wider.
+The interval of a forecast without a run directory comes from out-of-sample residuals (intervals.py: each source
+left out in turn, heldout.csv never fitted to). with_interval here keeps the in-sample band for the run-directory
+forecast: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case, [forecast · e^q5,
+forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by construction on the rows it was made from;
+its "checked" line says in-sample).
 """
 
 from __future__ import annotations
@@ -292,8 +293,8 @@ def release() -> dict:
 def summary_line(res: pd.DataFrame, case: str) -> str:
     g = res[res["case"] == case]
     err = (g["forecast"] / g["published"] - 1).abs()
-    return (f"checked against {len(g)} published rows: median {err.median():.1%}, 90th percentile "
-            f"{err.quantile(0.9):.1%}")
+    return (f"checked against {len(g)} published rows, in-sample (the rows it was fitted to): relative error median "
+            f"{err.median():.1%}, 90th percentile {err.quantile(0.9):.1%}")
 
 
 def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame, dict]:
