@@ -50,31 +50,45 @@ def fitted_classes(rows: pd.DataFrame) -> set[str]:
     return set(rows.loc[rows["gpus"] > 1, "hardware_class"])
 
 
-def _fit_and_forecast(fit: pd.DataFrame, check: pd.DataFrame) -> pd.DataFrame:
-    """``check``'s residuals from a model fitted to ``fit`` only (fractions, σ and fixed cost), with the spread
-    inputs: communication's share and whether the row's hardware class was among the fitted ones."""
-    fractions = validation.achieved_fractions(fit)
-    res_fit = validation.residuals(fit, fractions)
-    sigma, overhead = validation.fit_step_costs(res_fit)
-    res = validation.at_step_costs(validation.residuals(check, fractions), sigma, overhead)
+def _with_spread_inputs(res: pd.DataFrame, fitted: set[str]) -> pd.DataFrame:
+    res = res.copy()
     res["comm_share"] = (res["allreduce_s"] / res["step_time_s"]).where(res["gpus"] > 1, 0.0)
-    res["fitted_class"] = res["hardware_class"].isin(fitted_classes(res_fit))
+    res["fitted_class"] = res["hardware_class"].isin(fitted)
     return res
 
 
 @functools.cache
 def out_of_sample() -> pd.DataFrame:
     """Every validation row forecast by a model not fitted to it: published.csv's rows leaving their source out,
-    heldout.csv's rows by the release's model (fitted to all of published.csv). ``set``: which file."""
+    heldout.csv's rows by the release's model (fitted to all of published.csv). ``set``: which file.
+
+    The rate case's forecasts do not depend on the fractions of peak, only on σ and the fixed cost, which
+    validation.at_step_costs applies to forecasts made without them: published.csv is forecast once (the release's
+    ``residuals_unfitted``) and each fold refits σ and the cost on the other sources' rows of it; only the flops
+    case is forecast again per fold, with the fractions fitted without the source."""
     if not validation.PUBLISHED.exists():
         return pd.DataFrame()
+    v = validation.release()
     pub = validation.read(validation.PUBLISHED)
+    res0 = v["residuals_unfitted"]
+    rate0 = res0[res0["case"] == "rate"]
     parts = []
     for source, rows in pub.groupby("source", sort=False):
-        parts.append(_fit_and_forecast(pub[pub["source"] != source], rows).assign(set="published", left_out=source))
+        fit_rate = rate0[rate0["source"] != source]
+        sigma, overhead = validation.fit_step_costs(fit_rate)
+        fitted = fitted_classes(fit_rate)
+        rate = validation.at_step_costs(rate0[rate0["source"] == source], sigma, overhead)
+        fractions = validation.achieved_fractions(pub[pub["source"] != source])
+        flops = validation.residuals(rows, fractions, cases=("flops",))  # none where no fraction is left
+        flops = validation.at_step_costs(flops, sigma, overhead) if len(flops) else flops
+        for part in (rate, flops):
+            if len(part):
+                parts.append(_with_spread_inputs(part, fitted).assign(set="published", left_out=source))
     if validation.HELDOUT.exists():
-        held = validation.read(validation.HELDOUT)
-        parts.append(_fit_and_forecast(pub, held).assign(set="heldout", left_out="(never fitted to)"))
+        held = validation.at_step_costs(validation.residuals(validation.read(validation.HELDOUT), v["fractions"]),
+                                        v["straggler"], v["overhead_ms"])
+        parts.append(_with_spread_inputs(held, fitted_classes(v["residuals"])).assign(set="heldout",
+                                                                                     left_out="(never fitted to)"))
     res = pd.concat(parts, ignore_index=True)
     res["spread"] = spread(res["gpus"], res["comm_share"], res["exchange_known"], res["fitted_class"])
     res["scaled"] = res["log_ratio"] / res["spread"]

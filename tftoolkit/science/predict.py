@@ -297,7 +297,7 @@ def _plain(key: str, v):
 
 def run_plan(plan: Plan, out=None) -> dict:
     """A forecast without a run directory (planner.forecast) with its interval from the release's validation
-    (validation.with_interval); prediction.json / .csv in ``out`` when given."""
+    (intervals.with_interval: out of sample); prediction.json / .csv in ``out`` when given."""
     v = validation.release()
     frac = None
     if plan.case == "flops" and v:

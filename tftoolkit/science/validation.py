@@ -184,9 +184,10 @@ def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str, str], fl
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
-def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overhead_ms: float = 0.0) -> pd.DataFrame:
-    """One row per published point and case: forecast, ln(published / forecast), efficiency error. Each row is
-    forecast on its own (its link, hosts and all-reduce), the rate case from its series' 1-GPU rate."""
+def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overhead_ms: float = 0.0,
+              cases: tuple[str, ...] = ("rate", "flops")) -> pd.DataFrame:
+    """One row per published point and case (of ``cases``): forecast, ln(published / forecast), efficiency error.
+    Each row is forecast on its own (its link, hosts and all-reduce), the rate case from its series' 1-GPU rate."""
     out = []
     for case_id, g in rows.groupby("baseline", sort=False):
         g = g.sort_values("gpus", kind="stable")
@@ -198,7 +199,8 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overh
                                               PRECISION.get(str(_get(pub, "precision", "fp32")), "float32")))
             flops_ok = frac is not None and bool(_get(pub, "forward_gflops") or str(pub["model"]) in FORWARD_GFLOPS)
             for case, rate in (("rate", base), ("flops", None)):
-                if (case == "rate" and (base is None or n == 1)) or (case == "flops" and not flops_ok):
+                if case not in cases or (case == "rate" and (base is None or n == 1)) or (case == "flops"
+                                                                                       and not flops_ok):
                     continue  # a 1-GPU row is the given rate itself
                 try:
                     df, _ = forecast(plan_of(pub, rate, (n,), int(pub["gpus_per_host"])), achieved=frac,
@@ -287,7 +289,7 @@ def release() -> dict:
     straggler, overhead_ms = fit_step_costs(res0)
     res = at_step_costs(res0, straggler, overhead_ms)
     return {"fractions": fractions, "straggler": straggler, "overhead_ms": overhead_ms, "bands": bands(res),
-            "residuals": res}
+            "residuals": res, "residuals_unfitted": res0}
 
 
 def summary_line(res: pd.DataFrame, case: str) -> str:
