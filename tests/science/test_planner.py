@@ -39,6 +39,12 @@ def test_the_host_is_a_shared_link_whose_share_per_gpu_falls_with_the_gpus_on_a_
     assert across.bandwidth_GBps < inside.bandwidth_GBps and "span the CPU sockets" in why
     assert topology.link_class(a6000, "pcie-8x-2switch", 8) == "pcie via host memory"
     assert topology.link_class(a6000, "pcie-8x-2switch", 4) == "pcie peer-to-peer"
+    # A ring over both sockets crosses their link: NCCL's 10 GB/s for Skylake UPI unless the system says.
+    assert across.bandwidth_GBps == pytest.approx(10.0)
+    ring8, why8 = topology.intra_link(topology.find_gpu("rtx-3090"), None, 8)
+    assert ring8.bandwidth_GBps == pytest.approx(10.0) and "crosses between the CPU sockets" in why8
+    assert topology.intra_link(topology.find_gpu("rtx-3090"), None, 8, ring=False)[0].bandwidth_GBps == \
+        pytest.approx(1.5 * 31.5 / 4)  # one GPU's own share, a parameter server holder's link
 
 
 def test_a_generic_system_runs_the_gpus_own_pcie_generation():

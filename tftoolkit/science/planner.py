@@ -59,7 +59,8 @@ from ..errors import ConfigError
 from .. import catalogue
 from .comms import Link, allreduce_time, host_transfer_time, measured_busbw, parameter_server_time
 from .forecast import ExchangeModel, straggler_factor
-from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, uplink_sharing
+from .topology import (find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, socket_crossing,
+                       uplink_sharing)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 ALGORITHMS = ("ring", "tree", "ring-in-order", "star", "hierarchical-copy", "host", "parameter-server")
@@ -185,10 +186,14 @@ def _allreduce(plan: Plan, gpu, size: float, g: int, hosts: int, inter, nics: in
             t += allreduce_time(size, 1, hosts, up, inter, nics, "ring", plan.allreduce_packs)
         return t, f"variables in host memory: {why}", up.name
     if plan.algorithm == "parameter-server":
-        intra, how = intra_link(gpu, plan.interconnect, g)
+        intra, how = intra_link(gpu, plan.interconnect, g, ring=False)  # the holder's own link
         largest = LARGEST_TENSOR.get(str(plan.model or "").lower())
         part = largest * DTYPE_BYTES[plan.allreduce_dtype] if largest else None
         t = parameter_server_time(size, part, g, intra, plan.allreduce_packs)
+        cross, beyond = socket_crossing(gpu, plan.interconnect, g)
+        if cross is not None:  # the GPUs on the other socket send to the holder (and receive) across the sockets
+            held = max(part or 0.0, size / g)
+            t = max(t, beyond * held / cross.bandwidth_Bps)
         if hosts > 1:
             t += allreduce_time(size, 1, hosts, intra, inter, nics, "ring", plan.allreduce_packs)
         held = (f"largest tensor {largest:,} parameters" if largest else

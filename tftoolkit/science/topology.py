@@ -10,6 +10,8 @@ Each term of the communication model, with its source, in one place:
   every byte crosses the GPU's PCIe link twice (GPU -> host, host -> GPU): at most half the link per GPU. And the
   host is a **shared link**: the GPUs staging through one CPU socket's memory and root complexes share that
   socket's capacity C, so each gets min(link / 2, C / G_socket), falling with the GPUs sharing it (host_staged_link).
+  A ring spanning the sockets also crosses their link: at most its bandwidth (``socket_link_gbs``, default
+  SOCKET_LINK_GBS, NCCL's own figure for Skylake UPI).
   C is the system's ``host_staging_gbs`` (systems.toml, per socket); a generic server's default is
   HOST_STAGING_X16 x the x16 link rate of the GPU's PCIe generation per socket, 2 sockets of 4 GPUs each. Source of
   that ratio: NVIDIA/nccl#1130 (all_reduce_perf with P2P disabled: 24 GB/s bus bandwidth on 4 GPUs of one NUMA node,
@@ -48,6 +50,9 @@ from ..errors import ConfigError
 from .comms import Link
 
 HOST_STAGING_X16 = 1.5     # a socket's staged capacity in x16 links of the GPU's PCIe generation (NVIDIA/nccl#1130)
+SOCKET_LINK_GBS = 10.0     # between two sockets, per direction, unless a system says: NCCL's own figure for Intel
+# Skylake's UPI (SKL_QPI_BW 10.0 in NVIDIA/nccl src/graph/topo.h, which has 6 for Broadwell's QPI, 16-32 for AMD's
+# Infinity Fabric, 22-40 for Sapphire/Emerald Rapids): the two-socket server of the PCIe 3/4 years
 GENERIC_SOCKETS = 2        # a generic server without a named system: two CPU sockets ...
 GENERIC_GPUS_PER_SOCKET = 4  # ... of 4 GPUs each, filled in device order (pcie-8x-2switch's layout)
 DEFAULT_LATENCY_US = {"pcie": 3.0, "nvlink": 0.6, "nvswitch": 0.6, "infiniband": 9.8, "ethernet": 20.0}
@@ -137,13 +142,36 @@ def host_staging(system: System | None, gpu: GPU) -> tuple[float, int, int, str]
             f"{sockets} sockets of {per_socket} GPUs (NVIDIA/nccl#1130)")
 
 
-def host_staged_link(entry, gpu: GPU, system: System | None, g: int, why: str) -> tuple[Link, str]:
+def socket_crossing(gpu: GPU, interconnect: str | None, g: int) -> tuple[Link | None, int]:
+    """(the link between the CPU sockets, GPUs beyond the first socket) where ``g`` GPUs staged through host memory
+    span the sockets, else (None, 0): what a parameter server's holder on the first socket receives across it."""
+    system = find_system(interconnect) if interconnect else None
+    if system is not None and not system.generic:
+        return None, 0
+    _, sockets, per_socket, _ = host_staging(system, gpu)
+    if sockets < 2 or g <= per_socket:
+        return None, 0
+    bw = system.socket_link_gbs if system is not None and system.socket_link_gbs else SOCKET_LINK_GBS
+    return Link("the sockets' link", bw, DEFAULT_LATENCY_US["pcie"], "socket_link_gbs"), g - per_socket
+
+
+def host_staged_link(entry, gpu: GPU, system: System | None, g: int, why: str,
+                     ring: bool = True) -> tuple[Link, str]:
     """The ring's link when its traffic is staged through host memory: half the PCIe link per GPU, and the GPUs on
     one socket share its capacity C: min(link / 2, C / GPUs on the busiest socket) (the module's docstring)."""
     half = ring_link(entry, halve=True)
     cap, sockets, per_socket, where = host_staging(system, gpu)
     busiest = min(g, per_socket)  # device order fills the first socket first
     shared = cap / busiest
+    socket_link = (system.socket_link_gbs if system is not None and system.socket_link_gbs else SOCKET_LINK_GBS)
+    if ring and g > per_socket and sockets > 1 and socket_link < min(shared, half.bandwidth_GBps):
+        # The ring crosses between the sockets once each way: every byte it moves crosses their link.
+        link = Link(f"{entry.key} (via host memory, across the sockets)", socket_link, half.latency_us,
+                    f"the sockets' link {socket_link:g} GB/s")
+        return link, (f"{entry.key}: {why}, so GPU-to-GPU traffic goes through host memory, and the ring over {g} "
+                      f"GPUs crosses between the CPU sockets at {socket_link:g} GB/s per direction ("
+                      + (f"{system.key}'s socket_link_gbs" if system is not None and system.socket_link_gbs else
+                         "default: NCCL's figure for Skylake UPI") + f"; {where})")
     if shared >= half.bandwidth_GBps:
         return half, (f"{entry.key}: {why}, so GPU-to-GPU traffic goes through host memory (half the bandwidth; "
                       f"the host's {cap:g} GB/s per socket shared by {busiest} GPU(s) is not the limit: {where})")
@@ -153,8 +181,9 @@ def host_staged_link(entry, gpu: GPU, system: System | None, g: int, why: str) -
                   f"socket {busiest} GPUs share: {shared:.3g} GB/s each, less than half the link ({where})")
 
 
-def intra_link(gpu: GPU, interconnect: str | None, gpus_per_host: int) -> tuple[Link, str]:
-    """(the ring's link inside one host of ``gpus_per_host`` GPUs, how it was found)."""
+def intra_link(gpu: GPU, interconnect: str | None, gpus_per_host: int, ring: bool = True) -> tuple[Link, str]:
+    """(the ring's link inside one host of ``gpus_per_host`` GPUs, how it was found); ``ring`` False: one GPU's own
+    link to the others, without the ring's crossing between the sockets (a parameter server's holder)."""
     system = find_system(interconnect) if interconnect else None
     if system is not None and not system.generic:
         return _system_link(system, gpu, gpus_per_host)
@@ -168,10 +197,11 @@ def intra_link(gpu: GPU, interconnect: str | None, gpus_per_host: int) -> tuple[
         raise ConfigError(f"unknown interconnect {interconnect!r}; known links: {_known('link')}; systems: "
                           f"{_known('system')}") from None
     if entry.kind == "pcie" and gpu.peer_to_peer is False:
-        return host_staged_link(entry, gpu, system, gpus_per_host, f"no peer-to-peer on {gpu.key}")
+        return host_staged_link(entry, gpu, system, gpus_per_host, f"no peer-to-peer on {gpu.key}", ring)
     if system is not None and entry.kind == "pcie" and gpus_per_host > host_staging(system, gpu)[2]:
         return host_staged_link(entry, gpu, system, gpus_per_host,
-                                f"{gpus_per_host} GPUs span the CPU sockets of {system.key} (no peer-to-peer there)")
+                                f"{gpus_per_host} GPUs span the CPU sockets of {system.key} (no peer-to-peer there)",
+                                ring)
     return ring_link(entry), f"{entry.key}"
 
 
