@@ -175,7 +175,7 @@ def with_interval(frame: pd.DataFrame, case: str, exchange_known: bool = True) -
     e_lo, e_hi, _ = quantiles(res).get("rate", (lo, hi, n))
     s_eff = spread(out["replicas"], share, exchange_known, cls.isin(fitted) | one)
     out["efficiency_low"] = out["efficiency"].where(one, out["efficiency"] * np.exp(e_lo * s_eff))
-    out["efficiency_high"] = out["efficiency"].where(one, np.minimum(1.0, out["efficiency"] * np.exp(e_hi * s_eff)))
+    out["efficiency_high"] = out["efficiency"].where(one, validation.efficiency_cap(out["efficiency"] * np.exp(e_hi * s_eff)))
     unfitted = sorted(set(cls[~cls.isin(fitted) & ~one]))
     words = []
     if unfitted:
@@ -184,6 +184,5 @@ def with_interval(frame: pd.DataFrame, case: str, exchange_known: bool = True) -
         words.append(f"the exchange is not known: {UNKNOWN_EXCHANGE:g}x wider")
     method = (f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of out-of-sample "
               f"ln(published / forecast) over {n} rows ({case} case), each row's widened by (1 + {N_WIDTH:g} log2 N)"
-              f" x (1 + {COMM_WIDTH:g} x communication's share of the step); efficiency capped at 100% (weak "
-              "scaling)" + ("; " + "; ".join(words) if words else ""))
+              f" x (1 + {COMM_WIDTH:g} x communication's share of the step); {validation.EFFICIENCY_CAP_NOTE}" + ("; " + "; ".join(words) if words else ""))
     return out, {"method": method, "checked": headline(case), "unfitted_classes": unfitted}

@@ -299,6 +299,14 @@ def summary_line(res: pd.DataFrame, case: str) -> str:
             f"{err.median():.1%}, 90th percentile {err.quantile(0.9):.1%}")
 
 
+EFFICIENCY_CAP_NOTE = "efficiency capped at 100% (weak scaling: N GPUs do at most N times one GPU's work)"
+
+
+def efficiency_cap(high):
+    """An efficiency interval's upper end within what is possible: at most 100% (EFFICIENCY_CAP_NOTE)."""
+    return np.minimum(1.0, high)
+
+
 def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame, dict]:
     """The frame with images_per_sec_low/high (and efficiency_low/high), and how the interval was made."""
     out = frame.copy()
@@ -316,10 +324,10 @@ def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame
     e_lo, e_hi, _ = v["bands"].get("rate", (lo, hi, n))
     several = out["replicas"] > 1
     out["efficiency_low"] = out["efficiency"].where(~several, out["efficiency"] * math.exp(e_lo))
-    out["efficiency_high"] = out["efficiency"].where(~several, out["efficiency"] * math.exp(e_hi))
+    out["efficiency_high"] = out["efficiency"].where(~several, efficiency_cap(out["efficiency"] * math.exp(e_hi)))
     return out, {"method": f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of ln(published / "
                            f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
-                           f"x{math.exp(hi):.3f}" + (" (wider than with a rate: the compute is FLOPs over the peak x a "
+                           f"x{math.exp(hi):.3f}; {EFFICIENCY_CAP_NOTE}" + (" (wider than with a rate: the compute is FLOPs over the peak x a "
                                                     "fitted fraction, not measured)" if case == "flops" else ""),
                  "checked": summary_line(v["residuals"], case)}
 
