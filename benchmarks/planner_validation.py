@@ -1,40 +1,74 @@
-"""The planner against the published tables: every row's published and forecast rate, the error and the interval.
+"""The planner against the published tables, out of sample: every row forecast by a model not fitted to it.
 
-    python benchmarks/planner_validation.py            validation/published.csv (what the planner is fitted to)
-    python benchmarks/planner_validation.py heldout    validation/heldout.csv (kept back, checks only)
+    python benchmarks/planner_validation.py            the leave-one-source-out table, then every rate-case row
+    python benchmarks/planner_validation.py heldout    the same, rows of validation/heldout.csv only
+    python benchmarks/planner_validation.py insample   published.csv forecast by the model fitted to all of it
+                                                       (in-sample: labelled as such wherever quoted)
 
-First the summary (efficiency and rate errors, the interval's coverage, per case and per all-reduce), then the table
-of every rate-case row. docs/benchmarks/planner.md holds its output.
+Out of sample (intervals.out_of_sample): each source of validation/published.csv forecast by a model fitted to the
+others; validation/heldout.csv by the model fitted to all of published.csv (never fitted to). Each row's interval
+comes from the other sources' residuals (nested), widened by its spread (intervals.spread). docs/benchmarks/planner.md
+holds its output.
 """
 
+import math
 import sys
 
-from tftoolkit.science import validation
+import numpy as np
+
+from tftoolkit.science import intervals, validation
 
 
-def summary(res, bands) -> str:
-    lines = ["| case | all-reduce | rows | efficiency error median / p90 | rate error median / p90 | interval covers |",
-             "|---|---|---|---|---|---|"]
+def summary(res) -> str:
+    lines = ["| set | case | all-reduce | rows | relative error median / p90 | efficiency error (points) median / "
+             "p90 | interval covers |", "|---|---|---|---|---|---|---|"]
     for case in ("rate", "flops"):
-        g = res[res["case"] == case]
-        if g.empty:
-            continue
-        lo, hi, _ = bands[case]
-        for alg, h in [("all", g)] + list(g.groupby("algorithm")):
-            err = (h["forecast"] / h["published"] - 1).abs()
-            eff = h["efficiency_error"]
-            covered = ((h["log_ratio"] >= lo) & (h["log_ratio"] <= hi)).mean()
-            lines.append(f"| {case} | {alg} | {len(h)} | {eff.median():.1%} / {eff.quantile(0.9):.1%} | "
-                         f"{err.median():.1%} / {err.quantile(0.9):.1%} | {covered:.0%} |")
+        cov = intervals.nested_coverage(res, case)
+        for name, s in res[res["case"] == case].groupby("set", sort=False):
+            for alg, h in [("all", s)] + list(s.groupby("algorithm")):
+                eff = h["efficiency_error"] if case == "rate" else h["relative_error"] * math.nan
+                lines.append(f"| {name} | {case} | {alg} | {len(h)} | {h['relative_error'].median():.1%} / "
+                             f"{h['relative_error'].quantile(0.9):.1%} | {eff.median():.1%} / {eff.quantile(0.9):.1%} | "
+                             f"{cov.loc[h.index].mean():.0%} |")
+    return "\n".join(lines).replace("nan% / nan%", "-")
+
+
+def rows(res, case="rate") -> str:
+    """Every row of ``case``: published, forecast (out of sample), its interval (nested), error."""
+    g = res[res["case"] == case]
+    lines = ["| series | GPUs | published img/s | forecast img/s | interval | error | efficiency published / forecast |"
+             " hardware class |", "|---|---|---|---|---|---|---|---|"]
+    for source, rows_ in g.groupby("source", sort=False):
+        others = g[g["source"] != source]["scaled"]
+        lo, hi = np.quantile(others, intervals.QUANTILES[0]), np.quantile(others, intervals.QUANTILES[1])
+        for _, r in rows_.iterrows():
+            lines.append(f"| {r['case_id']} | {r['gpus']} | {r['published']:,.0f} | {r['forecast']:,.0f} | "
+                         f"{r['forecast'] * math.exp(lo * r['spread']):,.0f} .. "
+                         f"{r['forecast'] * math.exp(hi * r['spread']):,.0f} | {r['forecast'] / r['published'] - 1:+.1%} "
+                         f"| {r['efficiency_published']:.0%} / {r['efficiency_forecast']:.0%} | {r['hardware_class']} |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    path = validation.HELDOUT if sys.argv[1:] == ["heldout"] else validation.PUBLISHED
-    v = validation.release()
-    res = validation.residuals(validation.read(path), v["fractions"], v["straggler"], v["overhead_ms"])
-    print(f"{path.name}: straggler sigma {v['straggler']:g}, fixed cost {v['overhead_ms']:g} ms per step (fitted to published.csv); rate interval "
-          f"x{2.718281828 ** v['bands']['rate'][0]:.3f} .. x{2.718281828 ** v['bands']['rate'][1]:.3f}\n")
-    print(summary(res, v["bands"]))
-    print()
-    print(validation.table(res))
+    arg = sys.argv[1:]
+    if arg == ["insample"]:
+        v = validation.release()
+        res = v["residuals"]
+        g = res[res["case"] == "rate"]
+        err = (g["forecast"] / g["published"] - 1).abs()
+        print(f"IN-SAMPLE (published.csv, the rows sigma {v['straggler']:g} and the fractions were fitted to): "
+              f"{len(g)} rate rows, relative error median {err.median():.1%}, p90 {err.quantile(0.9):.1%}; "
+              f"efficiency error (points) median {g['efficiency_error'].median():.1%}, "
+              f"p90 {g['efficiency_error'].quantile(0.9):.1%}")
+        sys.exit(0)
+    res = intervals.out_of_sample()
+    if arg == ["heldout"]:
+        res = res[res["set"] == "heldout"]
+    print("## Leave one source out (rate case: the series' 1-GPU rate given)\n")
+    print(intervals.table(res, "rate"))
+    print("\n## Leave one source out (flops case: no rate, FLOPs over the peak)\n")
+    print(intervals.table(res, "flops"))
+    print("\n## Per set and all-reduce\n")
+    print(summary(res))
+    print("\n## Every rate-case row\n")
+    print(rows(res))

@@ -10,17 +10,70 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError
-from tftoolkit.science import forecast, planner, predict, topology, validation
+from tftoolkit.science import forecast, intervals, planner, predict, topology, validation
 from tftoolkit.science.planner import Plan
 
 RESNET50 = 25_557_032
 
 
 def test_no_peer_to_peer_halves_the_ring_bandwidth_of_geforce_cards():
-    pro, _ = topology.intra_link(topology.find_gpu("quadro-rtx-8000"), "pcie3", 8)
-    geforce, how = topology.intra_link(topology.find_gpu("rtx-2080-ti"), "pcie3", 8)
+    pro, _ = topology.intra_link(topology.find_gpu("quadro-rtx-8000"), "pcie3", 2)
+    geforce, how = topology.intra_link(topology.find_gpu("rtx-2080-ti"), "pcie3", 2)
     assert geforce.bandwidth_GBps == pytest.approx(pro.bandwidth_GBps / 2)
     assert "host memory" in how
+
+
+def test_the_host_is_a_shared_link_whose_share_per_gpu_falls_with_the_gpus_on_a_socket():
+    # A generic server: 2 sockets of 4 GPUs, each socket 1.5 x PCIe 3 x16 (15.75 GB/s) for staged traffic.
+    gpu = topology.find_gpu("rtx-2080-ti")
+    bw = {g: topology.intra_link(gpu, "pcie3", g)[0].bandwidth_GBps for g in (2, 3, 4, 8)}
+    assert bw[2] == bw[3] == pytest.approx(12.0 / 2)        # half the link: the socket is not the limit
+    assert bw[4] == pytest.approx(1.5 * 15.75 / 4)           # 5.9 GB/s: four GPUs share one socket
+    assert bw[8] == pytest.approx(bw[4])                     # device order fills the first socket first
+    how = topology.intra_link(gpu, "pcie3", 8)[1]
+    assert "4 GPUs share" in how and "nccl#1130" in how
+    # GPUs with peer-to-peer on a named PCIe server: past one socket the ring is staged through host memory too.
+    a6000 = topology.find_gpu("rtx-a6000")
+    inside, _ = topology.intra_link(a6000, "pcie-8x-2switch", 4)
+    across, why = topology.intra_link(a6000, "pcie-8x-2switch", 8)
+    assert across.bandwidth_GBps < inside.bandwidth_GBps and "span the CPU sockets" in why
+    assert topology.link_class(a6000, "pcie-8x-2switch", 8) == "pcie via host memory"
+    assert topology.link_class(a6000, "pcie-8x-2switch", 4) == "pcie peer-to-peer"
+    # A ring over both sockets crosses their link: NCCL's 10 GB/s for Skylake UPI unless the system says.
+    assert across.bandwidth_GBps == pytest.approx(10.0)
+    ring8, why8 = topology.intra_link(topology.find_gpu("rtx-3090"), None, 8)
+    assert ring8.bandwidth_GBps == pytest.approx(10.0) and "crosses between the CPU sockets" in why8
+    assert topology.intra_link(topology.find_gpu("rtx-3090"), None, 8, ring=False)[0].bandwidth_GBps == \
+        pytest.approx(1.5 * 31.5 / 4)  # one GPU's own share, a parameter server holder's link
+
+
+def test_a_generic_system_runs_the_gpus_own_pcie_generation():
+    # pcie-8x-2switch's note: a PCIe 4 GPU uses PCIe 4 (it ran over PCIe 3 before).
+    link, how = topology.intra_link(topology.find_gpu("rtx-3090"), "pcie-8x-2switch", 2)
+    assert how.startswith("pcie4") and link.bandwidth_GBps == pytest.approx(31.5 / 2)
+
+
+def test_vgg16_through_a_parameter_server_on_a_pcie_server_without_p2p_gains_little_and_says_why():
+    plan = Plan(gpu="rtx-3090", per_replica_batch=64, params=138_357_544, model="vgg16", images_per_sec=420,
+                precision="mixed_float16", interconnect="pcie-8x-2switch", algorithm="parameter-server")
+    result = predict.run_plan(plan)
+    rates = {r["replicas"]: r["images_per_sec"] for r in result["rows"]}
+    assert rates[8] / rates[4] < 1.5   # 2x the GPUs, far less than 2x the rate
+    assert result["crossover"].startswith("communication overtakes compute at 8 GPUs")
+    assert "gains only" in result["crossover"]
+    # (N-1) x the largest tensor (VGG16's fc1, 102.76M float32) over the 11.8 GB/s each GPU gets from the host.
+    df, assumed = planner.forecast(plan)
+    assert df.set_index("replicas").loc[8, "allreduce_s"] == pytest.approx(
+        7 * 102_760_448 * 4 / (1.5 * 31.5 / 4 * 1e9) + 2 * 7 * 5.7e-6, rel=1e-6)
+    assert "largest tensor 102,760,448" in assumed["links"]["8 GPU(s) per host"]
+
+
+def test_efficiency_intervals_stop_at_100_percent_and_say_so():
+    plan = Plan(gpu="a100-sxm4-40", per_replica_batch=256, params=1_000_000, images_per_sec=2000,
+                interconnect="dgx-a100", replica_counts="1,2,8")
+    result = predict.run_plan(plan)
+    assert max(r["efficiency_high"] for r in result["rows"]) <= 1.0
+    assert "capped at 100%" in result["interval"]["method"]
 
 
 def test_hybrid_cube_mesh_rings_use_more_links_as_gpus_join():
@@ -150,7 +203,12 @@ def test_the_validation_is_what_the_cli_prints(capsys):
         want = res[(res["case_id"] == r["baseline"]) & (res["gpus"] == r["gpus"])
                    & (res["published"] == r["images_per_sec"])]["forecast"].iloc[0]
         assert got["images_per_sec"] == pytest.approx(want, rel=1e-9)
-        assert got["images_per_sec_low"] == pytest.approx(want * math.exp(v["bands"]["rate"][0]), rel=1e-9)
+        # The interval: the out-of-sample quantiles, widened by the row's own spread (intervals.py).
+        fc = planner.forecast(plan, straggler=v["straggler"], overhead_ms=v["overhead_ms"])[0].iloc[0]
+        fitted = fc["hardware_class"] in intervals.fitted_classes(v["residuals"])
+        lo = intervals.quantiles(intervals.out_of_sample())["rate"][0]
+        s = float(intervals.spread(int(r["gpus"]), fc["comm_share"], True, fitted))
+        assert got["images_per_sec_low"] == pytest.approx(want * math.exp(lo * s), rel=1e-9)
     assert seen == {"ring", "ring-in-order", "host"}
 
 
@@ -300,3 +358,34 @@ def test_the_release_shifts_its_residuals_to_the_fitted_step_costs_as_a_fresh_fo
     shifted = validation.at_step_costs(fresh, 0.01, 5.0)
     again = validation.residuals(validation.read(validation.PUBLISHED), v["fractions"], 0.01, 5.0)
     np.testing.assert_allclose(shifted["forecast"].to_numpy(), again["forecast"].to_numpy(), rtol=1e-12)
+
+
+def test_predict_takes_the_bus_bandwidth_measured_on_the_users_gpus(tmp_path, capsys):
+    # A hand-made allreduce.csv as `tftoolkit bench allreduce` writes it, once at 2 and once at 4 GPUs: busbw
+    # 10 GB/s at 2, 8 at 4 (falling: the GPUs share one capacity, 4 x 8 = 32 GB/s), so 8 GPUs get 32 / 8 = 4 GB/s.
+    size = 256 * 2**20
+    rows = [{"impl": "nccl", "replicas": 2, "payload": "buffer", "size_bytes": size, "time_s": size / 10e9,
+             "status": "ok"},
+            {"impl": "nccl", "replicas": 4, "payload": "buffer", "size_bytes": size, "time_s": size * 1.5 / 8e9,
+             "status": "ok"},
+            {"impl": "nccl", "replicas": 4, "payload": "buffer", "size_bytes": 1024, "time_s": 1e-4, "status": "ok"}]
+    pd.DataFrame(rows).to_csv(tmp_path / "allreduce.csv", index=False)
+    assert main(["predict", "--gpu", "rtx-4090", "--params", str(RESNET50), "--per-replica-batch", "64",
+                 "--images-per-sec", "1000", "--replica-counts", "1,2,4,8", "--allreduce-csv",
+                 str(tmp_path / "allreduce.csv"), "--straggler", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    links = out["assumed"]["links"]
+    assert "busbw 10 GB/s measured at 2 GPUs" in links["2 GPU(s) per host"]
+    assert "busbw 4 GB/s extrapolated from 4 GPUs" in links["8 GPU(s) per host"]
+    row8 = next(r for r in out["rows"] if r["replicas"] == 8)
+    assert row8["allreduce_s"] == pytest.approx(2 * 7 / 8 * RESNET50 * 4 / 4e9 + 2 * 7 * 5.7e-6, rel=1e-6)
+
+
+def test_the_tree_all_reduce_has_the_rings_bandwidth_and_a_logarithmic_latency():
+    from tftoolkit.science import comms
+    link = comms.Link("l", 10.0, 5.0)
+    s = 100e6
+    assert comms.tree_allreduce_time(s, 8, link) == pytest.approx(2 * 7 / 8 * s / 10e9 + 2 * 3 * 5e-6)
+    assert comms.tree_allreduce_time(s, 8, link) < comms.ring_allreduce_time(s, 8, link)
+    assert comms.tree_allreduce_time(s, 1, link) == 0.0
+    assert "tree" in planner.ALGORITHMS

@@ -209,8 +209,8 @@ def test_star_model_for_reduce_to_one():
     fitted, fit = comms.fit_link(pd.DataFrame(rows), algorithm="star")
     assert fitted.bandwidth_GBps == pytest.approx(100.0) and fitted.latency_us == pytest.approx(5.0)
     assert fit["algorithm"] == "star"
-    with pytest.raises(ConfigError, match="algorithm must be one of ring, star"):
-        comms.allreduce_time(1e6, 2, 1, link, algorithm="tree")
+    with pytest.raises(ConfigError, match="algorithm must be one of ring, tree, star"):
+        comms.allreduce_time(1e6, 2, 1, link, algorithm="butterfly")  # tree is modelled now; an unknown name is not
 
 
 def test_gpus_are_not_forecast_from_simulated_compute_without_a_given_step_time(tmp_path, capsys):
@@ -615,3 +615,12 @@ def test_a_gpu_forecast_waits_for_its_slowest_replica_and_carries_the_interval(t
                                                        max_replicas=8), figures=False)
     assert (shared["frame"]["straggler_s"] == 0).all() and shared["interval"]["method"].startswith("none")
     assert shared["frame"]["images_per_sec_low"].isna().all()
+
+
+def test_a_run_directory_forecasts_efficiency_interval_stops_at_100_percent(tmp_path):
+    # The in-sample band (x1.102 above) on a forecast of ~99% efficiency would reach 109% without the cap.
+    from tftoolkit.science import validation
+    frame = pd.DataFrame({"replicas": [1, 2], "images_per_sec": [100.0, 198.0], "efficiency": [1.0, 0.99]})
+    out, how = validation.with_interval(frame, "rate", validation.release())
+    assert out["efficiency_high"].max() <= 1.0
+    assert "capped at 100%" in how["method"]

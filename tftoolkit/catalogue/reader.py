@@ -123,6 +123,8 @@ class System(Entry):
     nics: int | None = None            # NICs per host for traffic between hosts
     nic: str = ""                      # a links.toml key
     host_link: str = ""                # links.toml key of each GPU's (and NIC's) PCIe link to its switch/CPU
+    host_staging_gbs: float | None = None  # per CPU socket: what GPU-to-GPU traffic staged through its memory shares
+    socket_link_gbs: float | None = None   # between the CPU sockets, per direction (a ring spanning them crosses it)
     generic: bool = False              # a layout, not a product: the caller names the GPU
 
     def neighbours(self, index: int) -> dict[int, int]:

@@ -94,7 +94,10 @@ def add(sub) -> None:
     p.add_argument("--inter-host", help="link between hosts (default: ib200 with a run directory when "
                                         "--max-replicas spans several hosts, the system's NIC without)")
     p.add_argument("--allreduce-csv", nargs="+", help="allreduce.csv file(s) or their directories from `tftoolkit "
-                                                      "bench allreduce`: fit bandwidth and latency to them")
+                                                      "bench allreduce` (one per GPU count): with a run directory, "
+                                                      "fit bandwidth and latency to them; with --gpu, their bus "
+                                                      "bandwidth per GPU count replaces the catalogue's link, "
+                                                      "extrapolated past the largest count measured")
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
     p.add_argument("--mode", choices=SCALING_MODES, default="weak",
                    help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
@@ -134,11 +137,14 @@ def add(sub) -> None:
                         "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
     p.add_argument("--algorithm", choices=planner.ALGORITHMS, default="ring",
-                   help="all-reduce inside a host: ring (NCCL 2+, Horovod, the collective ops), star (reduce_to_one: "
-                        "CPU replicas, GPUs without NCCL), hierarchical-copy (HierarchicalCopyAllReduce: a star in "
-                        "each half, the halves' main devices exchanging); without a run directory also ring-in-order (NCCL 1.x: one "
-                        "ring in device order) and host (the variables in host memory: a parameter server on the CPU, "
-                        "CentralStorageStrategy) (default: ring)")
+                   help="the exchange inside a host: ring (NCCL 2+, Horovod, the collective ops; this toolkit's own "
+                        "step), tree (NCCL's double binary tree), star (reduce_to_one: CPU replicas, GPUs without "
+                        "NCCL), hierarchical-copy (HierarchicalCopyAllReduce: a star in each half, the halves' main "
+                        "devices exchanging); without a run directory also ring-in-order (NCCL 1.x: one ring in device "
+                        "order), host (the variables in host memory: a parameter server on the CPU, "
+                        "CentralStorageStrategy) and parameter-server (variables spread over the GPUs, the largest "
+                        "tensor's holder the bottleneck: tf_cnn_benchmarks' default). 16-bit gradient compaction is "
+                        "--allreduce-dtype float16 (default: ring)")
     p.add_argument("--straggler", type=float, metavar="SIGMA",
                    help="a replica's compute's variation from step to step (coefficient of variation): a synchronous "
                         "step waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the "
@@ -275,13 +281,20 @@ def plan_command(args) -> int:
 
         counted, fwd, _ = modelsize.count(args.model, args.image_size)
         params = params or counted
+    busbw, source = (), ""
+    if args.allreduce_csv:  # the user's own GPUs measured: their bus bandwidth per GPU count
+        from ..science import comms
+
+        measured, impl = comms.busbw_by_replicas(comms.read_allreduce_csvs(args.allreduce_csv), args.impl)
+        busbw, source = tuple(sorted(measured.items())), f"{', '.join(args.allreduce_csv)}, {impl}"
     plan = planner.Plan(gpu=args.gpu, per_replica_batch=args.per_replica_batch, params=params, model=args.model,
                         gpus_per_host=args.gpus_per_host, interconnect=args.interconnect, inter_host=args.inter_host,
                         nics_per_host=args.nics_per_host, images_per_sec=args.images_per_sec,
                         compute_ms=args.compute_ms, forward_flops=fwd, precision=args.precision,
                         replica_counts=args.replicas or args.replica_counts, algorithm=args.algorithm,
                         allreduce_dtype=args.allreduce_dtype or "float32", allreduce_packs=args.allreduce_packs or 1,
-                        overlap=args.overlap, overhead_ms=args.overhead_ms, straggler=args.straggler)
+                        overlap=args.overlap, overhead_ms=args.overhead_ms, straggler=args.straggler,
+                        measured_busbw=busbw, measured_from=source)
     result = predict.run_plan(plan, args.out)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "frame"}, default=str))

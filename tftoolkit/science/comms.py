@@ -107,6 +107,16 @@ def ring_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
     return 2.0 * (n - 1) / n * size_bytes / link.bandwidth_Bps + 2.0 * (n - 1) * link.latency_s
 
 
+def tree_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
+    """NCCL's double binary tree (NCCL 2.4 and later, NCCL_ALGO=Tree): the ring's bandwidth term with a latency
+    logarithmic in N, 2(N−1)/N · S/B + 2·⌈log2 N⌉·α (NVIDIA's "Massively Scale Your Deep Learning Training with
+    NCCL 2.4" blog: "full bandwidth" and "logarithmic latency"). 0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    n = replicas
+    return 2.0 * (n - 1) / n * size_bytes / link.bandwidth_Bps + 2.0 * math.ceil(math.log2(n)) * link.latency_s
+
+
 def star_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
     """2(N−1) · (S/B + α): every buffer goes to one device and the sum back to every other, one after another
     through that device (TensorFlow's reduce_to_one; what CPU replicas use). 0 for one replica."""
@@ -127,7 +137,20 @@ def hierarchical_copy_time(size_bytes: float, replicas: int, link: Link) -> floa
     return (2.0 * (h - 1) + 2.0) * (size_bytes / link.bandwidth_Bps + link.latency_s)
 
 
-ALGORITHMS = {"ring": ring_allreduce_time, "star": star_allreduce_time, "hierarchical-copy": hierarchical_copy_time}
+def parameter_server_time(size_bytes: float, largest_bytes: float | None, replicas: int, link: Link,
+                          packs: int = 1) -> float:
+    """Variables spread over the GPUs, each held whole by one GPU that sums its gradients and sends the variable
+    back (tf_cnn_benchmarks' parameter_server on the GPUs): the GPU holding the most, max(largest tensor, S / N),
+    receives N − 1 gradients of it and sends N − 1 copies, both directions at once over its link:
+    (N − 1) · max(S_largest, S / N) / B + 2(N − 1)·α per pack. ``largest_bytes`` None: evenly spread (S / N).
+    0 for one replica."""
+    if replicas <= 1:
+        return 0.0
+    held = max(largest_bytes or 0.0, size_bytes / replicas)
+    return (replicas - 1) * held / link.bandwidth_Bps + 2.0 * packs * (replicas - 1) * link.latency_s
+
+
+ALGORITHMS = {"ring": ring_allreduce_time, "tree": tree_allreduce_time, "star": star_allreduce_time, "hierarchical-copy": hierarchical_copy_time}
 
 
 def host_transfer_time(size_bytes: float, sharing: int, uplink: Link, packs: int = 1) -> float:
@@ -212,8 +235,9 @@ def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = No
     size = df["size_bytes"].astype(float).to_numpy()
     t = df["time_s"].astype(float).to_numpy()
     cost = _algorithm(algorithm)
-    factor = 2 * (n - 1) / n if algorithm == "ring" else 2 * (n - 1)
-    a = np.column_stack([2 * (n - 1), factor * size]) / t[:, None]  # rows scaled by 1/t: relative error
+    factor = 2 * (n - 1) / n if algorithm in ("ring", "tree") else 2 * (n - 1)
+    steps = 2 * np.ceil(np.log2(n)) if algorithm == "tree" else 2 * (n - 1)
+    a = np.column_stack([steps, factor * size]) / t[:, None]  # rows scaled by 1/t: relative error
     coef, *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
     alpha, inv_b = float(coef[0]), float(coef[1])
     if inv_b <= 0:
@@ -226,6 +250,58 @@ def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = No
     err = fitted / t - 1
     return link, {"impl": impl, "algorithm": algorithm, "rows": int(len(t)), "replicas": sorted({int(x) for x in n}),
                   "median_abs_rel_error": float(np.median(np.abs(err))), "max_abs_rel_error": float(np.abs(err).max())}
+
+
+def busbw_by_replicas(frame: pd.DataFrame, impl: str | None = None) -> tuple[dict[int, float], str]:
+    """({GPU count: bus bandwidth in GB/s}, implementation) from ``tftoolkit bench allreduce``'s allreduce.csv rows
+    (one file per GPU count, read together): per count, the busbw (nccl-tests': algbw x 2(n-1)/n) of the largest
+    buffer timed, where the bandwidth term dominates; of ``impl`` (default: the one with the highest median)."""
+    need = ["impl", "replicas", "size_bytes", "time_s"]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise DataError(f"allreduce.csv lacks column(s) {', '.join(missing)}; write it with `tftoolkit bench allreduce`")
+    df = frame.copy()
+    if "status" in df.columns:
+        df = df[df["status"].fillna("ok") == "ok"]
+    if "payload" in df.columns and (df["payload"] == "buffer").any():
+        df = df[df["payload"] == "buffer"]
+    df["replicas"] = pd.to_numeric(df["replicas"], errors="coerce")
+    df["size_bytes"] = pd.to_numeric(df["size_bytes"], errors="coerce")
+    df["time_s"] = pd.to_numeric(df["time_s"], errors="coerce")
+    df = df[(df["replicas"] > 1) & (df["size_bytes"] > 0) & np.isfinite(df["time_s"]) & (df["time_s"] > 0)]
+    if df.empty:
+        raise DataError("allreduce.csv has no usable rows (status ok, replicas > 1, a finite time)")
+    n = df["replicas"]
+    df["_busbw"] = df["size_bytes"] / df["time_s"] / 1e9 * 2 * (n - 1) / n
+    if impl is None:
+        impl = str(df.groupby("impl")["_busbw"].median().idxmax())
+    df = df[df["impl"] == impl]
+    if df.empty:
+        raise DataError(f"allreduce.csv has no usable rows for implementation {impl!r}")
+    out = {}
+    for count, g in df.groupby("replicas"):
+        out[int(count)] = float(g.loc[g["size_bytes"] == g["size_bytes"].max(), "_busbw"].median())
+    return out, impl
+
+
+def measured_busbw(busbw: dict[int, float], replicas: int) -> tuple[float, str]:
+    """(bus bandwidth for ``replicas`` GPUs, how) from measured {count: busbw}: the count's own where measured;
+    between measured counts the next smaller one's; past the largest count N, where busbw fell from the count
+    before it by more than 10%, the host's share C / n with C = busbw(N) x N (the GPUs share one capacity), else
+    busbw(N) kept."""
+    if replicas in busbw:
+        return busbw[replicas], f"measured at {replicas} GPUs"
+    counts = sorted(busbw)
+    top = counts[-1]
+    if replicas < top:
+        below = [c for c in counts if c < replicas]
+        c = below[-1] if below else counts[0]
+        return busbw[c], f"not measured at {replicas} GPUs: taken from {c} GPUs"
+    if len(counts) > 1 and busbw[top] < 0.9 * busbw[counts[-2]]:
+        cap = busbw[top] * top
+        return cap / replicas, (f"extrapolated from {top} GPUs: busbw fell from {busbw[counts[-2]]:.3g} to "
+                                f"{busbw[top]:.3g} GB/s, so the GPUs share one capacity, {cap:.3g} GB/s / {replicas}")
+    return busbw[top], f"extrapolated from {top} GPUs: busbw did not fall with the GPU count, kept"
 
 
 def check_gradient_sets(frame: pd.DataFrame, link: Link, algorithm: str = "ring") -> pd.DataFrame:

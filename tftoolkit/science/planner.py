@@ -12,6 +12,7 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   NICs per host), two-level across hosts (comms.allreduce_time):
   ``ring``: NCCL 2 and later (its rings over the topology; Horovod, MirroredStrategy's NcclAllReduce, the collective
   ops), and a parameter server sharded over the GPUs (every GPU sends and receives the same 2(N−1)/N · S);
+  ``tree``: NCCL's double binary tree, the ring's bandwidth with a latency logarithmic in N (comms.tree_allreduce_time);
   ``ring-in-order``: NCCL 1.x's one ring in device order (topology.in_order_ring_link);
   ``star``: TensorFlow's reduce-to-one, every buffer through one device; ``hierarchical-copy``: TensorFlow's
   HierarchicalCopyAllReduce, a star in each half of the GPUs and an exchange between the halves' main devices
@@ -19,7 +20,18 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   ``host``: the variables in host memory (a parameter server on the CPU, CentralStorageStrategy): every GPU copies S
   of gradients up and S of variables down each step over its PCIe link; a one-GPU step pays its own 2·S/B already
   (a rate measured that way includes it), so N GPUs add the contention of k sharing the busiest uplink:
-  2 · (k − 1) · S / B (comms.host_transfer_time, topology.uplink_sharing).
+  2 · (k − 1) · S / B (comms.host_transfer_time, topology.uplink_sharing);
+  ``parameter-server``: the variables spread over the GPUs, each held whole by one (tf_cnn_benchmarks' default
+  ``--variable_update=parameter_server --local_parameter_device=gpu``, which places each variable greedily on the
+  least-loaded GPU): the GPU holding the most bytes, at least the largest tensor, receives N − 1 gradients of them
+  and sends N − 1 copies back each step, over its own link: (N − 1) · max(S_largest, S / N) / B + 2(N − 1)·α
+  (comms.parameter_server_time). That is proportional to N − 1, where a ring saturates at 2(N − 1)/N: for a model
+  whose largest tensor is most of it (VGG16's first dense layer: 103 of 138M parameters) the holder is the bottleneck.
+- The exchange's dtype (``allreduce_dtype``): float16 for gradients compacted to 16 bits before the exchange
+  (tf_cnn_benchmarks' ``--compact_gradient_transfer``, Horovod's fp16 compression): S halves.
+- The host as a shared link: where GPU-to-GPU traffic is staged through host memory (no peer-to-peer, or a ring
+  across the CPU sockets of a named PCIe server), the GPUs on one socket share its capacity
+  (topology.host_staged_link).
 - Stragglers (σ): a synchronous step waits for the slowest of N replicas. With each replica's compute varying by
   σ (its coefficient of variation) around the mean, the expected slowest of N is E[max of N standard normals]
   (forecast.expected_max: 0 at one GPU, 1/√π at two, 1.42 at eight, 2.35 at 64) standard deviations above it (Chen et al.
@@ -45,12 +57,20 @@ import pandas as pd
 from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError
 from .. import catalogue
-from .comms import allreduce_time, host_transfer_time
+from .comms import Link, allreduce_time, host_transfer_time, measured_busbw, parameter_server_time
 from .forecast import ExchangeModel, straggler_factor
-from .topology import find_gpu, in_order_ring_link, inter_link, intra_link, ring_link, uplink_sharing
+from .topology import (find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, socket_crossing,
+                       uplink_sharing)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-ALGORITHMS = ("ring", "ring-in-order", "star", "hierarchical-copy", "host")
+ALGORITHMS = ("ring", "tree", "ring-in-order", "star", "hierarchical-copy", "host", "parameter-server")
+DEFAULT_ALGORITHM = "ring"  # this toolkit's own step: MirroredStrategy's NCCL all-reduce, a ring over the topology
+# Parameters of each model's largest variable (the parameter server's bottleneck), counted from the layer shapes:
+# VGG16's fc1 25088 x 4096; AlexNet's first dense layer (256 x 6 x 6) x 4096 (tf_cnn_benchmarks' definition,
+# unconfirmed here); ResNet-50/152's 3x3 convolutions of the last stage 3 x 3 x 512 x 512; InceptionV3's classifier
+# 2048 x 1000; InceptionV4's 1536 x 1000 (its largest convolution is smaller, unconfirmed).
+LARGEST_TENSOR = {"vgg16": 102_760_448, "alexnet": 37_748_736, "resnet50": 2_359_296, "resnet50v1.5": 2_359_296,
+                  "resnet152": 2_359_296, "inceptionv3": 2_048_000, "inceptionv4": 1_536_000}
 
 
 def _counts(v) -> tuple[int, ...]:
@@ -81,13 +101,15 @@ class Plan:
     forward_flops: float | None = None  # per example; counted from the model when not given
     precision: str = "float32"
     replica_counts: tuple[int, ...] = (1, 2, 4, 8)
-    algorithm: str = "ring"
+    algorithm: str = DEFAULT_ALGORITHM
     allreduce_dtype: str = "float32"
     allreduce_packs: int = 1
     overlap: float | None = None
     overhead_ms: float | None = None   # default: fitted with σ
     achieved: float | None = None       # fraction of peak; default: fitted per family, chip and unit
     straggler: float | None = None      # σ, a replica's compute's coefficient of variation; default: fitted
+    measured_busbw: tuple[tuple[int, float], ...] = ()  # (GPU count, bus bandwidth GB/s) from allreduce.csv
+    measured_from: str = ""             # which file and implementation they came from
 
     def __post_init__(self):
         object.__setattr__(self, "replica_counts", _counts(self.replica_counts))
@@ -163,12 +185,30 @@ def _allreduce(plan: Plan, gpu, size: float, g: int, hosts: int, inter, nics: in
         if hosts > 1:  # the hosts' parameter servers exchange over the NICs (one GPU per host: no intra term)
             t += allreduce_time(size, 1, hosts, up, inter, nics, "ring", plan.allreduce_packs)
         return t, f"variables in host memory: {why}", up.name
+    if plan.algorithm == "parameter-server":
+        intra, how = intra_link(gpu, plan.interconnect, g, ring=False)  # the holder's own link
+        largest = LARGEST_TENSOR.get(str(plan.model or "").lower())
+        part = largest * DTYPE_BYTES[plan.allreduce_dtype] if largest else None
+        t = parameter_server_time(size, part, g, intra, plan.allreduce_packs)
+        cross, beyond = socket_crossing(gpu, plan.interconnect, g)
+        if cross is not None:  # the GPUs on the other socket send to the holder (and receive) across the sockets
+            held = max(part or 0.0, size / g)
+            t = max(t, beyond * held / cross.bandwidth_Bps)
+        if hosts > 1:
+            t += allreduce_time(size, 1, hosts, intra, inter, nics, "ring", plan.allreduce_packs)
+        held = (f"largest tensor {largest:,} parameters" if largest else
+                "largest tensor unknown: variables taken as evenly spread")
+        return t, f"parameter server on the GPUs ({held}); {how}", intra.name
     if plan.algorithm == "ring-in-order":
         intra, how = in_order_ring_link(gpu, plan.interconnect, g)
         algorithm = "ring"
     else:
         intra, how = intra_link(gpu, plan.interconnect, g)
         algorithm = plan.algorithm
+    if plan.measured_busbw and g > 1:  # the user's own GPUs, measured: their busbw replaces the catalogue's
+        bw, which = measured_busbw(dict(plan.measured_busbw), g)
+        intra = Link(f"measured ({plan.measured_from})", bw, intra.latency_us, which)
+        how = f"busbw {bw:.3g} GB/s {which} ({plan.measured_from})"
     t = allreduce_time(size, g, hosts, intra, inter if hosts > 1 else None, nics, algorithm, plan.allreduce_packs)
     return t, how, intra.name
 
@@ -204,6 +244,10 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0,
                      "allreduce_s": comm,
                      "hidden_s": hidden, "overhead_s": overhead, "step_time_s": step,
                      "images_per_sec": plan.per_replica_batch * n / step,
+                     "comm_share": (comm - hidden) / step if n > 1 else 0.0,
+                     "comm_exceeds_compute": comm > compute,
+                     "hardware_class": ("single GPU" if n == 1 else link_class(gpu, plan.interconnect, g)
+                                        + (" + network" if hosts > 1 else "")),
                      "scenario": f"{plan.interconnect or link_name}" + (f" + {inter.name}" if hosts > 1 else "")})
     df = pd.DataFrame(rows)
     one = plan.per_replica_batch / compute  # the 1-GPU rate, whether or not 1 is among the counts
@@ -218,3 +262,23 @@ def forecast(plan: Plan, achieved: float | None = None, straggler: float = 0.0,
                               "standard normals])" + (" (given, --straggler)" if plan.straggler is not None else
                                                       " (sigma fitted to the published validation rows)"))}
     return df, assumed
+
+
+def crossover_text(frame: pd.DataFrame) -> str:
+    """Where the forecast's all-reduce takes longer than its compute, in words ("" where it never does)."""
+    over = frame[frame["comm_exceeds_compute"]]
+    if over.empty:
+        return ""
+    n = int(over["replicas"].min())
+    r = over[over["replicas"] == n].iloc[0]
+    prev = frame[frame["replicas"] < n].sort_values("replicas")
+    gain = ""
+    if len(prev):
+        p = prev.iloc[-1]
+        ratio = r["images_per_sec"] / p["images_per_sec"]
+        gain = (f"; from {int(p['replicas'])} to {n} GPUs the rate " +
+                (f"falls ({ratio:.2f}x)" if ratio < 1 else f"gains only {ratio:.2f}x for {n / p['replicas']:.3g}x "
+                 "the GPUs" if ratio < 0.75 * n / p["replicas"] else f"grows {ratio:.2f}x"))
+    return (f"communication overtakes compute at {n} GPUs: the all-reduce takes {r['allreduce_s'] * 1e3:.3g} ms, "
+            f"the compute {r['compute_s'] * 1e3:.3g} ms per step{gain}")
+

@@ -37,7 +37,8 @@ from .comms import ALGORITHMS, INTRA_PRESETS, Link, fit_link, parse_link, read_a
 from .forecast import DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchange, predict, run_point
 from . import validation
 from .inputlimit import input_host, input_lines, with_input_limit
-from .planner import Plan
+from . import intervals
+from .planner import Plan, crossover_text
 from .planner import forecast as plan_forecast
 
 
@@ -296,16 +297,17 @@ def _plain(key: str, v):
 
 def run_plan(plan: Plan, out=None) -> dict:
     """A forecast without a run directory (planner.forecast) with its interval from the release's validation
-    (validation.with_interval); prediction.json / .csv in ``out`` when given."""
+    (intervals.with_interval: out of sample); prediction.json / .csv in ``out`` when given."""
     v = validation.release()
     frac = None
     if plan.case == "flops" and v:
         frac = validation.fraction_for(v, plan.model, plan.gpu, plan.precision)
     frame, assumed = plan_forecast(plan, achieved=frac, straggler=v.get("straggler", 0.0),
                                    overhead_ms=v.get("overhead_ms", 0.0))
-    frame, interval = validation.with_interval(frame, plan.case, v)
+    frame, interval = intervals.with_interval(frame, plan.case)  # out-of-sample residuals, widened per row
     result = {"rows": [{k: _plain(k, r[k]) for k in ROW_FIELDS if k in r} for r in frame.to_dict("records")],
-              "assumed": assumed, "interval": interval, "checked": interval["checked"]}
+              "assumed": assumed, "interval": interval, "checked": interval["checked"],
+              "crossover": crossover_text(frame)}
     if out is not None:
         fileio.write_csv(Path(out) / "prediction.csv", frame)
         fileio.write_json(Path(out) / "prediction.json", result)
@@ -329,5 +331,7 @@ def plan_text(result: dict) -> str:
             eff += f" [{r['efficiency_low']:.0%} .. {r['efficiency_high']:.0%}]"
         lines.append(f"{int(r['replicas'])} GPU(s) ({int(r['hosts'])} host(s)): {r['images_per_sec']:,.0f} images/s"
                      f"{band}, efficiency {eff}")
+    if result.get("crossover"):
+        lines.append(result["crossover"])
     lines.append(f"interval: {result['interval']['method']}; {result['checked']}")
     return "\n".join(lines)

@@ -4,10 +4,20 @@ Each term of the communication model, with its source, in one place:
 
 - **Ring bandwidth inside a host** = the link's ``achieved_gbs`` (what an all-reduce reaches in practice, per the
   catalogue's source for that link), else its rated ``gbs``.
-- **No peer-to-peer** (``peer_to_peer = false`` in gpus.toml: GeForce cards): GPU-to-GPU traffic is staged through
-  host memory, so every byte crosses the host's PCIe root complex twice (GPU -> host, host -> GPU), and the GPUs
-  share that root complex: the ring gets half the link's bandwidth. The catalogue's gpus.toml names the source for
-  which cards lack peer-to-peer.
+- **No peer-to-peer** (``peer_to_peer = false`` in gpus.toml: GeForce cards), **or a ring that crosses the CPU
+  sockets** of a PCIe server (NCCL does not use peer-to-peer across the CPUs' interconnect unless NCCL_P2P_LEVEL=SYS,
+  its environment documentation says): GPU-to-GPU traffic is staged through host memory (NCCL's SHM transport), so
+  every byte crosses the GPU's PCIe link twice (GPU -> host, host -> GPU): at most half the link per GPU. And the
+  host is a **shared link**: the GPUs staging through one CPU socket's memory and root complexes share that
+  socket's capacity C, so each gets min(link / 2, C / G_socket), falling with the GPUs sharing it (host_staged_link).
+  A ring spanning the sockets also crosses their link: at most its bandwidth (``socket_link_gbs``, default
+  SOCKET_LINK_GBS, NCCL's own figure for Skylake UPI).
+  C is the system's ``host_staging_gbs`` (systems.toml, per socket); a generic server's default is
+  HOST_STAGING_X16 x the x16 link rate of the GPU's PCIe generation per socket, 2 sockets of 4 GPUs each. Source of
+  that ratio: NVIDIA/nccl#1130 (all_reduce_perf with P2P disabled: 24 GB/s bus bandwidth on 4 GPUs of one NUMA node,
+  35 GB/s on 4 spread over two; the sockets' memory, not each GPU's link, bound the first: 4 x 24 = 96 GB/s per
+  socket = 1.5 x PCIe 5 x16's 63 GB/s; the report does not name its GPUs' PCIe generation: taken as PCIe 5,
+  unconfirmed). The catalogue's gpus.toml names the source for which cards lack peer-to-peer.
 - **Topology of a named system** (systems.toml ``nvlink_edges``): NCCL builds its rings over NVLink where the
   GPUs in use are connected in a cycle, several rings at once over disjoint links. For the first G GPUs of a
   hybrid cube-mesh (DGX-1) the rings are found greedily (ring_links); their bandwidth is the links per GPU they
@@ -39,6 +49,12 @@ from ..catalogue.reader import GPU, System
 from ..errors import ConfigError
 from .comms import Link
 
+HOST_STAGING_X16 = 1.5     # a socket's staged capacity in x16 links of the GPU's PCIe generation (NVIDIA/nccl#1130)
+SOCKET_LINK_GBS = 10.0     # between two sockets, per direction, unless a system says: NCCL's own figure for Intel
+# Skylake's UPI (SKL_QPI_BW 10.0 in NVIDIA/nccl src/graph/topo.h, which has 6 for Broadwell's QPI, 16-32 for AMD's
+# Infinity Fabric, 22-40 for Sapphire/Emerald Rapids): the two-socket server of the PCIe 3/4 years
+GENERIC_SOCKETS = 2        # a generic server without a named system: two CPU sockets ...
+GENERIC_GPUS_PER_SOCKET = 4  # ... of 4 GPUs each, filled in device order (pcie-8x-2switch's layout)
 DEFAULT_LATENCY_US = {"pcie": 3.0, "nvlink": 0.6, "nvswitch": 0.6, "infiniband": 9.8, "ethernet": 20.0}
 # The same per-step latencies comms.PRESETS carries for PCIe, NVLink and InfiniBand (their sources are listed
 # there); Ethernet/RoCE has no published per-step figure in the catalogue: taken at twice InfiniBand's (unconfirmed).
@@ -106,25 +122,87 @@ def ring_links(edges: tuple[tuple[int, int, int], ...], gpus: int) -> int:
             links[(b, a)] -= best
 
 
-def intra_link(gpu: GPU, interconnect: str | None, gpus_per_host: int) -> tuple[Link, str]:
-    """(the ring's link inside one host of ``gpus_per_host`` GPUs, how it was found)."""
+def gpu_pcie(gpu: GPU) -> str:
+    """The links.toml key of the GPU's own PCIe link (its generation; PCIe 3 where the catalogue has none)."""
+    return f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie3"
+
+
+def host_staging(system: System | None, gpu: GPU) -> tuple[float, int, int, str]:
+    """(capacity per CPU socket in GB/s, sockets, GPUs per socket, where they come from) for traffic staged through
+    host memory: the system's ``host_staging_gbs``, else the generic default (HOST_STAGING_X16 x the x16 rate of the
+    GPU's PCIe generation; a system's sockets and GPUs, else GENERIC_SOCKETS of GENERIC_GPUS_PER_SOCKET)."""
+    x16 = catalogue.link(gpu_pcie(gpu)).gbs or 15.75
+    sockets = (system.cpus if system is not None and system.cpus else GENERIC_SOCKETS)
+    per_socket = (max(1, system.gpus // sockets) if system is not None and system.gpus else GENERIC_GPUS_PER_SOCKET)
+    if system is not None and system.host_staging_gbs:
+        return system.host_staging_gbs, sockets, per_socket, f"{system.key}'s host_staging_gbs"
+    where = system.key if system is not None else "a generic server"
+    return (HOST_STAGING_X16 * x16, sockets, per_socket,
+            f"{where}: default {HOST_STAGING_X16:g} x {gpu_pcie(gpu)} x16 ({x16:g} GB/s) per socket, "
+            f"{sockets} sockets of {per_socket} GPUs (NVIDIA/nccl#1130)")
+
+
+def socket_crossing(gpu: GPU, interconnect: str | None, g: int) -> tuple[Link | None, int]:
+    """(the link between the CPU sockets, GPUs beyond the first socket) where ``g`` GPUs staged through host memory
+    span the sockets, else (None, 0): what a parameter server's holder on the first socket receives across it."""
+    system = find_system(interconnect) if interconnect else None
+    if system is not None and not system.generic:
+        return None, 0
+    _, sockets, per_socket, _ = host_staging(system, gpu)
+    if sockets < 2 or g <= per_socket:
+        return None, 0
+    bw = system.socket_link_gbs if system is not None and system.socket_link_gbs else SOCKET_LINK_GBS
+    return Link("the sockets' link", bw, DEFAULT_LATENCY_US["pcie"], "socket_link_gbs"), g - per_socket
+
+
+def host_staged_link(entry, gpu: GPU, system: System | None, g: int, why: str,
+                     ring: bool = True) -> tuple[Link, str]:
+    """The ring's link when its traffic is staged through host memory: half the PCIe link per GPU, and the GPUs on
+    one socket share its capacity C: min(link / 2, C / GPUs on the busiest socket) (the module's docstring)."""
+    half = ring_link(entry, halve=True)
+    cap, sockets, per_socket, where = host_staging(system, gpu)
+    busiest = min(g, per_socket)  # device order fills the first socket first
+    shared = cap / busiest
+    socket_link = (system.socket_link_gbs if system is not None and system.socket_link_gbs else SOCKET_LINK_GBS)
+    if ring and g > per_socket and sockets > 1 and socket_link < min(shared, half.bandwidth_GBps):
+        # The ring crosses between the sockets once each way: every byte it moves crosses their link.
+        link = Link(f"{entry.key} (via host memory, across the sockets)", socket_link, half.latency_us,
+                    f"the sockets' link {socket_link:g} GB/s")
+        return link, (f"{entry.key}: {why}, so GPU-to-GPU traffic goes through host memory, and the ring over {g} "
+                      f"GPUs crosses between the CPU sockets at {socket_link:g} GB/s per direction ("
+                      + (f"{system.key}'s socket_link_gbs" if system is not None and system.socket_link_gbs else
+                         "default: NCCL's figure for Skylake UPI") + f"; {where})")
+    if shared >= half.bandwidth_GBps:
+        return half, (f"{entry.key}: {why}, so GPU-to-GPU traffic goes through host memory (half the bandwidth; "
+                      f"the host's {cap:g} GB/s per socket shared by {busiest} GPU(s) is not the limit: {where})")
+    link = Link(f"{entry.key} (via host memory, {busiest} GPUs per socket)", shared, half.latency_us,
+                f"{where}: {cap:g} GB/s per socket shared by {busiest} GPUs")
+    return link, (f"{entry.key}: {why}, so GPU-to-GPU traffic goes through host memory, whose {cap:g} GB/s per "
+                  f"socket {busiest} GPUs share: {shared:.3g} GB/s each, less than half the link ({where})")
+
+
+def intra_link(gpu: GPU, interconnect: str | None, gpus_per_host: int, ring: bool = True) -> tuple[Link, str]:
+    """(the ring's link inside one host of ``gpus_per_host`` GPUs, how it was found); ``ring`` False: one GPU's own
+    link to the others, without the ring's crossing between the sockets (a parameter server's holder)."""
     system = find_system(interconnect) if interconnect else None
     if system is not None and not system.generic:
         return _system_link(system, gpu, gpus_per_host)
-    if system is not None:  # a generic layout (PCIe GPUs behind switches): its link, the GPU's peer-to-peer
-        interconnect = system.intra_host
+    if system is not None:  # a generic layout (PCIe GPUs behind switches): the GPU's own PCIe generation
+        interconnect = gpu_pcie(gpu) if gpu.pcie_gen else system.intra_host
     if interconnect is None:
-        interconnect = f"pcie{gpu.pcie_gen}" if gpu.pcie_gen else "pcie3"
+        interconnect = gpu_pcie(gpu)
     try:
         entry = catalogue.link(interconnect)
     except ConfigError:
         raise ConfigError(f"unknown interconnect {interconnect!r}; known links: {_known('link')}; systems: "
                           f"{_known('system')}") from None
-    no_p2p = entry.kind == "pcie" and gpu.peer_to_peer is False
-    link = ring_link(entry, halve=no_p2p)
-    how = (f"{entry.key}: no peer-to-peer on {gpu.key}, so GPU-to-GPU traffic goes through host memory (half the "
-           "bandwidth)" if no_p2p else f"{entry.key}")
-    return link, how
+    if entry.kind == "pcie" and gpu.peer_to_peer is False:
+        return host_staged_link(entry, gpu, system, gpus_per_host, f"no peer-to-peer on {gpu.key}", ring)
+    if system is not None and entry.kind == "pcie" and gpus_per_host > host_staging(system, gpu)[2]:
+        return host_staged_link(entry, gpu, system, gpus_per_host,
+                                f"{gpus_per_host} GPUs span the CPU sockets of {system.key} (no peer-to-peer there)",
+                                ring)
+    return ring_link(entry), f"{entry.key}"
 
 
 def _system_link(system: System, gpu: GPU, g: int) -> tuple[Link, str]:
@@ -205,3 +283,23 @@ def inter_link(interconnect: str | None, inter_host: str | None) -> tuple[Link |
     except ConfigError:
         raise ConfigError(f"unknown inter-host link {name!r}; known: {_known('link')}") from None
     return ring_link(entry), (system.nics if system is not None else None)
+
+
+def link_class(gpu: GPU, interconnect: str | None, gpus_per_host: int) -> str:
+    """The hardware class of a host's GPU-to-GPU path, as the interval knows it (intervals.py): "nvlink" (NVLink,
+    NVSwitch, a bridge), "pcie peer-to-peer", or "pcie via host memory" (no peer-to-peer, or across the sockets of a
+    named PCIe server)."""
+    system = find_system(interconnect) if interconnect else None
+    if system is not None and not system.generic:
+        return "nvlink" if system.intra_link.kind in ("nvlink", "nvswitch") else "pcie peer-to-peer"
+    key = (gpu_pcie(gpu) if gpu.pcie_gen else system.intra_host) if system is not None else (interconnect or gpu_pcie(gpu))
+    try:
+        kind = catalogue.link(key).kind
+    except ConfigError:
+        return "unknown"
+    if kind != "pcie":
+        return "nvlink" if kind in ("nvlink", "nvswitch") else kind
+    if gpu.peer_to_peer is False or (system is not None and gpus_per_host > host_staging(system, gpu)[2]):
+        return "pcie via host memory"
+    return "pcie peer-to-peer"
+

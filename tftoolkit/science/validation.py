@@ -16,6 +16,8 @@ all-reduce, in two cases:
   chip and the unit the precision runs on, on published.csv's 1-GPU rows: the median of published /
   peak-implied rate).
 
+The exchange's dtype: float16 for tf_cnn_benchmarks' fp16 rows (exchange_dtype), else float32.
+
 The all-reduce a row's ``allreduce`` column names, as planner.ALGORITHMS models it (ALGORITHM_OF):
 ``parameter_server (local_parameter_device cpu)``: host (the variables in host memory);
 ``replicated (with NCCL)`` (TensorFlow's 2017 page: TensorFlow 1.x's contrib NCCL, NCCL 1.x): ring-in-order;
@@ -35,10 +37,11 @@ published.csv's rate-case rows at once (fit_step_costs: the pair on a grid, σ f
 0, 0.5, 1, 2, 5, 10, 20 ms, with the least mean |ln(published / forecast)|), then every row forecast with them. The
 fixed cost comes out 0 ms: what the rows add per step grows with the compute and with N.
 
-The interval: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case; a forecast's
-interval is [forecast · e^q5, forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by
-construction on the rows it was made from; heldout.csv says how it holds on rows it was not). The flops case's
-residuals are wider: it is wider.
+The interval of a forecast without a run directory comes from out-of-sample residuals (intervals.py: each source
+left out in turn, heldout.csv never fitted to). with_interval here keeps the in-sample band for the run-directory
+forecast: the log-ratio residuals r = ln(published / forecast) of published.csv's rows, per case, [forecast · e^q5,
+forecast · e^q95], the 5th and 95th percentiles of r (a 90% interval by construction on the rows it was made from;
+its "checked" line says in-sample).
 """
 
 from __future__ import annotations
@@ -138,17 +141,32 @@ def algorithm_of(text) -> str:
     return next((alg for key, alg in ALGORITHM_OF if key in low), "ring")
 
 
+def exchange_known(text) -> bool:
+    """Whether a row's source says how it combined gradients (Lambda's tables do not: "unconfirmed")."""
+    low = str(text or "").lower()
+    return bool(low) and "unconfirmed" not in low and "unknown" not in low
+
+
 def plan_of(r, rate: float | None, counts, gpus_per_host: int) -> Plan:
     """The Plan a published row is forecast with: its system (else its link), GPU, batch, precision, and the
     all-reduce its source names (algorithm_of)."""
     gflops = _get(r, "forward_gflops") or FORWARD_GFLOPS.get(str(r["model"]))
     algorithm = algorithm_of(_get(r, "allreduce", ""))
+    precision = PRECISION.get(str(_get(r, "precision", "fp32")), "float32")
     return Plan(gpu=r["gpu"], per_replica_batch=int(r["per_gpu_batch"]), params=PARAMS.get(str(r["model"])),
                 model=_get(r, "model"), gpus_per_host=gpus_per_host,
                 interconnect=_get(r, "system") or _get(r, "interconnect"), inter_host=_get(r, "inter_host"),
                 images_per_sec=rate, forward_flops=gflops * 1e9 if gflops else None,
-                precision=PRECISION.get(str(_get(r, "precision", "fp32")), "float32"), replica_counts=counts,
-                algorithm=algorithm)
+                precision=precision, replica_counts=counts, algorithm=algorithm,
+                allreduce_dtype=exchange_dtype(_get(r, "framework", ""), precision))
+
+
+def exchange_dtype(framework, precision: str) -> str:
+    """The dtype a row's gradients were exchanged in: tf_cnn_benchmarks in fp16 casts them to float16 first
+    (``--compact_gradient_transfer``, default True, applied when ``--use_fp16``: tensorflow/benchmarks,
+    scripts/tf_cnn_benchmarks/variable_mgr.py, preprocess_device_grads); everything else float32 (Keras and Horovod
+    without compression keep float32 gradients under mixed precision)."""
+    return "float16" if precision == "mixed_float16" and "tf_cnn_benchmarks" in str(framework) else "float32"
 
 
 def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str, str], float]:
@@ -166,9 +184,10 @@ def achieved_fractions(published: pd.DataFrame) -> dict[tuple[str, str, str], fl
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
-def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overhead_ms: float = 0.0) -> pd.DataFrame:
-    """One row per published point and case: forecast, ln(published / forecast), efficiency error. Each row is
-    forecast on its own (its link, hosts and all-reduce), the rate case from its series' 1-GPU rate."""
+def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overhead_ms: float = 0.0,
+              cases: tuple[str, ...] = ("rate", "flops")) -> pd.DataFrame:
+    """One row per published point and case (of ``cases``): forecast, ln(published / forecast), efficiency error.
+    Each row is forecast on its own (its link, hosts and all-reduce), the rate case from its series' 1-GPU rate."""
     out = []
     for case_id, g in rows.groupby("baseline", sort=False):
         g = g.sort_values("gpus", kind="stable")
@@ -180,7 +199,8 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overh
                                               PRECISION.get(str(_get(pub, "precision", "fp32")), "float32")))
             flops_ok = frac is not None and bool(_get(pub, "forward_gflops") or str(pub["model"]) in FORWARD_GFLOPS)
             for case, rate in (("rate", base), ("flops", None)):
-                if (case == "rate" and (base is None or n == 1)) or (case == "flops" and not flops_ok):
+                if case not in cases or (case == "rate" and (base is None or n == 1)) or (case == "flops"
+                                                                                       and not flops_ok):
                     continue  # a 1-GPU row is the given rate itself
                 try:
                     df, _ = forecast(plan_of(pub, rate, (n,), int(pub["gpus_per_host"])), achieved=frac,
@@ -197,6 +217,9 @@ def residuals(rows: pd.DataFrame, fractions: dict, straggler: float = 0.0, overh
                             "compute_s": float(fc["compute_s"]), "step_time_s": float(fc["step_time_s"]),
                             "straggler_s": float(fc["straggler_s"]), "overhead_s": float(fc["overhead_s"]),
                             "global_batch": float(fc["global_batch"]),
+                            "allreduce_s": float(fc["allreduce_s"]) - float(fc["hidden_s"]),
+                            "hardware_class": fc["hardware_class"],
+                            "exchange_known": exchange_known(_get(pub, "allreduce", "")),
                             "algorithm": algorithm_of(_get(pub, "allreduce", "")),
                             "source": _get(pub, "source", "")})
     res = pd.DataFrame(out)
@@ -266,14 +289,22 @@ def release() -> dict:
     straggler, overhead_ms = fit_step_costs(res0)
     res = at_step_costs(res0, straggler, overhead_ms)
     return {"fractions": fractions, "straggler": straggler, "overhead_ms": overhead_ms, "bands": bands(res),
-            "residuals": res}
+            "residuals": res, "residuals_unfitted": res0}
 
 
 def summary_line(res: pd.DataFrame, case: str) -> str:
     g = res[res["case"] == case]
     err = (g["forecast"] / g["published"] - 1).abs()
-    return (f"checked against {len(g)} published rows: median {err.median():.1%}, 90th percentile "
-            f"{err.quantile(0.9):.1%}")
+    return (f"checked against {len(g)} published rows, in-sample (the rows it was fitted to): relative error median "
+            f"{err.median():.1%}, 90th percentile {err.quantile(0.9):.1%}")
+
+
+EFFICIENCY_CAP_NOTE = "efficiency capped at 100% (weak scaling: N GPUs do at most N times one GPU's work)"
+
+
+def efficiency_cap(high):
+    """An efficiency interval's upper end within what is possible: at most 100% (EFFICIENCY_CAP_NOTE)."""
+    return np.minimum(1.0, high)
 
 
 def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame, dict]:
@@ -293,10 +324,10 @@ def with_interval(frame: pd.DataFrame, case: str, v: dict) -> tuple[pd.DataFrame
     e_lo, e_hi, _ = v["bands"].get("rate", (lo, hi, n))
     several = out["replicas"] > 1
     out["efficiency_low"] = out["efficiency"].where(~several, out["efficiency"] * math.exp(e_lo))
-    out["efficiency_high"] = out["efficiency"].where(~several, out["efficiency"] * math.exp(e_hi))
+    out["efficiency_high"] = out["efficiency"].where(~several, efficiency_cap(out["efficiency"] * math.exp(e_hi)))
     return out, {"method": f"{int(QUANTILES[0] * 100)}th-{int(QUANTILES[1] * 100)}th percentiles of ln(published / "
                            f"forecast) over {n} published rows ({case} case): x{math.exp(lo):.3f} .. "
-                           f"x{math.exp(hi):.3f}" + (" (wider than with a rate: the compute is FLOPs over the peak x a "
+                           f"x{math.exp(hi):.3f}; {EFFICIENCY_CAP_NOTE}" + (" (wider than with a rate: the compute is FLOPs over the peak x a "
                                                     "fitted fraction, not measured)" if case == "flops" else ""),
                  "checked": summary_line(v["residuals"], case)}
 
