@@ -236,7 +236,8 @@ _ALL = (
     ])
     + _fields("monitor", [
         ("monitor", "", "monitor.csv summarised over the timed phase (measure.monitor.summarize: utilisation, "
-                        "memory, temperature, power, energy per GPU; flags for idle or throttled GPUs)"),
+                        "memory, temperature, power, energy per GPU; flags for idle GPUs and thermal or "
+                        "hardware slowdowns; notes for GPUs at their power cap, which is not a fault)"),
     ])
 )
 
