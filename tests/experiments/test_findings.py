@@ -100,3 +100,45 @@ def test_simulated_replicas_read_the_headroom_as_the_share_of_the_cores():
 def test_a_failure_without_an_error_message_is_not_called_nan():
     points = [{"id": "00_a", "status": "diverged", "error": float("nan")}]
     assert findings.failures(_res([], points)) == ["**1 of 1 did not finish normally:** 00_a (diverged)."]
+
+
+def _scaling_runs(parts):
+    """Scaling runs with breakdown parts: {replicas: (compute, its error, all-reduce, its error[, all-reduce status])}."""
+    return [_run(source="sc", run=f"r{n}", replicas=n, per_replica_batch=64, global_batch=64 * n, mode="weak",
+                 images_per_sec=1000.0 * n, compute_time_s=c, compute_time_uncertainty_s=ce, allreduce_time_s=a,
+                 allreduce_time_uncertainty_s=ae, **({"allreduce_time_status": rest[0]} if rest else {}))
+            for n, (c, ce, a, ae, *rest) in parts.items()]
+
+
+def test_no_communication_finding_from_a_part_within_noise():
+    # The demo's runs: the all-reduce 28.2 ± 24.1 ms at 2 replicas, 0.00 at 4: within noise at both. The old finding
+    # read "its largest share is 26% of the step, at 2 replicas".
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.080, 0.010, 0.0282, 0.0241),
+                          4: (0.150, 0.020, 0.0, 0.004)})
+    (line,) = findings.communication(_res(runs))
+    assert "26%" not in line and "largest share" not in line and "overtakes the compute at" not in line
+    assert line.startswith("**Communication:** the all-reduce's cost is not shown by these runs")
+    assert "2 replicas: 28.20 ± 24.10 ms (within noise)" in line and "4 replicas: 0.00 ± 4.00 ms (within noise)" in line
+    # Measured above its noise at 4 replicas: the share is stated there, with its error; 2 replicas is named as noise.
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.080, 0.010, 0.0282, 0.0241),
+                          4: (0.150, 0.002, 0.050, 0.004)})
+    (line,) = findings.communication(_res(runs))
+    assert "largest share measured above noise is 25% ± 2% of the step, at 4 replicas" in line
+    assert "Not shown at 2 replicas: 28.20 ± 24.10 ms (within noise)." in line
+    # An all-reduce above the compute but not beyond their joint noise does not "overtake" it.
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.040, 0.008, 0.048, 0.006)})
+    assert "overtakes the compute at" not in findings.communication(_res(runs))[0]
+    # The summary's own status wins: a failed measurement is never a finding.
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.040, 0.002, 0.060, 0.002, "failed")})
+    (line,) = findings.communication(_res(runs))
+    assert "not shown" in line and "(failed)" in line
+
+
+def test_within_noise_is_decided_in_one_place():
+    from tftoolkit.measure import stats
+
+    assert stats.within_noise(0.0282, 0.0241) is True and stats.within_noise(0.050, 0.004) is False
+    assert stats.within_noise(-0.05, 0.01) is False  # far from zero, on either side
+    assert stats.within_noise(0.01, float("nan")) is None and stats.within_noise(None, 0.1) is None
+    assert stats.differ(0.048, 0.006, 0.040, 0.008) is False and stats.differ(0.06, 0.002, 0.04, 0.002) is True
+    assert stats.differ(0.06, None, 0.04, 0.002) is None

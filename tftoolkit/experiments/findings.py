@@ -24,6 +24,7 @@ import math
 import pandas as pd
 
 from .. import summary as summary_schema
+from ..measure import stats
 from .report import results, tables
 
 # Accuracy points (of 100) within which a large batch "holds" the small batch's accuracy (about the run-to-run
@@ -75,9 +76,39 @@ def scaling(res: results.Results) -> list[str]:
     return out
 
 
+# The status a summary records for each part ("measured", "within noise", "failed"); older summaries have only the
+# value and its uncertainty, from which part_status decides the same way.
+MEASURED, WITHIN_NOISE, FAILED, UNKNOWN = "measured", "within noise", "failed", "no uncertainty recorded"
+
+
+def part_status(rows: pd.DataFrame, key: str) -> tuple[float, float, str]:
+    """(mean, standard error of the mean, status) of a breakdown part ``key`` (say "allreduce_time_s") over ``rows``
+    (the repeats at one replica count). The status is the summaries' own ``<part>_status`` where they record one (a
+    failed measurement in any repeat fails the mean), else stats.within_noise of the mean and its error: a part within
+    noise is never a finding."""
+    values = pd.to_numeric(rows[key], errors="coerce")
+    se = pd.to_numeric(rows.get(key[:-2] + "_uncertainty_s", pd.Series(math.nan, index=rows.index)), errors="coerce")
+    recorded = rows.get(key[:-2] + "_status", pd.Series(None, index=rows.index, dtype=object))
+    n = int(values.notna().sum())
+    mean = float(values.mean()) if n else math.nan
+    err = float(math.sqrt((se[values.notna()] ** 2).sum()) / n) if n and se[values.notna()].notna().all() else math.nan
+    if (recorded == FAILED).any() or (n and not math.isfinite(mean)):
+        return mean, err, FAILED
+    noisy = stats.within_noise(mean, err)
+    if noisy is None:
+        return mean, err, UNKNOWN if n else FAILED
+    return mean, err, WITHIN_NOISE if noisy else MEASURED
+
+
+def _ms(value: float, err: float) -> str:
+    return f"{value * 1e3:.2f}" + (f" ± {err * 1e3:.2f}" if err == err else "") + " ms"
+
+
 def communication(res: results.Results) -> list[str]:
     """One sentence per group of runs that differ only in replica count (as ``scaling``): where the all-reduce
-    overtakes the compute, or its largest share of the step; repeats (seeds) at one count are averaged."""
+    overtakes the compute, or its largest share of the step; repeats (seeds) at one count are averaged. Only a part
+    measured above its noise is a finding (part_status): when the all-reduce is within noise at every count, the
+    sentence says that these runs do not show its cost, with the figures."""
     df = results.scaling_frame(res)
     need = {"compute_time_s", "allreduce_time_s", "replicas"}
     if df.empty or not need <= set(df.columns):
@@ -89,20 +120,39 @@ def communication(res: results.Results) -> list[str]:
         g = g[g["replicas"] > 1]
         if g.empty:
             continue
-        at = g.groupby("replicas")[["compute_time_s", "allreduce_time_s"]].mean().sort_index()
+        at = {int(n): (part_status(rows, "compute_time_s"), part_status(rows, "allreduce_time_s"))
+              for n, rows in g.groupby("replicas")}
         where = ", ".join(x for x in (mode, group) if x) if groups.ngroups > 1 or group else ""
         head = f"**Communication ({where}):**" if where else "**Communication:**"
-        over = at[at["allreduce_time_s"] > at["compute_time_s"]]
-        if not over.empty:
-            n, r = over.index[0], over.iloc[0]
-            out.append(f"{head} the gradient all-reduce overtakes the compute at {int(n)} replicas "
-                       f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): "
-                       "past that, more replicas buy little. A larger per-replica batch or a faster interconnect moves "
-                       "the point.")
+        shown = {n: p for n, p in at.items() if p[1][2] in (MEASURED, UNKNOWN) and p[0][2] in (MEASURED, UNKNOWN)}
+        figures = "; ".join(f"{n} replicas: {_ms(*ar[:2])} ({ar[2]})" for n, (_, ar) in at.items()
+                            if ar[2] in (WITHIN_NOISE, FAILED))
+        if not shown:
+            out.append(f"{head} the all-reduce's cost is not shown by these runs: it was within noise or its "
+                       f"measurement failed at every replica count ({figures}).")
             continue
-        frac = at["allreduce_time_s"] / (at["allreduce_time_s"] + at["compute_time_s"])
-        out.append(f"{head} the all-reduce never overtakes the compute in these runs; its largest share is "
-                   f"{frac.max():.0%} of the step, at {int(frac.idxmax())} replicas.")
+        caveat = (" These runs recorded no uncertainty for the parts, so the comparison is not checked against noise."
+                  if any(p[1][2] == UNKNOWN for p in shown.values()) else "")
+        rest = f" Not shown at {figures}." if figures else ""
+        over = [n for n, (c, a) in sorted(shown.items()) if stats.differ(a[0], a[1], c[0], c[1]) is not False
+                and a[0] > c[0]]
+        if over:
+            n = over[0]
+            (c, _, _), (a, _, _) = shown[n]
+            out.append(f"{head} the gradient all-reduce overtakes the compute at {n} replicas "
+                       f"({a * 1e3:.2f} ms against {c * 1e3:.2f} ms per step): past that, more replicas buy little. A "
+                       f"larger per-replica batch or a faster interconnect moves the point.{rest}{caveat}")
+            continue
+        share = {n: a[0] / (a[0] + c[0]) for n, (c, a) in shown.items() if a[0] + c[0] > 0}
+        if not share:
+            continue
+        n = max(share, key=share.get)
+        (c, ce, _), (a, ae, _) = shown[n]
+        err = stats.ratio_uncertainty(a, ae, a + c, math.hypot(ae, ce)) if ae == ae and ce == ce else math.nan
+        plus = f" ± {err:.0%}" if err == err else ""
+        out.append(f"{head} the all-reduce never overtakes the compute in these runs; its largest share measured "
+                   f"above noise is {share[n]:.0%}{plus} of the step, at {n} replicas ({_ms(a, ae)} against "
+                   f"{_ms(c, ce)} of compute).{rest}{caveat}")
     return out
 
 
