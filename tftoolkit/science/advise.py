@@ -241,13 +241,20 @@ def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
 
 
 def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
-    """The run's noise scale, its 90% interval and the reasons not to trust it: noise_scale.robust_estimate over
-    the per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
+    """The run's noise scale, its 90% interval, where in training it was measured (``phase``, and ``early`` when it was
+    still growing there: noise_scale.growth) and the reasons not to trust it: noise_scale.robust_estimate over the
+    per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
     written before steps.csv kept them, the summary's figure, flagged."""
+    phase, early, grew = "", None, {"ratio": math.nan, "interval": [math.nan, math.nan]}
     if steps is not None and {"noise_grad_sq", "noise_trace"} <= set(steps.columns):
         est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
         warnings = noise.reliability(est, s.get("final_loss_mean10"), s.get("num_classes"))
         source = "ratio of the per-step estimates averaged over the later half of the run"
+        numbers = steps["step"] if "step" in steps.columns else pd.Series(range(1, len(steps) + 1))
+        if len(steps) and est["from_index"] < len(steps):
+            grew = noise.growth(steps["noise_grad_sq"], steps["noise_trace"])
+            last = int(numbers.iloc[-1])
+            phase, early = noise.phase_text([int(numbers.iloc[est["from_index"]]), last, last], grew), grew["early"]
     else:
         value = s.get("noise_scale_ema", s.get("noise_scale"))
         value = float(value) if isinstance(value, (int, float)) else math.nan
@@ -258,7 +265,18 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
                            "EMAs' ratio at the end of the run, without an interval")
         source = "the EMAs' ratio at the end of the run"
     return {"noise_scale": est["noise_scale"], "interval": est["interval"], "window_steps": est["steps"],
-            "source": source, "reliable": not warnings, "warnings": warnings}
+            "source": source, "reliable": not warnings, "warnings": warnings, "phase": phase, "early": early,
+            "growth": grew["ratio"], "growth_interval": grew["interval"]}
+
+
+def ratio_intervals(batch: int, interval) -> dict:
+    """The 90% intervals of S/S_min and E/E_min at ``batch`` that the noise scale's 90% ``interval`` [lo, hi] implies
+    (S/S_min rises with B_crit, E/E_min falls): {} when the interval is not known."""
+    lo, hi = (float(x) for x in (interval or [math.nan, math.nan]))
+    if not (lo > 0 and hi >= lo):
+        return {}
+    return {"steps_ratio_interval": [float(steps_ratio(batch, lo)), float(steps_ratio(batch, hi))],
+            "examples_ratio_interval": [float(examples_ratio(batch, hi)), float(examples_ratio(batch, lo))]}
 
 
 def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
@@ -312,7 +330,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         current = {"replicas": s["replicas"], "global_batch": current_batch,
                    **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
-                   "examples_ratio": float(examples_ratio(current_batch, b_crit))}
+                   "examples_ratio": float(examples_ratio(current_batch, b_crit)),
+                   **ratio_intervals(current_batch, est["interval"])}
+        rec.update(ratio_intervals(rec["global_batch"], est["interval"]))
     else:
         rec, current = None, {"replicas": s["replicas"], "global_batch": current_batch}
         frame = pd.DataFrame(columns=["replicas", "global_batch", "steps_ratio", "examples_ratio", "b_crit",
@@ -321,7 +341,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     result = {
         "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit, "noise_scale_interval": est["interval"],
         "noise_scale_source": est["source"], "reliable": est["reliable"], "warnings": est["warnings"],
-        "noise_scale_steps": est["window_steps"], "per_replica_batch": b, "max_replicas": max_replicas,
+        "noise_scale_steps": est["window_steps"], "noise_scale_phase": est["phase"],
+        "noise_scale_early": est["early"], "noise_scale_growth": est["growth"],
+        "noise_scale_growth_interval": est["growth_interval"], "per_replica_batch": b, "max_replicas": max_replicas,
         "max_per_replica_batch": cap, "max_per_replica_batch_source": cap_source,
         "current": current,
         "recommended": rec,
@@ -370,11 +392,29 @@ def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tup
     return int(max_per_replica_batch), "--max-per-replica-batch"
 
 
+def _times(value: float, interval, what: str) -> str:
+    """'12.19 x the fewest examples (90% interval 7.1-18.4)': a multiple with the interval the noise scale's implies."""
+    text = f"{value:.2f} x the fewest {what}"
+    if interval:
+        lo, hi = interval
+        text += f" (90% interval {lo:.3g}-{hi:.3g})" if math.isfinite(hi) else f" (90% interval {lo:.3g} or more)"
+    return text
+
+
+def _costs(d: dict) -> str:
+    return (f"{_times(d['steps_ratio'], d.get('steps_ratio_interval'), 'steps')}, "
+            f"{_times(d['examples_ratio'], d.get('examples_ratio_interval'), 'examples')}")
+
+
 def advice_text(result: dict) -> str:
-    """What ``advise`` found, the reasons not to trust it first (before any recommendation), the input limit last."""
+    """What ``advise`` found, the reasons not to trust it first (before any recommendation), then where in training the
+    noise scale was measured (a warning when it was still growing), the input limit last."""
 
     rec, cur = result["recommended"], result["current"]
     lines = [f"NOT RELIABLE: {w}" for w in result.get("warnings", [])]
+    phase = result.get("noise_scale_phase") or ""
+    if result.get("noise_scale_early"):
+        lines.append(f"EARLY TRAINING: the noise scale was {phase}")
     lo, hi = result.get("noise_scale_interval") or [math.nan, math.nan]
     interval = f", 90% interval {lo:.3g} to {hi:.3g}" if lo == lo and hi == hi else ""
     if rec is None:
@@ -383,11 +423,13 @@ def advice_text(result: dict) -> str:
     lines += [
         f"noise scale B_simple = {result['noise_scale']:.4g}{interval} (over {result.get('noise_scale_steps')} steps) "
         "~ critical batch",
-        f"current: {cur['replicas']} replica(s), global batch {cur['global_batch']}: "
-        f"{cur['steps_ratio']:.2f} x the fewest steps, {cur['examples_ratio']:.2f} x the fewest examples",
-        f"recommended: {rec['note']}; {rec['steps_ratio']:.2f} x the fewest steps, "
-        f"{rec['examples_ratio']:.2f} x the fewest examples",
+        ("noise scale " + phase if phase and not result.get("noise_scale_early") else
+         "" if phase else "the noise scale grows as the loss falls: one measured early in training understates the "
+                          "batch that pays off later"),
+        f"current: {cur['replicas']} replica(s), global batch {cur['global_batch']}: {_costs(cur)}",
+        f"recommended: {rec['note']}; {_costs(rec)}",
     ]
+    lines = [x for x in lines if x]
     if rec.get("accumulate", 1) > 1 or rec.get("max_per_replica_batch") is not None:
         lines.append(f"train with {rec['train_with']}"
                      + (f" (a replica holds at most {rec['max_per_replica_batch']}: "
@@ -397,4 +439,3 @@ def advice_text(result: dict) -> str:
     if "time_model" in result:
         lines += timetoloss.time_lines(result["time_model"])
     return "\n".join(lines + input_lines(result.get("input_limit")))
-
