@@ -53,7 +53,12 @@ LR_MIN, LR_MAX, LR_STEPS = 1e-6, 10.0, 200
 SMOOTH_FRACTION = 0.05  # smooth over 5% of the sweep (10 of 200 steps, a third of a decade of LR)
 BLOWUP = 4.0
 SKIP_START = 0.1  # the first 10% of the sweep: the smoothed loss still carries its start-up bias and noise
-MIN_DROP = 0.02   # a sweep whose smoothed loss fell by less than 2% saw noise, not learning: no suggestion
+# A sweep saw learning when its smoothed loss fell, before its minimum, by more than NOISE_TIMES the standard error of a
+# smoothed point (the raw losses' scatter about the smoothed curve over sqrt(window)): a flat noisy curve's lowest
+# point sits a few such errors below its start, a real fall many. MIN_DROP is a floor under that for a curve whose
+# scatter is not known. (A fixed 2% rule missed the default task's clear 1.7% fall from LR 3e-4 to its minimum.)
+NOISE_TIMES = 6.0
+MIN_DROP = 0.005
 
 MAX_BATCH = 2**16
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
@@ -98,12 +103,15 @@ def blowup_index(smoothed, factor: float = BLOWUP) -> int | None:
     return None
 
 
-def suggest_lr(lrs, smoothed, skip_start: float = SKIP_START, min_drop: float = MIN_DROP) -> tuple[float, str]:
-    """LR at the steepest descent of the smoothed loss vs log LR, looking only before its minimum.
+def suggest_lr(lrs, smoothed, skip_start: float = SKIP_START, min_drop: float = MIN_DROP, losses=None,
+               window: int | None = None) -> tuple[float, str]:
+    """LR at the steepest descent of the smoothed loss vs log LR, looking only before its minimum (Smith 2017; the
+    fastai finder's "steep" point).
 
     The slope is a central difference over ±``len/40`` points (at least 1), so what noise is left in the
-    smoothed loss does not pick the point. Returns (lr, note); lr is NaN, with the reason, when the loss
-    did not fall by at least ``min_drop`` of its starting value before its minimum.
+    smoothed loss does not pick the point. Returns (lr, note); lr is NaN, with the reason, when the loss did not
+    fall before its minimum by at least ``min_drop`` of its starting value and, given the raw ``losses`` (and the
+    smoothing ``window``), by more than NOISE_TIMES the standard error of a smoothed point.
     """
     lrs, sm = np.asarray(lrs, dtype=float), np.asarray(smoothed, dtype=float)
     finite = np.isfinite(sm)
@@ -111,10 +119,23 @@ def suggest_lr(lrs, smoothed, skip_start: float = SKIP_START, min_drop: float = 
         return math.nan, "too few finite losses to suggest an LR; lower --lr-min or raise --lr-steps"
     end = int(np.nanargmin(np.where(finite, sm, np.nan)))
     start = int(len(sm) * skip_start)
-    drop = (sm[start] - sm[end]) / abs(sm[start]) if end > start else 0.0
-    if end - start < 5 or drop < min_drop:
-        return math.nan, (f"the smoothed loss fell by only {max(drop, 0):.1%} before its minimum (needs {min_drop:.0%}): "
-                          "the sweep is too short to see learning (raise --lr-steps) or starts too high (lower --lr-min)")
+    fall = float(sm[start] - sm[end]) if end > start else 0.0
+    drop = fall / abs(sm[start]) if end > start else 0.0
+    noise = math.nan
+    if losses is not None and end - start >= 5:
+        raw = np.asarray(losses, dtype=float)[start:end + 1]
+        resid = raw - sm[start:end + 1]
+        resid = resid[np.isfinite(resid)]
+        if len(resid) > 2:
+            noise = float(resid.std(ddof=1) / math.sqrt(window or smoothing_window(len(sm))))
+    needs = f"{min_drop:.1%} of the loss" + (f" and {NOISE_TIMES:g} x its noise ({noise:.3g})" if noise == noise else "")
+    if end - start < 5 or drop < min_drop or (noise == noise and fall <= NOISE_TIMES * noise):
+        where = (f"from LR {lrs[start]:.3g} to its minimum at LR {lrs[end]:.3g}" if end > start
+                 else f"after LR {lrs[start]:.3g} (its minimum is at LR {lrs[end]:.3g}, in the first "
+                      f"{skip_start:.0%} of the sweep)")
+        return math.nan, (f"the smoothed loss fell by only {max(fall, 0):.3g} ({max(drop, 0):.1%}) {where} (needs "
+                          f"{needs}): the sweep is too short to see learning (raise --lr-steps) or starts too high "
+                          "(lower --lr-min)")
     w = max(1, len(sm) // 40)
     log_lr = np.log(lrs)
     idx = np.arange(start, end + 1)
@@ -196,7 +217,8 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
     smoothed[:upto] = centred_smooth(losses[:upto], window)
     frame = pd.DataFrame({"step": np.arange(1, keep + 1), "learning_rate": lrs[:keep], "loss": losses,
                           "smoothed_loss": smoothed})
-    suggestion, why = suggest_lr(frame["learning_rate"].iloc[:stop], frame["smoothed_loss"].iloc[:stop])
+    suggestion, why = suggest_lr(frame["learning_rate"].iloc[:stop], frame["smoothed_loss"].iloc[:stop],
+                                 losses=frame["loss"].iloc[:stop], window=window)
     min_i = int(np.nanargmin(smoothed)) if np.isfinite(smoothed).any() else 0
     result = {
         "suggested_lr": suggestion, "suggestion": why,
