@@ -75,6 +75,23 @@ def test_centred_smoothing_does_not_lag():
     assert finders.running_smooth(ramp, 11)[50] < 46  # an EMA of span 11 trails a ramp by ~5 points
 
 
+def test_search_stops_at_a_few_percent_and_says_how_many_trials_are_left():
+    # The model fitted 2744 per replica; the old search bisected to 2745, 2746, 2748 (390 s of real steps).
+    calls, said = [], []
+
+    def fits(b):
+        calls.append(b)
+        return b <= 2744
+
+    best, capped = finders.search_batch(fits, 32, precision=0.03, announce=lambda *a: said.append(a))
+    assert not capped and 2744 * 0.97 <= best <= 2744 and fits(best)
+    assert said == [(2048, 4096, 6)] and len(calls) - 1 == 8 + 6  # 32..4096 doubling, then the 6 announced
+    # An estimate that knows the answer (CPU replicas: the criterion is the estimate) costs one trial, exactly.
+    calls.clear()
+    assert finders.search_batch(fits, 32, precision=0.03, known=lambda lo, hi: 2744) == (2744, False)
+    assert calls[-1] == 2744 and len(calls) == 8 + 1
+
+
 def test_search_doubles_then_bisects():
     calls = []
 
