@@ -142,3 +142,67 @@ def test_within_noise_is_decided_in_one_place():
     assert stats.within_noise(0.01, float("nan")) is None and stats.within_noise(None, 0.1) is None
     assert stats.differ(0.048, 0.006, 0.040, 0.008) is False and stats.differ(0.06, 0.002, 0.04, 0.002) is True
     assert stats.differ(0.06, None, 0.04, 0.002) is None
+
+
+def _demo_batch_runs():
+    """The demo's batch sweep: every rule at the ~98% ceiling at every batch; the best run at 256 had no warmup."""
+    acc = {32: {("none", 0.0): 0.982, ("linear", 1.0): 0.981, ("linear", 0.0): 0.980, ("sqrt", 1.0): 0.979},
+           64: {("none", 0.0): 0.978, ("linear", 1.0): 0.983, ("linear", 0.0): 0.981, ("sqrt", 1.0): 0.980},
+           128: {("none", 0.0): 0.975, ("linear", 1.0): 0.980, ("linear", 0.0): 0.982, ("sqrt", 1.0): 0.979},
+           256: {("none", 0.0): 0.968, ("linear", 1.0): 0.979, ("linear", 0.0): 0.984, ("sqrt", 1.0): 0.977}}
+    return [_run(source="b", run=f"{b}-{r}-{w}", global_batch=b, lr_rule=r, warmup_epochs=w, val_accuracy=a)
+            for b, rules in acc.items() for (r, w), a in rules.items()]
+
+
+def _noise_run(value, lo, hi, batch, early=None):
+    return _run(source="b", run=f"ns{batch}", global_batch=batch, lr_rule="linear", warmup_epochs=1.0,
+                val_accuracy=0.98, noise_scale=value, noise_scale_interval_lo=lo, noise_scale_interval_hi=hi,
+                noise_scale_reliable=True, noise_scale_early=early)
+
+
+def test_batch_findings_agree_with_the_runs():
+    # The demo report said "linear scaling with warmup holds up to 256" (the best run at 256 had no warmup, and every
+    # rule sat at the 98% ceiling), "B_simple ~ 116 (median of 3 runs)" (their intervals do not overlap), and that the
+    # noise scale says where the regime should end (256 held, 2.2x past 116).
+    runs = _demo_batch_runs() + [_noise_run(272, 209, 409, 32), _noise_run(97, 81, 138, 64, early=True),
+                                 _noise_run(116, 97, 156, 128)]
+    text = " ".join(findings.batch_and_lr(_res(runs)))
+    assert "with warmup holds" not in text and "median of 3 runs)" not in text
+    assert "**The sweep cannot separate the LR rules:** at every batch up to 256" in text
+    assert "256: no rule better than another (all within 5 points: 97%-98%)" in text
+    assert ("the 3 runs disagree: 272 [209-409] at batch 32, 97 [81-138] at batch 64, 116 [97-156] at batch 128 "
+            "(90% intervals), which do not overlap") in text
+    assert "Measured while it was still growing in 1 of 3 run(s)" in text
+    assert "says where it should end" not in text  # 256 lies within the runs' intervals: neither confirmed nor not
+    assert "neither confirm nor contradict" in text
+    # One run's noise scale, with its interval; 256 held though 2.2x past it: said, not glossed over.
+    runs = _demo_batch_runs() + [_noise_run(116, 97, 156, 128)]
+    text = " ".join(findings.batch_and_lr(_res(runs)))
+    assert "B_simple ~ 116 examples, 90% interval 97-156 (1 run at batch 128)" in text
+    assert ("The runs contradict the noise scale as the regime's end: batch 256 is 2.2x past the measured B_simple ~ "
+            "116 [97-156] and still held") in text
+
+
+def test_linear_without_warmup_is_not_called_with_warmup():
+    runs = [_run(source="b", run=f"{b}-{r}", global_batch=b, lr_rule=r, warmup_epochs=0.0, val_accuracy=a)
+            for b, r, a in ((128, "none", 0.86), (1024, "none", 0.55), (1024, "linear", 0.84))]
+    text = " ".join(findings.batch_and_lr(_res(runs)))
+    assert "**Linear scaling (no warmup) holds** up to batch 1024" in text and "with warmup" not in text
+
+
+def test_the_power_cap_is_reported_apart_from_slowdowns(tmp_path):
+    # summary.json's monitor block, as measure.monitor.summarize writes it, read by the report's loader.
+    run = tmp_path / "h200" / "runs" / "r1"
+    run.mkdir(parents=True)
+    summary = {"status": "ok", "replicas": 1, "noise_scale_interval": [97.0, 156.0], "monitor": {
+        "flags": ["gpu1 slowed down in 20% of samples (hw_thermal_slowdown): a thermal or hardware slowdown"],
+        "notes": ["gpu0 ran at its software power cap in 74% of samples (sw_power_cap): ... not a cooling fault"]}}
+    (run / "summary.json").write_text(__import__("json").dumps(summary))
+    row = results._run_row(run, tmp_path / "h200")
+    assert (row["noise_scale_interval_lo"], row["noise_scale_interval_hi"]) == (97.0, 156.0)
+    res = _res([_run(run="r1", **{k: row[k] for k in ("monitor_flags", "monitor_notes")})])
+    flags, cap = findings.hardware(res)
+    assert flags.startswith("**Hardware monitor flags:** r1: gpu1 slowed down in 20% of samples (hw_thermal_slowdown)")
+    assert cap.startswith("**Power cap (not a fault):** r1: gpu0 ran at its software power cap in 74% of samples")
+    assert "cooling" not in cap.replace("not a cooling fault", "")
+    assert findings.hardware(_res([_run(run="r1")])) == []  # no monitor: nothing said
