@@ -434,3 +434,21 @@ def test_growth_knows_the_answer_and_when_it_cannot_tell():
     assert noise_scale.growth(g[:30], t[:30])["early"] is None  # 7 steps a half: too few to tell
     g2 = np.r_[np.full(300, 0.01), np.full(100, -0.01)]  # the second half's |G|^2 lost in the noise
     assert noise_scale.growth(g2, t)["early"] is None
+
+
+def test_the_figures_draw_the_noise_scale_s_interval(tmp_path):
+    from tftoolkit.plots import batch as bplots
+
+    rng = np.random.default_rng(0)
+    run = _per_step_run(tmp_path, "good", 0.02 + 0.01 * rng.standard_normal(400), 5.0 + rng.standard_normal(400))
+    r = advise.advise(run, figures=False)
+    lo, hi = r["noise_scale_interval"]
+    frame = r["frame"]
+    assert frame["b_crit_lo"].eq(lo).all() and frame["b_crit_hi"].eq(hi).all()
+    labels = [t.get_text() for t in bplots.tradeoff(frame).axes[1].get_legend().get_texts()]
+    assert f"B_simple 90% interval {lo:.3g}-{hi:.3g}" in labels
+    steps = pd.read_csv(run / "steps.csv")
+    est = advise.estimate({}, steps)
+    assert est["from_step"] == 201
+    labels = [t.get_text() for t in bplots.noise_scale_trace(steps, est).axes[0].get_legend().get_texts()]
+    assert f"90% interval {lo:.3g}-{hi:.3g}" in labels and any(x.startswith("the run's B_simple") for x in labels)

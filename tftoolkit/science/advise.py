@@ -147,10 +147,12 @@ def _point(p) -> tuple[int, int, int, int] | None:
 
 
 def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
-                   current: tuple | None = None, recommended: tuple | None = None) -> pd.DataFrame:
+                   current: tuple | None = None, recommended: tuple | None = None,
+                   interval=None) -> pd.DataFrame:
     """One row per power-of-two replica count (global batch N x per-replica batch) with S/S_min and E/E_min;
     ``current`` and ``recommended`` are (replicas, global batch[, per-replica batch[, accumulate]]), flagged, and
-    added when not on that grid (whose rows do not accumulate)."""
+    added when not on that grid (whose rows do not accumulate); ``interval``, the noise scale's 90% [lo, hi], rides
+    along as b_crit_lo and b_crit_hi."""
     points = []
     n = 1
     while n <= max_replicas:
@@ -160,9 +162,11 @@ def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DE
     for extra in (current, recommended):
         if extra is not None and extra not in points:
             points.append(extra)
+    lo, hi = interval or (math.nan, math.nan)
     rows = [{"replicas": n, "global_batch": g, "per_replica_batch": b, "accumulate": k,
              "steps_ratio": float(steps_ratio(g, b_crit)), "examples_ratio": float(examples_ratio(g, b_crit)),
-             "b_crit": b_crit, "current": (n, g, b, k) == current, "recommended": (n, g, b, k) == recommended}
+             "b_crit": b_crit, "b_crit_lo": lo, "b_crit_hi": hi,
+             "current": (n, g, b, k) == current, "recommended": (n, g, b, k) == recommended}
             for n, g, b, k in points]
     return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
 
@@ -246,7 +250,7 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
     still growing there: noise_scale.growth) and the reasons not to trust it: noise_scale.robust_estimate over the
     per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
     written before steps.csv kept them, the summary's figure, flagged."""
-    phase, early, grew = "", None, {"ratio": math.nan, "interval": [math.nan, math.nan]}
+    phase, early, grew, from_step = "", None, {"ratio": math.nan, "interval": [math.nan, math.nan]}, None
     if steps is not None and {"noise_grad_sq", "noise_trace"} <= set(steps.columns):
         est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
         warnings = noise.reliability(est, s.get("final_loss_mean10"), s.get("num_classes"))
@@ -255,7 +259,8 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
         if len(steps) and est["from_index"] < len(steps):
             grew = noise.growth(steps["noise_grad_sq"], steps["noise_trace"])
             last = int(numbers.iloc[-1])
-            phase, early = noise.phase_text([int(numbers.iloc[est["from_index"]]), last, last], grew), grew["early"]
+            from_step = int(numbers.iloc[est["from_index"]])
+            phase, early = noise.phase_text([from_step, last, last], grew), grew["early"]
     else:
         value = s.get("noise_scale_ema", s.get("noise_scale"))
         value = float(value) if isinstance(value, (int, float)) else math.nan
@@ -267,7 +272,7 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
         source = "the EMAs' ratio at the end of the run"
     return {"noise_scale": est["noise_scale"], "interval": est["interval"], "window_steps": est["steps"],
             "source": source, "reliable": not warnings, "warnings": warnings, "phase": phase, "early": early,
-            "growth": grew["ratio"], "growth_interval": grew["interval"]}
+            "growth": grew["ratio"], "growth_interval": grew["interval"], "from_step": from_step}
 
 
 def ratio_intervals(batch: int, interval) -> dict:
@@ -316,7 +321,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         frame = tradeoff_frame(b_crit, b, max_replicas,
                                current=(int(s["replicas"]), current_batch, int(s["per_replica_batch"]), run_k),
                                recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
-                                            rec["accumulate"]))
+                                            rec["accumulate"]), interval=est["interval"])
         if interconnect:
             refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json", handwritten=by_hand), "dedicated",
                                            ADVISE_REMEDY)
@@ -373,7 +378,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         if usable:
             save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
         if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
-            save_figure(bplots.noise_scale_trace(steps), out, "noise_scale", formats=("png",))
+            save_figure(bplots.noise_scale_trace(steps, est), out, "noise_scale", formats=("png",))
     result["frame"] = frame
     result["input_frame"] = input_frame
     return result
