@@ -452,3 +452,25 @@ def test_the_figures_draw_the_noise_scale_s_interval(tmp_path):
     assert est["from_step"] == 201
     labels = [t.get_text() for t in bplots.noise_scale_trace(steps, est).axes[0].get_legend().get_texts()]
     assert f"90% interval {lo:.3g}-{hi:.3g}" in labels and any(x.startswith("the run's B_simple") for x in labels)
+
+
+def test_the_time_model_s_multiples_carry_the_interval_too(tmp_path):
+    rng = np.random.default_rng(0)
+    run = _per_step_run(tmp_path, "good", 0.02 + 0.01 * rng.standard_normal(400), 5.0 + rng.standard_normal(400))
+    r = advise.advise(run, figures=False, interconnect="nvlink4", max_replicas=512)
+    tm, (lo, hi) = r["time_model"], r["noise_scale_interval"]
+    frame = r["frame"].set_index("replicas")
+    n, fast = tm["recommended_replicas"], tm["fastest_replicas"]
+    base, rec, f = (frame.loc[k] for k in (1, n, fast))
+
+    def t(row, bc):
+        return (1 + bc / row["global_batch"]) / (1 + bc / base["global_batch"]) * row["step_time_s"] / base["step_time_s"]
+
+    assert tm["fastest_speedup_vs_recommended_interval"] == pytest.approx(
+        sorted(t(rec, bc) / t(f, bc) for bc in (lo, hi)))
+    a, b = tm["recommended_time_ratio_interval"]
+    assert a <= tm["recommended_time_ratio"] <= b
+    text = advise.advice_text(r)
+    iv = tm["fastest_speedup_vs_recommended_interval"]
+    assert f"{tm['fastest_speedup_vs_recommended']:.2f}x (90% interval {iv[0]:.3g}-{iv[1]:.3g}) sooner" in text
+    assert text.count("90% interval") == 6 + 4  # the noise scale, its growth, 4 costs, 4 time multiples
