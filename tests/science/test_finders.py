@@ -67,6 +67,19 @@ def test_a_small_clear_fall_gets_a_suggestion_and_noise_does_not():
         lr, why = finders.suggest_lr(lrs, finders.centred_smooth(flat, 10), losses=flat, window=10)
         assert np.isnan(lr), seed
     assert "fell by only" in why and "x its noise (0.00" in why and "to its minimum at LR" in why
+    # The default task's sweep measured here (144 steps, 2026-12-04): the loss never left ln(10) = 2.303.
+    flat = 2.302 + 0.004 * np.random.default_rng(0).standard_normal(144)
+    lr, why = finders.suggest_lr(lrs[:144], finders.centred_smooth(flat, 10), losses=flat, window=10,
+                                 chance=np.log(10))
+    assert np.isnan(lr) and why.startswith("the loss never left chance (ln(classes) = 2.303) in 144 steps (the "
+                                           "smoothed loss fell by only")
+    # A clear fall that ends above 98% of ln(classes) is still a fall: suggested, not called chance.
+    lrs, loss = _default_task_like_sweep()
+    loss = loss + (2.303 - 1.60)  # 2.30 falling by 0.032 to 2.27, above 0.98 x 2.303 = 2.257
+    stop = finders.blowup_index(finders.running_smooth(loss, 10))
+    lr, _ = finders.suggest_lr(lrs[:stop], finders.centred_smooth(loss[:stop], 10), losses=loss[:stop], window=10,
+                               chance=np.log(10))
+    assert lr == pytest.approx(6e-4, rel=0.25)
 
 
 def test_centred_smoothing_does_not_lag():

@@ -23,12 +23,9 @@ replica stays under it (``estimate_memory``: weights, gradients and optimizer sl
 layer's output per example: kept for the backward pass, and its gradient). Batches under the limit still
 run one real step, which catches a MemoryError from the host.
 
-With ``target_global_batch`` G it also says how to train at G when G is more than the replicas hold in one pass:
-the largest per-replica batch b <= the one that fits with G = b × replicas × K for a whole K, the accumulate
-(``--accumulate``) that sums K micro-batches per step (config.accumulation_plan; the per-replica batch the user
-fixed, if any, with its K). Accumulation keeps a float32 sum of the gradients per replica (``estimate_memory``'s
-``accumulator``): on CPU replicas the estimate counts it, so b shrinks if the sum would pass the limit; on GPUs
-the trials ran one micro-step without it, and batch_find.json says how much to leave free.
+With ``target_global_batch`` G: the largest per-replica batch b <= the one that fits with G = b × replicas × K for
+a whole K, the ``--accumulate`` K (config.accumulation_plan). Accumulation keeps a float32 sum of the gradients
+(``estimate_memory``'s ``accumulator``): the CPU estimate counts it; on GPUs batch_find.json says what to leave free.
 """
 
 from __future__ import annotations
@@ -54,8 +51,8 @@ BLOWUP = 4.0
 SKIP_START = 0.1  # the first 10% of the sweep: the smoothed loss still carries its start-up bias and noise
 # Learning is a fall of the smoothed loss, before its minimum, past NOISE_TIMES the standard error of a smoothed point
 # (a flat noisy curve's lowest point sits a few below its start), and past MIN_DROP (a floor; a fixed 2% missed the
-# default task's clear 1.7% fall).
-NOISE_TIMES, MIN_DROP = 6.0, 0.005
+# default task's clear 1.7% fall). A loss never under CHANCE x ln(classes) never left chance.
+NOISE_TIMES, MIN_DROP, CHANCE = 6.0, 0.005, 0.98
 
 MAX_BATCH = 2**16
 # find-batch bisects to within this share of the batch: each trial is a real step (bisecting to one example took
@@ -104,7 +101,7 @@ def blowup_index(smoothed, factor: float = BLOWUP) -> int | None:
 
 
 def suggest_lr(lrs, smoothed, skip_start: float = SKIP_START, min_drop: float = MIN_DROP, losses=None,
-               window: int | None = None) -> tuple[float, str]:
+               window: int | None = None, chance: float = math.nan) -> tuple[float, str]:
     """LR at the steepest descent of the smoothed loss vs log LR, looking only before its minimum (Smith 2017; the
     fastai finder's "steep" point).
 
@@ -131,9 +128,13 @@ def suggest_lr(lrs, smoothed, skip_start: float = SKIP_START, min_drop: float = 
         where = (f"from LR {lrs[start]:.3g} to its minimum at LR {lrs[end]:.3g}" if end > start
                  else f"after LR {lrs[start]:.3g} (its minimum is at LR {lrs[end]:.3g}, in the first "
                       f"{skip_start:.0%} of the sweep)")
-        return math.nan, (f"the smoothed loss fell by only {max(fall, 0):.3g} ({max(drop, 0):.1%}) {where} (needs "
-                          f"{needs}): the sweep is too short to see learning (raise --lr-steps) or starts too high "
-                          "(lower --lr-min)")
+        fell = f"the smoothed loss fell by only {max(fall, 0):.3g} ({max(drop, 0):.1%}) {where} (needs {needs})"
+        if sm[end] >= CHANCE * chance:  # ``chance``, ln(classes): NaN when not known
+            return math.nan, (f"the loss never left chance (ln(classes) = {chance:.3f}) in {len(sm)} steps ({fell}): no "
+                              "LR started the model learning; give it more steps per LR (--lr-steps) or a narrower "
+                              "range (--lr-min)")
+        return math.nan, f"{fell}: the sweep is too short to see learning (raise --lr-steps) or starts too high " \
+                         "(lower --lr-min)"
     w = max(1, len(sm) // 40)
     log_lr = np.log(lrs)
     idx = np.arange(start, end + 1)
@@ -216,7 +217,8 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
     frame = pd.DataFrame({"step": np.arange(1, keep + 1), "learning_rate": lrs[:keep], "loss": losses,
                           "smoothed_loss": smoothed})
     suggestion, why = suggest_lr(frame["learning_rate"].iloc[:stop], frame["smoothed_loss"].iloc[:stop],
-                                 losses=frame["loss"].iloc[:stop], window=window)
+                                 losses=frame["loss"].iloc[:stop], window=window,
+                                 chance=math.log(source.num_classes) if (source.num_classes or 0) > 1 else math.nan)
     min_i = int(np.nanargmin(smoothed)) if np.isfinite(smoothed).any() else 0
     result = {
         "suggested_lr": suggestion, "suggestion": why,
@@ -263,7 +265,8 @@ def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: st
     act_bytes = 2 if precision.startswith("mixed") else 4
     elements = 0
     try:
-        shapes = [model.input_shape] + [_shape(layer.output) for layer in model.layers if not _is_input(layer)]
+        shapes = [model.input_shape] + [_shape(layer.output) for layer in model.layers
+                                        if type(layer).__name__ != "InputLayer"]
     except (AttributeError, ValueError):  # a subclassed model has no symbolic layer outputs
         log.warning("memory estimate counts only inputs and outputs: %s is not a functional model", model.name)
         shapes = [model.input_shape, model.output_shape]
@@ -280,10 +283,6 @@ def _shape(tensor):
     if isinstance(tensor, (list, tuple)):
         return [tuple(t.shape) for t in tensor]
     return tuple(tensor.shape)
-
-
-def _is_input(layer) -> bool:
-    return type(layer).__name__ == "InputLayer"
 
 
 def _is_oom(e: BaseException) -> bool:
