@@ -27,8 +27,11 @@ Each step's two estimates are unbiased but noisy (|G|² can even come out negati
 (``noise_grad_sq``, ``noise_trace``) and the ratio of an exponential moving average of each (``noise_scale``,
 to follow it during training; bias-corrected like Adam's moments, the ratio needs no correction). The run's figure,
 summary.json ``noise_scale``, is ``robust_estimate``: the ratio of the two estimates averaged over the later half
-of the run, with a bootstrap interval and the reasons not to trust it (``reliability``); the EMAs' ratio at the
-end is ``noise_scale_ema``, with its components ``noise_scale_grad_sq`` (|G|²) and ``noise_scale_trace`` (tr Σ). Steps where a replica's batch is empty or uneven (a partial last batch), or whose
+of the run, with a bootstrap interval and the reasons not to trust it (``reliability``). Where in training it was
+measured matters: ``growth``, its value over the second half of that window over the first, says whether it was
+still growing there (early training, where it understates the batch that pays off later; ``phase_text`` says it in
+words). The EMAs' ratio at the end is ``noise_scale_ema``, with its components ``noise_scale_grad_sq`` (|G|²) and
+``noise_scale_trace`` (tr Σ). Steps where a replica's batch is empty or uneven (a partial last batch), or whose
 gradients are not finite (float16 overflow), are left out of the averages.
 """
 
