@@ -194,7 +194,8 @@ def phase_text(window: list, grew: dict) -> str:
     lo, hi = grew["interval"]
     if grew["early"] is None:
         return where + " (too few steps, or too noisy a half, to tell whether it was still growing)"
-    how = f"it grew {grew['ratio']:.2f}x (90% interval {lo:.2f}-{hi:.2f}) from the first to the second half of them"
+    band = f"{lo:.2f}-{hi:.2f}" if math.isfinite(hi) else f"{lo:.2f} or more"  # inf: a half's |G|^2 lost in noise
+    how = f"it grew {grew['ratio']:.2f}x (90% interval {band}) from the first to the second half of them"
     if grew["early"]:
         return (f"{where}, while it was still growing: {how}. A noise scale from early training understates the batch "
                 "that pays off later: measure again later in training")

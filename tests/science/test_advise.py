@@ -474,3 +474,11 @@ def test_the_time_model_s_multiples_carry_the_interval_too(tmp_path):
     iv = tm["fastest_speedup_vs_recommended_interval"]
     assert f"{tm['fastest_speedup_vs_recommended']:.2f}x (90% interval {iv[0]:.3g}-{iv[1]:.3g}) sooner" in text
     assert text.count("90% interval") == 6 + 4  # the noise scale, its growth, 4 costs, 4 time multiples
+
+
+def test_an_open_growth_interval_is_said_in_words():
+    from tftoolkit import noise_scale
+
+    text = noise_scale.phase_text([126, 250, 250], {"ratio": 4.19, "interval": [2.54, math.inf], "early": True})
+    assert text.startswith("measured over steps 126-250 of 250, while it was still growing: it grew 4.19x (90% "
+                           "interval 2.54 or more)")
