@@ -211,8 +211,8 @@ and scales with the global batch by the rule: **none** (unchanged), **linear** (
 2017) or **sqrt** (× √(batch/base_batch), the usual advice for Adam-type optimisers); warmup ramps from `base_lr`
 to the scaled LR. The defaults reproduce Goyal et al.'s result with their optimiser, momentum SGD: from the
 smallest batch to 8x it, the linear rule with warmup keeps the accuracy while no scaling falls behind; the
-largest batch is about where the regime ends on this set (at 16x it no longer holds: BENCHMARKS.md), next to the
-measured noise scale. Curves are drawn against epochs, the axis on which runs with different batches saw the
+largest batch is about where the regime ends on this set (at 16x it no longer holds: BENCHMARKS.md); the report's
+findings check that against each run's measured noise scale and its interval. Curves are drawn against epochs, the axis on which runs with different batches saw the
 same data; diverged runs are marked with a red ✕ where they stopped, never hidden. Every run also measures the
 gradient noise scale, the batch size beyond which more examples per step stop cutting steps.
 

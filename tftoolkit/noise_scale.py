@@ -27,8 +27,11 @@ Each step's two estimates are unbiased but noisy (|G|² can even come out negati
 (``noise_grad_sq``, ``noise_trace``) and the ratio of an exponential moving average of each (``noise_scale``,
 to follow it during training; bias-corrected like Adam's moments, the ratio needs no correction). The run's figure,
 summary.json ``noise_scale``, is ``robust_estimate``: the ratio of the two estimates averaged over the later half
-of the run, with a bootstrap interval and the reasons not to trust it (``reliability``); the EMAs' ratio at the
-end is ``noise_scale_ema``, with its components ``noise_scale_grad_sq`` (|G|²) and ``noise_scale_trace`` (tr Σ). Steps where a replica's batch is empty or uneven (a partial last batch), or whose
+of the run, with a bootstrap interval and the reasons not to trust it (``reliability``). Where in training it was
+measured matters: ``growth``, its value over the second half of that window over the first, says whether it was
+still growing there (early training, where it understates the batch that pays off later; ``phase_text`` says it in
+words). The EMAs' ratio at the end is ``noise_scale_ema``, with its components ``noise_scale_grad_sq`` (|G|²) and
+``noise_scale_trace`` (tr Σ). Steps where a replica's batch is empty or uneven (a partial last batch), or whose
 gradients are not finite (float16 overflow), are left out of the averages.
 """
 
@@ -44,7 +47,8 @@ import numpy as np
 EMA_DECAY = 0.99
 
 SUMMARY_FIELDS = ("noise_scale", "noise_scale_interval", "noise_scale_reliable", "noise_scale_warnings",
-                  "noise_scale_window_steps", "noise_scale_ema", "noise_scale_grad_sq", "noise_scale_trace",
+                  "noise_scale_window_steps", "noise_scale_window", "noise_scale_growth", "noise_scale_growth_interval",
+                  "noise_scale_early", "noise_scale_ema", "noise_scale_grad_sq", "noise_scale_trace",
                   "noise_scale_steps", "noise_scale_ema_decay", "noise_scale_small_batch", "noise_scale_big_batch")
 
 
@@ -91,6 +95,14 @@ MAX_SPREAD = 3.0       # an interval wider than this factor (hi / lo) says littl
 CHANCE_FRACTION = 0.9  # a final loss above this share of ln(classes) is still near chance: the run did not learn
 
 
+def _block_index(m: int, boot: int, rng) -> np.ndarray:
+    """``boot`` block-bootstrap resamples of the indices 0..m-1 in blocks of BLOCK_STEPS consecutive steps (one row
+    each): the same rows index |G|^2 and tr(Sigma), whose per-step estimates are correlated."""
+    blocks = max(1, math.ceil(m / BLOCK_STEPS))
+    starts = rng.integers(0, max(1, m - BLOCK_STEPS + 1), size=(boot, blocks))
+    return (starts[:, :, None] + np.arange(min(BLOCK_STEPS, m))[None, None, :]).reshape(boot, -1)
+
+
 def robust_estimate(grad_sq, trace, later: float = LATER_FRACTION, boot: int = BOOTSTRAP, seed: int = 0) -> dict:
     """B_simple over the later part of a run, as McCandlish et al. (app. A) and nanoGNS estimate it: the ratio of
     the *averaged* per-step estimates, mean tr(Σ) / mean |G|², not an average (or the last value) of per-step
@@ -112,10 +124,7 @@ def robust_estimate(grad_sq, trace, later: float = LATER_FRACTION, boot: int = B
         return out
     mg, mt = float(g.mean()), float(t.mean())
     out.update(grad_sq=mg, trace=mt, noise_scale=b_simple(mg, mt))
-    blocks = max(1, math.ceil(m / BLOCK_STEPS))
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, max(1, m - BLOCK_STEPS + 1), size=(boot, blocks))
-    idx = (starts[:, :, None] + np.arange(min(BLOCK_STEPS, m))[None, None, :]).reshape(boot, -1)
+    idx = _block_index(m, boot, np.random.default_rng(seed))
     bg, bt = g[idx].mean(axis=1), t[idx].mean(axis=1)
     ratios = np.where(bg > 0, bt / np.where(bg > 0, bg, 1.0), np.inf)
     out["interval"] = [float(np.quantile(ratios, q, method="inverted_cdf")) for q in (0.05, 0.95)]  # inf stays inf
@@ -142,3 +151,52 @@ def reliability(est: dict, final_loss: float | None = None, classes: int | None 
             warnings.append(f"the 90% interval of the noise scale, {lo:.3g} to {hi:.3g}, spans more than a factor of "
                             f"{MAX_SPREAD:g}: too uncertain to choose a batch from")
     return warnings
+
+
+
+
+def growth(grad_sq, trace, later: float = LATER_FRACTION, boot: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """How much the noise scale grew across the window robust_estimate averages: B_simple of the window's second half
+    over B_simple of its first half, with a 90% block-bootstrap interval. The noise scale grows as the loss falls
+    (McCandlish et al. 2018, §3), so a ratio clearly above 1 says the run measured it in early training, where it
+    understates the batch that pays off later.
+
+    Returns {"ratio", "interval": [lo, hi], "early"}: ``early`` is True when the interval lies above 1, False when it
+    does not, None when a half has no positive |G|^2 (or too few steps) to tell."""
+    g, t = np.asarray(grad_sq, dtype=float), np.asarray(trace, dtype=float)
+    start = int(len(g) * (1.0 - later))
+    g, t = g[start:], t[start:]
+    ok = np.isfinite(g) & np.isfinite(t)
+    g, t = g[ok], t[ok]
+    out = {"ratio": math.nan, "interval": [math.nan, math.nan], "early": None}
+    half = len(g) // 2
+    if half < BLOCK_STEPS:
+        return out
+    (g1, t1), (g2, t2) = (g[:half], t[:half]), (g[half:], t[half:])
+    b1, b2 = b_simple(g1.mean(), t1.mean()), b_simple(g2.mean(), t2.mean())
+    if not (b1 > 0 and b2 > 0):
+        return out
+    rng = np.random.default_rng(seed)
+    i1, i2 = _block_index(half, boot, rng), _block_index(len(g) - half, boot, rng)
+    bg1, bt1, bg2, bt2 = g1[i1].mean(axis=1), t1[i1].mean(axis=1), g2[i2].mean(axis=1), t2[i2].mean(axis=1)
+    ok = (bg1 > 0) & (bg2 > 0) & (bt1 > 0)
+    ratios = np.where(ok, (bt2 / np.where(ok, bg2, 1.0)) / (bt1 / np.where(ok, bg1, 1.0)), np.nan)
+    ratios = np.where(np.isnan(ratios), np.inf, ratios)  # a half lost in the noise: no bound on that side
+    lo, hi = (float(np.quantile(ratios, q, method="inverted_cdf")) for q in (0.05, 0.95))
+    out.update(ratio=b2 / b1, interval=[lo, hi], early=bool(lo > 1.0))
+    return out
+
+
+def phase_text(window: list, grew: dict) -> str:
+    """Where in training the noise scale was measured, and whether it was still growing there, in one sentence."""
+    first, last, total = window
+    where = f"measured over steps {first}-{last} of {total}"
+    lo, hi = grew["interval"]
+    if grew["early"] is None:
+        return where + " (too few steps, or too noisy a half, to tell whether it was still growing)"
+    band = f"{lo:.2f}-{hi:.2f}" if math.isfinite(hi) else f"{lo:.2f} or more"  # inf: a half's |G|^2 lost in noise
+    how = f"it grew {grew['ratio']:.2f}x (90% interval {band}) from the first to the second half of them"
+    if grew["early"]:
+        return (f"{where}, while it was still growing: {how}. A noise scale from early training understates the batch "
+                "that pays off later: measure again later in training")
+    return f"{where}; {how}: no growth beyond its noise"

@@ -222,6 +222,13 @@ _ALL = (
                                      "estimate is not positive or the interval spans more than a factor of 3"),
         ("noise_scale_warnings", "", "why noise_scale is not reliable (a list; empty when it is)"),
         ("noise_scale_window_steps", "", "valid steps in the later half that noise_scale averages"),
+        ("noise_scale_window", "", "where in training it was measured: [first step, last step, steps in the run]"),
+        ("noise_scale_growth", "", "B_simple of the window's second half over its first half: the noise scale grows "
+                                   "as the loss falls (noise_scale.growth)"),
+        ("noise_scale_growth_interval", "", "90% interval of noise_scale_growth, [lo, hi] (block bootstrap)"),
+        ("noise_scale_early", "", "true when it was still growing over the window (the growth's interval above 1): "
+                                  "measured in early training, it understates the batch that pays off later; null "
+                                  "when that cannot be told"),
         ("noise_scale_ema", "", "the ratio of the EMAs at the end (steps.csv's noise_scale, last row)"),
         ("noise_scale_grad_sq", "", "EMA of the unbiased |G|^2"),
         ("noise_scale_trace", "", "EMA of the unbiased tr(Sigma)"),
@@ -236,7 +243,8 @@ _ALL = (
     ])
     + _fields("monitor", [
         ("monitor", "", "monitor.csv summarised over the timed phase (measure.monitor.summarize: utilisation, "
-                        "memory, temperature, power, energy per GPU; flags for idle or throttled GPUs)"),
+                        "memory, temperature, power, energy per GPU; flags for idle GPUs and thermal or "
+                        "hardware slowdowns; notes for GPUs at their power cap, which is not a fault)"),
     ])
 )
 

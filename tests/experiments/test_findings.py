@@ -100,3 +100,109 @@ def test_simulated_replicas_read_the_headroom_as_the_share_of_the_cores():
 def test_a_failure_without_an_error_message_is_not_called_nan():
     points = [{"id": "00_a", "status": "diverged", "error": float("nan")}]
     assert findings.failures(_res([], points)) == ["**1 of 1 did not finish normally:** 00_a (diverged)."]
+
+
+def _scaling_runs(parts):
+    """Scaling runs with breakdown parts: {replicas: (compute, its error, all-reduce, its error[, all-reduce status])}."""
+    return [_run(source="sc", run=f"r{n}", replicas=n, per_replica_batch=64, global_batch=64 * n, mode="weak",
+                 images_per_sec=1000.0 * n, compute_time_s=c, compute_time_uncertainty_s=ce, allreduce_time_s=a,
+                 allreduce_time_uncertainty_s=ae, **({"allreduce_time_status": rest[0]} if rest else {}))
+            for n, (c, ce, a, ae, *rest) in parts.items()]
+
+
+def test_no_communication_finding_from_a_part_within_noise():
+    # The demo's runs: the all-reduce 28.2 ± 24.1 ms at 2 replicas, 0.00 at 4: within noise at both. The old finding
+    # read "its largest share is 26% of the step, at 2 replicas".
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.080, 0.010, 0.0282, 0.0241),
+                          4: (0.150, 0.020, 0.0, 0.004)})
+    (line,) = findings.communication(_res(runs))
+    assert "26%" not in line and "largest share" not in line and "overtakes the compute at" not in line
+    assert line.startswith("**Communication:** the all-reduce's cost is not shown by these runs")
+    assert "2 replicas: 28.20 ± 24.10 ms (within noise)" in line and "4 replicas: 0.00 ± 4.00 ms (within noise)" in line
+    # Measured above its noise at 4 replicas: the share is stated there, with its error; 2 replicas is named as noise.
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.080, 0.010, 0.0282, 0.0241),
+                          4: (0.150, 0.002, 0.050, 0.004)})
+    (line,) = findings.communication(_res(runs))
+    assert "largest share measured above noise is 25% ± 2% of the step, at 4 replicas" in line
+    assert "Not shown at 2 replicas: 28.20 ± 24.10 ms (within noise)." in line
+    # An all-reduce above the compute but not beyond their joint noise does not "overtake" it.
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.040, 0.008, 0.048, 0.006)})
+    assert "overtakes the compute at" not in findings.communication(_res(runs))[0]
+    # The summary's own status wins: a failed measurement is never a finding.
+    runs = _scaling_runs({1: (0.017, 0.002, 0.0, 0.0), 2: (0.040, 0.002, 0.060, 0.002, "failed")})
+    (line,) = findings.communication(_res(runs))
+    assert "not shown" in line and "(failed)" in line
+
+
+def test_within_noise_is_decided_in_one_place():
+    from tftoolkit.measure import stats
+
+    assert stats.within_noise(0.0282, 0.0241) is True and stats.within_noise(0.050, 0.004) is False
+    assert stats.within_noise(-0.05, 0.01) is False  # far from zero, on either side
+    assert stats.within_noise(0.01, float("nan")) is None and stats.within_noise(None, 0.1) is None
+    assert stats.differ(0.048, 0.006, 0.040, 0.008) is False and stats.differ(0.06, 0.002, 0.04, 0.002) is True
+    assert stats.differ(0.06, None, 0.04, 0.002) is None
+
+
+def _demo_batch_runs():
+    """The demo's batch sweep: every rule at the ~98% ceiling at every batch; the best run at 256 had no warmup."""
+    acc = {32: {("none", 0.0): 0.982, ("linear", 1.0): 0.981, ("linear", 0.0): 0.980, ("sqrt", 1.0): 0.979},
+           64: {("none", 0.0): 0.978, ("linear", 1.0): 0.983, ("linear", 0.0): 0.981, ("sqrt", 1.0): 0.980},
+           128: {("none", 0.0): 0.975, ("linear", 1.0): 0.980, ("linear", 0.0): 0.982, ("sqrt", 1.0): 0.979},
+           256: {("none", 0.0): 0.968, ("linear", 1.0): 0.979, ("linear", 0.0): 0.984, ("sqrt", 1.0): 0.977}}
+    return [_run(source="b", run=f"{b}-{r}-{w}", global_batch=b, lr_rule=r, warmup_epochs=w, val_accuracy=a)
+            for b, rules in acc.items() for (r, w), a in rules.items()]
+
+
+def _noise_run(value, lo, hi, batch, early=None):
+    return _run(source="b", run=f"ns{batch}", global_batch=batch, lr_rule="linear", warmup_epochs=1.0,
+                val_accuracy=0.98, noise_scale=value, noise_scale_interval_lo=lo, noise_scale_interval_hi=hi,
+                noise_scale_reliable=True, noise_scale_early=early)
+
+
+def test_batch_findings_agree_with_the_runs():
+    # The demo report said "linear scaling with warmup holds up to 256" (the best run at 256 had no warmup, and every
+    # rule sat at the 98% ceiling), "B_simple ~ 116 (median of 3 runs)" (their intervals do not overlap), and that the
+    # noise scale says where the regime should end (256 held, 2.2x past 116).
+    runs = _demo_batch_runs() + [_noise_run(272, 209, 409, 32), _noise_run(97, 81, 138, 64, early=True),
+                                 _noise_run(116, 97, 156, 128)]
+    text = " ".join(findings.batch_and_lr(_res(runs)))
+    assert "with warmup holds" not in text and "median of 3 runs)" not in text
+    assert "**The sweep cannot separate the LR rules:** at every batch up to 256" in text
+    assert "256: no rule better than another (all within 5 points: 97%-98%)" in text
+    assert ("the 3 runs disagree: 272 [209-409] at batch 32, 97 [81-138] at batch 64, 116 [97-156] at batch 128 "
+            "(90% intervals), which do not overlap") in text
+    assert "Measured while it was still growing in 1 of 3 run(s)" in text
+    assert "says where it should end" not in text  # 256 lies within the runs' intervals: neither confirmed nor not
+    assert "neither confirm nor contradict" in text
+    # One run's noise scale, with its interval; 256 held though 2.2x past it: said, not glossed over.
+    runs = _demo_batch_runs() + [_noise_run(116, 97, 156, 128)]
+    text = " ".join(findings.batch_and_lr(_res(runs)))
+    assert "B_simple ~ 116 examples, 90% interval 97-156 (1 run at batch 128)" in text
+    assert ("The runs contradict the noise scale as the regime's end: batch 256 is 2.2x past the measured B_simple ~ "
+            "116 [97-156] and still held") in text
+
+
+def test_linear_without_warmup_is_not_called_with_warmup():
+    runs = [_run(source="b", run=f"{b}-{r}", global_batch=b, lr_rule=r, warmup_epochs=0.0, val_accuracy=a)
+            for b, r, a in ((128, "none", 0.86), (1024, "none", 0.55), (1024, "linear", 0.84))]
+    text = " ".join(findings.batch_and_lr(_res(runs)))
+    assert "**Linear scaling (no warmup) holds** up to batch 1024" in text and "with warmup" not in text
+
+
+def test_the_power_cap_is_reported_apart_from_slowdowns(tmp_path):
+    # summary.json's monitor block, as measure.monitor.summarize writes it, read by the report's loader.
+    run = tmp_path / "h200" / "runs" / "r1"
+    run.mkdir(parents=True)
+    summary = {"status": "ok", "replicas": 1, "noise_scale_interval": [97.0, 156.0], "monitor": {
+        "flags": ["gpu1 slowed down in 20% of samples (hw_thermal_slowdown): a thermal or hardware slowdown"],
+        "notes": ["gpu0 ran at its software power cap in 74% of samples (sw_power_cap): ... not a cooling fault"]}}
+    (run / "summary.json").write_text(__import__("json").dumps(summary))
+    row = results._run_row(run, tmp_path / "h200")
+    assert (row["noise_scale_interval_lo"], row["noise_scale_interval_hi"]) == (97.0, 156.0)
+    res = _res([_run(run="r1", **{k: row[k] for k in ("monitor_flags", "monitor_notes")})])
+    flags, cap = findings.hardware(res)
+    assert flags.startswith("**Hardware monitor flags:** r1: gpu1 slowed down in 20% of samples (hw_thermal_slowdown)")
+    assert cap.startswith("**Power cap (not a fault):** r1: gpu0 ran at its software power cap in 74% of samples")
+    assert "cooling" not in cap.replace("not a cooling fault", "")
+    assert findings.hardware(_res([_run(run="r1")])) == []  # no monitor: nothing said

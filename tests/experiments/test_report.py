@@ -212,9 +212,11 @@ def test_step_breakdown_and_communication_are_drawn_per_group(tmp_path):
 
     assert findings.communication(res) == [
         "**Communication (weak, model=small_cnn):** the all-reduce never overtakes the compute in these runs; its "
-        "largest share is 17% of the step, at 2 replicas.",
+        "largest share is 17% of the step, at 2 replicas (2.00 ms against 10.00 ms of compute). These runs recorded "
+        "no uncertainty for the parts, so the comparison is not checked against noise.",
         "**Communication (weak, model=small_vgg):** the all-reduce never overtakes the compute in these runs; its "
-        "largest share is 25% of the step, at 2 replicas."]
+        "largest share is 25% of the step, at 2 replicas (30.00 ms against 90.00 ms of compute). These runs recorded "
+        "no uncertainty for the parts, so the comparison is not checked against noise."]
 
 
 # The overview's columns for the two sweeps: what varied (mode did not: every scaling point is weak), status, the

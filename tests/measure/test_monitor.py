@@ -447,3 +447,60 @@ def test_summarize_takes_a_path_or_a_frame_and_says_what_else_it_needs(tmp_path)
         analysis.summarize({"time_s": [0.0]})
     with pytest.raises(DataError, match="lacks column"):
         analysis.summarize(pd.DataFrame({"time_s": [0.0]}))
+
+
+def test_throttle_bits_are_nvml_s():
+    pynvml = pytest.importorskip("pynvml")
+    for bit, name in metrics.THROTTLE_REASONS.items():
+        camel = "".join(w.capitalize() for w in name.split("_"))
+        assert getattr(pynvml, f"nvmlClocksThrottleReason{camel}") == bit, name
+    assert metrics.POWER_CAP_MASK == pynvml.nvmlClocksEventReasonSwPowerCap
+    assert metrics.SLOWDOWN_MASK == (pynvml.nvmlClocksEventReasonSwThermalSlowdown
+                                     | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+                                     | pynvml.nvmlClocksEventReasonHwSlowdown
+                                     | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown)
+
+
+def _h200_fixture(samples: int, bits_of) -> dict:
+    """The synthetic fixture with gpu0 an H200 whose k-th reading of the clock-event reasons is bits_of(0, k)."""
+    fx = fake_nvml.synthetic_fixture(samples=samples)
+    fx["devices"][0] = dict(fx["devices"][0], nvmlDeviceGetName="NVIDIA H200", nvmlDeviceGetCudaComputeCapability=[9, 0])
+    for k, per_dev in enumerate(fx["samples"]):
+        for i, reading in enumerate(per_dev):
+            reading["nvmlDeviceGetCurrentClocksEventReasons"] = bits_of(i, k)
+    return fx
+
+
+def test_an_h200_at_its_power_cap_is_not_a_cooling_fault(monkeypatch):
+    # An H200 under a full bf16 matmul load: NVML reported the software power cap in 74% of samples. That is how
+    # the GPU runs at full load; a thermal or hardware slowdown (gpu1 here) is the fault to flag.
+    import pynvml
+
+    cap, thermal = pynvml.nvmlClocksEventReasonSwPowerCap, pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    fx = _h200_fixture(50, lambda i, k: (cap if k < 37 else 0) if i == 0 else (cap | thermal if k < 10 else 0))
+    fake = use(monkeypatch, fx)
+    fake.nvmlInit()
+    rows = []
+    for k in range(50):  # each call returns the next recorded reading
+        for i in range(2):
+            h = fake.nvmlDeviceGetHandleByIndex(i)
+            rows.append((k * 0.5, f"gpu{i}", "throttle_reasons", fake.nvmlDeviceGetCurrentClocksEventReasons(h), "train"))
+    s = analysis.summarize(frame(rows))
+    g0, g1 = s["gpus"]["gpu0"], s["gpus"]["gpu1"]
+    assert g0["power_cap_frac"] == pytest.approx(0.74) and g0["power_capped"]
+    assert g0["slowdown_frac"] == 0.0 and not g0["slowed_down"] and g0["slowdown_reasons"] == []
+    assert not any(f.startswith("gpu0") for f in s["flags"])  # no "check cooling" for the power cap
+    assert any(n.startswith("gpu0 ran at its software power cap in 74% of samples") and "not a cooling fault" in n
+               for n in s["notes"])
+    assert g1["slowed_down"] and g1["slowdown_frac"] == pytest.approx(0.2)
+    assert g1["slowdown_reasons"] == ["hw_thermal_slowdown"]
+    (flag,) = s["flags"]
+    assert flag.startswith("gpu1 slowed down in 20% of samples (hw_thermal_slowdown)") and "cooling" in flag
+
+
+def test_the_sampler_s_power_cap_reading_ends_as_a_note(tmp_path, monkeypatch):
+    use(monkeypatch, _h200_fixture(4, lambda i, k: 0x4 if i == 0 else 0))
+    _, df = run(tmp_path / "m.csv", 0.2)
+    s = analysis.summarize(df)
+    assert s["gpus"]["gpu0"]["power_capped"] and s["gpus"]["gpu0"]["power_cap_frac"] == 1.0
+    assert s["flags"] == [] and len(s["notes"]) == 1

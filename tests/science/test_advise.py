@@ -380,3 +380,105 @@ def test_a_slow_link_between_hosts_moves_the_recommendation_below_the_critical_b
             "(the critical batch 500 alone would ask for global batch 512 (--replicas 16 --per-replica-batch 32), but "
             "with the all-reduce there a doubling past 8 GPU(s) cuts the time by less than 1.41x)") in out
     assert "fastest to the same loss: 64 GPUs" in out and "than the recommended 8 at" in out
+
+
+def test_every_multiple_carries_the_noise_scale_s_interval(tmp_path, capsys):
+    # B_crit 250 with a 90% interval: S/S_min = 1 + B_crit/B rises with it, E/E_min = 1 + B/B_crit falls.
+    rng = np.random.default_rng(0)
+    run = _per_step_run(tmp_path, "good", 0.02 + 0.01 * rng.standard_normal(400), 5.0 + rng.standard_normal(400))
+    r = advise.advise(run, figures=False)
+    (lo, hi), cur, rec = r["noise_scale_interval"], r["current"], r["recommended"]
+    assert cur["examples_ratio_interval"] == pytest.approx([1 + 64 / hi, 1 + 64 / lo])
+    assert cur["steps_ratio_interval"] == pytest.approx([1 + lo / 64, 1 + hi / 64])
+    b = rec["global_batch"]
+    assert rec["examples_ratio_interval"] == pytest.approx([1 + b / hi, 1 + b / lo])
+    out = advise.advice_text(r)
+    assert (f"current: 2 replica(s), global batch 64: {cur['steps_ratio']:.2f} x the fewest steps (90% interval "
+            f"{1 + lo / 64:.3g}-{1 + hi / 64:.3g}), {cur['examples_ratio']:.2f} x the fewest examples (90% interval "
+            f"{1 + 64 / hi:.3g}-{1 + 64 / lo:.3g})") in out
+    assert out.count("90% interval") == 6  # the noise scale's, its growth's, and each of the four multiples'
+
+
+def test_a_noise_scale_still_growing_is_called_early_training(tmp_path, capsys):
+    # tr(Sigma) doubles over the run while |G|^2 stays: the noise scale grows 100 -> 200 (as the loss falls).
+    rng = np.random.default_rng(2)
+    n = 600
+    g = 0.02 + 0.002 * rng.standard_normal(n)
+    t = np.linspace(2.0, 4.0, n) + 0.2 * rng.standard_normal(n)
+    run = _per_step_run(tmp_path, "growing", g, t)
+    r = advise.advise(run, figures=False)
+    assert r["noise_scale_early"] is True and r["noise_scale_growth_interval"][0] > 1
+    assert r["noise_scale_growth"] == pytest.approx(t[450:].mean() / g[450:].mean() / (t[300:450].mean()
+                                                                                      / g[300:450].mean()))
+    out = advise.advice_text(r)
+    first_not_warning = out.splitlines()[0]
+    assert first_not_warning.startswith("EARLY TRAINING: the noise scale was measured over steps 301-600 of 600, while "
+                                        "it was still growing: it grew 1.")
+    assert "understates the batch that pays off later" in first_not_warning
+    assert out.index("EARLY TRAINING") < out.index("recommended:")
+    # A steady noise scale is not called early; its phase is still said.
+    steady = _per_step_run(tmp_path, "steady", g, 3.0 + 0.2 * rng.standard_normal(n))
+    r = advise.advise(steady, figures=False)
+    assert r["noise_scale_early"] is False and "EARLY TRAINING" not in advise.advice_text(r)
+    assert "noise scale measured over steps 301-600 of 600; it grew" in advise.advice_text(r)
+
+
+def test_growth_knows_the_answer_and_when_it_cannot_tell():
+    from tftoolkit import noise_scale
+
+    n = 400
+    g = np.full(n, 0.01)
+    t = np.r_[np.full(300, 1.0), np.full(100, 3.0)]  # in the window (steps 200-400): 1.0 then 3.0 per half
+    grew = noise_scale.growth(g, t)
+    assert grew["ratio"] == pytest.approx(3.0) and grew["early"] is True
+    assert noise_scale.growth(g[:30], t[:30])["early"] is None  # 7 steps a half: too few to tell
+    g2 = np.r_[np.full(300, 0.01), np.full(100, -0.01)]  # the second half's |G|^2 lost in the noise
+    assert noise_scale.growth(g2, t)["early"] is None
+
+
+def test_the_figures_draw_the_noise_scale_s_interval(tmp_path):
+    from tftoolkit.plots import batch as bplots
+
+    rng = np.random.default_rng(0)
+    run = _per_step_run(tmp_path, "good", 0.02 + 0.01 * rng.standard_normal(400), 5.0 + rng.standard_normal(400))
+    r = advise.advise(run, figures=False)
+    lo, hi = r["noise_scale_interval"]
+    frame = r["frame"]
+    assert frame["b_crit_lo"].eq(lo).all() and frame["b_crit_hi"].eq(hi).all()
+    labels = [t.get_text() for t in bplots.tradeoff(frame).axes[1].get_legend().get_texts()]
+    assert f"B_simple 90% interval {lo:.3g}-{hi:.3g}" in labels
+    steps = pd.read_csv(run / "steps.csv")
+    est = advise.estimate({}, steps)
+    assert est["from_step"] == 201
+    labels = [t.get_text() for t in bplots.noise_scale_trace(steps, est).axes[0].get_legend().get_texts()]
+    assert f"90% interval {lo:.3g}-{hi:.3g}" in labels and any(x.startswith("the run's B_simple") for x in labels)
+
+
+def test_the_time_model_s_multiples_carry_the_interval_too(tmp_path):
+    rng = np.random.default_rng(0)
+    run = _per_step_run(tmp_path, "good", 0.02 + 0.01 * rng.standard_normal(400), 5.0 + rng.standard_normal(400))
+    r = advise.advise(run, figures=False, interconnect="nvlink4", max_replicas=512)
+    tm, (lo, hi) = r["time_model"], r["noise_scale_interval"]
+    frame = r["frame"].set_index("replicas")
+    n, fast = tm["recommended_replicas"], tm["fastest_replicas"]
+    base, rec, f = (frame.loc[k] for k in (1, n, fast))
+
+    def t(row, bc):
+        return (1 + bc / row["global_batch"]) / (1 + bc / base["global_batch"]) * row["step_time_s"] / base["step_time_s"]
+
+    assert tm["fastest_speedup_vs_recommended_interval"] == pytest.approx(
+        sorted(t(rec, bc) / t(f, bc) for bc in (lo, hi)))
+    a, b = tm["recommended_time_ratio_interval"]
+    assert a <= tm["recommended_time_ratio"] <= b
+    text = advise.advice_text(r)
+    iv = tm["fastest_speedup_vs_recommended_interval"]
+    assert f"{tm['fastest_speedup_vs_recommended']:.2f}x (90% interval {iv[0]:.3g}-{iv[1]:.3g}) sooner" in text
+    assert text.count("90% interval") == 6 + 4  # the noise scale, its growth, 4 costs, 4 time multiples
+
+
+def test_an_open_growth_interval_is_said_in_words():
+    from tftoolkit import noise_scale
+
+    text = noise_scale.phase_text([126, 250, 250], {"ratio": 4.19, "interval": [2.54, math.inf], "early": True})
+    assert text.startswith("measured over steps 126-250 of 250, while it was still growing: it grew 4.19x (90% "
+                           "interval 2.54 or more)")

@@ -10,7 +10,7 @@ import math
 import tensorflow as tf
 
 from ..noise_scale import (  # noqa: F401 - the arithmetic, re-exported for the step's callers
-    EMA_DECAY, SUMMARY_FIELDS, b_simple, ema, estimate_from_gradients, reliability, robust_estimate, unbiased)
+    EMA_DECAY, SUMMARY_FIELDS, b_simple, ema, estimate_from_gradients, growth, reliability, robust_estimate, unbiased)
 
 log = logging.getLogger("tftoolkit")
 
@@ -139,9 +139,13 @@ class NoiseScale:
         g2, tr = (g2 / corr, tr / corr) if count else (math.nan, math.nan)
         est = robust_estimate(grad_sq, trace)
         warnings = reliability(est, final_loss, classes)
+        grew, steps = growth(grad_sq, trace), len(grad_sq)
         return {"noise_scale": est["noise_scale"], "noise_scale_interval": est["interval"],
                 "noise_scale_reliable": not warnings, "noise_scale_warnings": warnings,
-                "noise_scale_window_steps": est["steps"], "noise_scale_ema": b_simple(g2, tr),
+                "noise_scale_window_steps": est["steps"],
+                "noise_scale_window": [est["from_index"] + 1, steps, steps] if steps else None,
+                "noise_scale_growth": grew["ratio"], "noise_scale_growth_interval": grew["interval"],
+                "noise_scale_early": grew["early"], "noise_scale_ema": b_simple(g2, tr),
                 "noise_scale_grad_sq": g2, "noise_scale_trace": tr,
                 "noise_scale_steps": count, "noise_scale_ema_decay": self.decay,
                 "noise_scale_small_batch": small_batch, "noise_scale_big_batch": big_batch}

@@ -11,8 +11,8 @@ sentence about speed-up):
 - where the gradient all-reduce overtakes the compute, or that it never does in these runs;
 - whether and where the runs were input-bound (input_verdict, input_headroom), and on simulated CPU replicas how
   to read that (input and compute shared the cores), or that these runs did not measure their input;
-- the best LR rule per global batch, and how far the linear rule with warmup holds as the batch grows
-  (Goyal et al. 2017), next to the measured gradient noise scale (McCandlish et al. 2018) where there is one;
+- the best LR rule per global batch, and how far the linear rule holds as the batch grows (Goyal et al. 2017),
+  checked against the measured gradient noise scale (McCandlish et al. 2018) where there is one (batch_findings.py);
 - which points or runs failed, diverged or timed out, with their errors.
 File readers only: no TensorFlow.
 """
@@ -24,23 +24,9 @@ import math
 import pandas as pd
 
 from .. import summary as summary_schema
+from ..measure import stats
+from .batch_findings import batch_and_lr
 from .report import results, tables
-
-# Accuracy points (of 100) within which a large batch "holds" the small batch's accuracy (about the run-to-run
-# spread of these short CPU runs).
-HOLDS_WITHIN = 5.0
-
-
-def _label(row) -> str:
-    rule = str(row.get("lr_rule", "?"))
-    warm = row.get("warmup_epochs")
-    warmed = warm is not None and not (isinstance(warm, float) and math.isnan(warm)) and float(warm) > 0
-    return f"{rule}" + (f" + {float(warm):g}-epoch warmup" if warmed else "")
-
-
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == "ok"] if "status" in df.columns else df
-
 
 def scaling(res: results.Results) -> list[str]:
     """One sentence per group of runs that differ only in replica count (results.scaling_frame): its largest count's
@@ -50,7 +36,7 @@ def scaling(res: results.Results) -> list[str]:
         return []
     out = []
     for (mode, group), g in df.groupby(["mode", "group"], sort=False):
-        g = _ok(g).dropna(subset=["speedup"]).sort_values("replicas")
+        g = results.finished(g).dropna(subset=["speedup"]).sort_values("replicas")
         if g.empty:
             continue
         top, base = g.iloc[-1], g.iloc[0]
@@ -75,9 +61,39 @@ def scaling(res: results.Results) -> list[str]:
     return out
 
 
+# The status a summary records for each part ("measured", "within noise", "failed"); older summaries have only the
+# value and its uncertainty, from which part_status decides the same way.
+MEASURED, WITHIN_NOISE, FAILED, UNKNOWN = "measured", "within noise", "failed", "no uncertainty recorded"
+
+
+def part_status(rows: pd.DataFrame, key: str) -> tuple[float, float, str]:
+    """(mean, standard error of the mean, status) of a breakdown part ``key`` (say "allreduce_time_s") over ``rows``
+    (the repeats at one replica count). The status is the summaries' own ``<part>_status`` where they record one (a
+    failed measurement in any repeat fails the mean), else stats.within_noise of the mean and its error: a part within
+    noise is never a finding."""
+    values = pd.to_numeric(rows[key], errors="coerce")
+    se = pd.to_numeric(rows.get(key[:-2] + "_uncertainty_s", pd.Series(math.nan, index=rows.index)), errors="coerce")
+    recorded = rows.get(key[:-2] + "_status", pd.Series(None, index=rows.index, dtype=object))
+    n = int(values.notna().sum())
+    mean = float(values.mean()) if n else math.nan
+    err = float(math.sqrt((se[values.notna()] ** 2).sum()) / n) if n and se[values.notna()].notna().all() else math.nan
+    if (recorded == FAILED).any() or (n and not math.isfinite(mean)):
+        return mean, err, FAILED
+    noisy = stats.within_noise(mean, err)
+    if noisy is None:
+        return mean, err, UNKNOWN if n else FAILED
+    return mean, err, WITHIN_NOISE if noisy else MEASURED
+
+
+def _ms(value: float, err: float) -> str:
+    return f"{value * 1e3:.2f}" + (f" ± {err * 1e3:.2f}" if err == err else "") + " ms"
+
+
 def communication(res: results.Results) -> list[str]:
     """One sentence per group of runs that differ only in replica count (as ``scaling``): where the all-reduce
-    overtakes the compute, or its largest share of the step; repeats (seeds) at one count are averaged."""
+    overtakes the compute, or its largest share of the step; repeats (seeds) at one count are averaged. Only a part
+    measured above its noise is a finding (part_status): when the all-reduce is within noise at every count, the
+    sentence says that these runs do not show its cost, with the figures."""
     df = results.scaling_frame(res)
     need = {"compute_time_s", "allreduce_time_s", "replicas"}
     if df.empty or not need <= set(df.columns):
@@ -85,122 +101,45 @@ def communication(res: results.Results) -> list[str]:
     groups = df.groupby(["mode", "group"], sort=False)
     out = []
     for (mode, group), g in groups:
-        g = _ok(g).dropna(subset=list(need))
+        g = results.finished(g).dropna(subset=list(need))
         g = g[g["replicas"] > 1]
         if g.empty:
             continue
-        at = g.groupby("replicas")[["compute_time_s", "allreduce_time_s"]].mean().sort_index()
+        at = {int(n): (part_status(rows, "compute_time_s"), part_status(rows, "allreduce_time_s"))
+              for n, rows in g.groupby("replicas")}
         where = ", ".join(x for x in (mode, group) if x) if groups.ngroups > 1 or group else ""
         head = f"**Communication ({where}):**" if where else "**Communication:**"
-        over = at[at["allreduce_time_s"] > at["compute_time_s"]]
-        if not over.empty:
-            n, r = over.index[0], over.iloc[0]
-            out.append(f"{head} the gradient all-reduce overtakes the compute at {int(n)} replicas "
-                       f"({r['allreduce_time_s'] * 1e3:.2f} ms against {r['compute_time_s'] * 1e3:.2f} ms per step): "
-                       "past that, more replicas buy little. A larger per-replica batch or a faster interconnect moves "
-                       "the point.")
+        shown = {n: p for n, p in at.items() if p[1][2] in (MEASURED, UNKNOWN) and p[0][2] in (MEASURED, UNKNOWN)}
+        figures = "; ".join(f"{n} replicas: {_ms(*ar[:2])} ({ar[2]})" for n, (_, ar) in at.items()
+                            if ar[2] in (WITHIN_NOISE, FAILED))
+        if not shown:
+            out.append(f"{head} the all-reduce's cost is not shown by these runs: it was within noise or its "
+                       f"measurement failed at every replica count ({figures}).")
             continue
-        frac = at["allreduce_time_s"] / (at["allreduce_time_s"] + at["compute_time_s"])
-        out.append(f"{head} the all-reduce never overtakes the compute in these runs; its largest share is "
-                   f"{frac.max():.0%} of the step, at {int(frac.idxmax())} replicas.")
-    return out
-
-
-def batch_and_lr(res: results.Results) -> list[str]:
-    _, _, runs = results.batch_frames(res)
-    if runs.empty or not {"global_batch", "val_accuracy"} <= set(runs.columns):
-        return []
-    ok = _ok(runs).dropna(subset=["val_accuracy"])
-    if ok.empty:
-        return []
-    out = []
-    parts = []
-    for batch, g in ok.groupby("global_batch"):
-        top = g["val_accuracy"].max()
-        # Runs within half a point of the best tie (a shorter run's accuracy moves in steps of 1/val examples):
-        # naming one of them "best" would claim a difference the data does not show.
-        tied = g[g["val_accuracy"] >= top - 0.005]
-        labels = list(dict.fromkeys(_label(r) for _, r in tied.iterrows()))
-        if len(labels) == 1:
-            parts.append(f"{int(batch)}: {labels[0]} ({top:.0%})")
-        elif len(labels) == len({_label(r) for _, r in g.iterrows()}):
-            parts.append(f"{int(batch)}: no rule better than another (all {top:.0%})")
-        else:
-            parts.append(f"{int(batch)}: a tie between {', '.join(labels)} ({top:.0%})")
-    out.append("**Best LR rule per global batch** (final validation accuracy): " + "; ".join(parts) + ".")
-    noise = _noise_scale(res)
-    out += _linear_regime(ok, noise[1] if noise else None)
-    if noise:
-        out.append(noise[0])
-    return out
-
-
-def _linear_regime(ok: pd.DataFrame, noise_scale: float | None = None) -> list[str]:
-    """How far linear scaling with warmup keeps the smallest batch's accuracy (Goyal et al. 2017), and where the
-    regime ends: the first batch where it no longer holds, or, when every batch measured holds, the measured
-    noise scale, which is where it is expected to end (McCandlish et al. 2018)."""
-    if "lr_rule" not in ok.columns:
-        return []
-    batches = sorted(int(b) for b in ok["global_batch"].unique())
-    if len(batches) < 2:
-        return []
-    ref_batch = batches[0]
-    ref = ok[ok["global_batch"] == ref_batch]["val_accuracy"].max()
-    warm = ok.get("warmup_epochs", pd.Series(0.0, index=ok.index)).fillna(0.0) > 0
-    lin = ok[(ok["lr_rule"] == "linear") & warm]
-    if lin.empty:
-        lin = ok[ok["lr_rule"] == "linear"]
-    if lin.empty:
-        return []
-    held, broke = [], None
-    for b in batches[1:]:
-        acc = lin[lin["global_batch"] == b]["val_accuracy"].max()
-        if isinstance(acc, float) and math.isnan(acc):
+        caveat = (" These runs recorded no uncertainty for the parts, so the comparison is not checked against noise."
+                  if any(p[1][2] == UNKNOWN for p in shown.values()) else "")
+        rest = f" Not shown at {figures}." if figures else ""
+        over = [n for n, (c, a) in sorted(shown.items()) if stats.differ(a[0], a[1], c[0], c[1]) is not False
+                and a[0] > c[0]]
+        if over:
+            n = over[0]
+            (c, _, _), (a, _, _) = shown[n]
+            out.append(f"{head} the gradient all-reduce overtakes the compute at {n} replicas "
+                       f"({a * 1e3:.2f} ms against {c * 1e3:.2f} ms per step): past that, more replicas buy little. A "
+                       f"larger per-replica batch or a faster interconnect moves the point.{rest}{caveat}")
             continue
-        if (ref - acc) * 100 <= HOLDS_WITHIN:
-            held.append((b, acc))
-        elif broke is None:
-            broke = (b, acc)
-    none = ok[ok["lr_rule"] == "none"]
-    sentences = []
-    if held:
-        b, acc = held[-1]
-        vs_none = none[none["global_batch"] == b]["val_accuracy"].max()
-        gap = f", {(acc - vs_none) * 100:.0f} points above no scaling ({vs_none:.0%})" if vs_none == vs_none else ""
-        sentences.append(f"**Linear scaling with warmup holds** up to batch {b} ({b // ref_batch}x the smallest): "
-                         f"{acc:.0%} against {ref:.0%} at batch {ref_batch}{gap}, at the same number of epochs.")
-    if broke is not None:
-        b, acc = broke
-        sentences.append(f"**The regime ends** at batch {b}: linear scaling with warmup reaches {acc:.0%}, "
-                         f"{(ref - acc) * 100:.0f} points below batch {ref_batch}, in {b // ref_batch}x fewer steps.")
-    elif held:
-        where = (f"; the measured noise scale (B_simple ~ {noise_scale:.0f}) says where it should end: past it a "
-                 "bigger batch needs proportionally more epochs for the same loss" if noise_scale else "")
-        sentences.append(f"**The regime reaches the largest batch run** ({batches[-1]}): no batch here goes past "
-                         f"it{where}.")
-    return sentences
-
-
-def _noise_scale(res: results.Results) -> tuple[str, float] | None:
-    """The runs' noise scale (noise_scale.robust_estimate, as summary.json records it), from the reliable runs only;
-    when every measured run is unreliable, a sentence that says so and no figure."""
-    if res.runs.empty or "noise_scale" not in res.runs.columns:
-        return None
-    ns = res.runs.dropna(subset=["noise_scale"])
-    if "noise_scale_reliable" in ns.columns:
-        measured = len(res.runs[res.runs["noise_scale_reliable"].notna()])
-        ns = ns[ns["noise_scale_reliable"].fillna(False).astype(bool)]
-        if ns.empty and measured:
-            return (f"**Gradient noise scale:** measured in {measured} run(s), reliable in none (too few steps, a "
-                    "run at chance, or an interval wider than a factor of 3: each run's noise_scale_warnings say "
-                    "which): no critical batch to compare with.", None)
-    ns = ns[ns["noise_scale"] > 0]
-    if ns.empty:
-        return None
-    value = float(ns["noise_scale"].median())
-    return (f"**Gradient noise scale:** B_simple ~ {value:.0f} examples (median of {len(ns)} run(s)): the critical "
-            "batch B_crit is about that size; batches well past it need proportionally more epochs for the same "
-            "loss, which is where linear scaling stops paying (McCandlish et al. 2018).", value)
+        share = {n: a[0] / (a[0] + c[0]) for n, (c, a) in shown.items() if a[0] + c[0] > 0}
+        if not share:
+            continue
+        n = max(share, key=share.get)
+        (c, ce, _), (a, ae, _) = shown[n]
+        err = stats.ratio_uncertainty(a, ae, a + c, math.hypot(ae, ce)) if ae == ae and ce == ce else math.nan
+        plus = f" ± {err:.0%}" if err == err else ""
+        above = "" if caveat else " measured above noise"
+        out.append(f"{head} the all-reduce never overtakes the compute in these runs; its largest share{above} "
+                   f"is {share[n]:.0%}{plus} of the step, at {n} replicas ({_ms(a, ae)} against "
+                   f"{_ms(c, ce)} of compute).{rest}{caveat}")
+    return out
 
 
 # Points listed by name in the input finding; past this many, a count (the overview table has them all).
@@ -261,6 +200,27 @@ def _simulated(measured: pd.DataFrame, labels: pd.Series) -> str:
             f"{1 / sim.loc[low, 'input_headroom']:.0%} at {labels[low]}). Measure on the GPU server for its verdict.")
 
 
+def hardware(res: results.Results) -> list[str]:
+    """The hardware monitor's flags (an idle GPU, a thermal or hardware slowdown: faults to look at) and its notes (a
+    GPU at its software power cap: how data-centre GPUs run at full load, not a fault), kept apart, per run."""
+    runs = res.runs
+    out = []
+    for col, head in (("monitor_flags", "**Hardware monitor flags:**"),
+                      ("monitor_notes", "**Power cap (not a fault):**")):
+        if runs.empty or col not in runs.columns:
+            continue
+        said = runs[col].map(_text)
+        said = said[said != ""]
+        if said.empty:
+            continue
+        labels = tables.run_labels(res)
+        items = [f"{labels[i]}: {'; '.join(text.splitlines())}" for i, text in said.items()]
+        more = len(items) - LIST_AT_MOST
+        out.append(f"{head} " + " | ".join(items[:LIST_AT_MOST]) + (f" | and {more} more run(s)" if more > 0 else "")
+                   + ".")
+    return out
+
+
 def _text(v) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)  # results.csv's blank is NaN
 
@@ -303,7 +263,7 @@ def recorded(res: results.Results) -> list[str]:
 
 
 def all_findings(res: results.Results) -> list[str]:
-    return (scaling(res) + communication(res) + input_capacity(res) + batch_and_lr(res) + recorded(res)
+    return (scaling(res) + communication(res) + input_capacity(res) + hardware(res) + batch_and_lr(res) + recorded(res)
             + failures(res))
 
 

@@ -89,3 +89,29 @@ def ratio_uncertainty(a: float, a_err: float, b: float, b_err: float) -> float:
     r = a / b
     rel = math.hypot(a_err / a if a else 0.0, b_err / b)
     return abs(r) * rel
+
+
+# A measured quantity within this many standard errors of zero is "within noise": its sign is not known, so it is drawn
+# and printed as such and never stated as a finding (the breakdown's parts, their shares, their comparisons).
+NOISE_SIGMAS = 2.0
+
+
+def within_noise(value: float, uncertainty: float, sigmas: float = NOISE_SIGMAS) -> bool | None:
+    """Whether ``value`` is within ``sigmas`` standard errors of zero: True or False, or None when it cannot be told
+    (the value or its uncertainty is missing or not finite, as in results written before uncertainties were)."""
+    try:
+        v, u = float(value), float(uncertainty)
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(v) and math.isfinite(u) and u >= 0):
+        return None
+    return abs(v) < sigmas * u
+
+
+def differ(a: float, a_err: float, b: float, b_err: float, sigmas: float = NOISE_SIGMAS) -> bool | None:
+    """Whether a - b is beyond noise (``within_noise`` of the difference, independent errors), or None when unknown."""
+    try:
+        noisy = within_noise(float(a) - float(b), math.hypot(float(a_err), float(b_err)), sigmas)
+    except (TypeError, ValueError):
+        return None
+    return None if noisy is None else not noisy

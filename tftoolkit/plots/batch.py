@@ -59,6 +59,12 @@ def tradeoff(frame: pd.DataFrame) -> Figure:
     ax2.plot(bs, s, color="#4c72b0", label="steps  S/S_min = 1 + B_crit/B")
     ax2.plot(bs, e, color="#55a868", label="examples  E/E_min = 1 + B/B_crit")
     ax2.axvline(b_crit, color="#dd8452", ls="--", lw=1.2, label=f"B_crit ≈ B_simple = {b_crit:.3g}")
+    b_lo, b_hi = (float(frame[c].iloc[0]) if c in frame.columns else np.nan for c in ("b_crit_lo", "b_crit_hi"))
+    if 0 < b_lo <= b_hi < np.inf:
+        # The noise scale's 90% interval carried into both curves: S/S_min rises with B_crit, E/E_min falls.
+        ax2.axvspan(b_lo, b_hi, color="#dd8452", alpha=0.12, lw=0, label=f"B_simple 90% interval {b_lo:.3g}-{b_hi:.3g}")
+        ax2.fill_between(bs, 1 + b_lo / bs, 1 + b_hi / bs, color="#4c72b0", alpha=0.15, lw=0)
+        ax2.fill_between(bs, 1 + bs / b_hi, 1 + bs / b_lo, color="#55a868", alpha=0.15, lw=0)
     for flag, colour in (("current", _CUR), ("recommended", _REC)):
         if flag in frame.columns and frame[flag].any():
             ax2.axvline(float(frame.loc[frame[flag], "global_batch"].iloc[0]), color=colour, lw=1, ls=":")
@@ -72,12 +78,21 @@ def tradeoff(frame: pd.DataFrame) -> Figure:
 
 
 @themed
-def noise_scale_trace(steps: pd.DataFrame) -> Figure:
-    """B_simple (ratio of the EMAs) over training steps, with the loss on a second axis."""
+def noise_scale_trace(steps: pd.DataFrame, estimate: dict | None = None) -> Figure:
+    """B_simple (ratio of the EMAs) over training steps, with the loss on a second axis; with ``estimate`` (advise's:
+    the run's figure, its 90% interval and the first step of its window), the figure and its interval over the steps
+    it averages."""
     require(steps, ["step", "noise_scale"], "noise scale over training")
     df = steps.dropna(subset=["noise_scale"])
     fig, ax = new_figure(width=6.4, height=3.8)
     ax.plot(df["step"], df["noise_scale"], color="#dd8452", label="B_simple (EMA ratio)")
+    if estimate and estimate.get("from_step") is not None and np.isfinite(estimate.get("noise_scale", np.nan)):
+        x = [estimate["from_step"], float(steps["step"].max())]
+        lo, hi = estimate.get("interval") or [np.nan, np.nan]
+        ax.plot(x, [estimate["noise_scale"]] * 2, color="#c44e52", lw=1.8,
+                label=f"the run's B_simple {estimate['noise_scale']:.3g} (over these steps)")
+        if np.isfinite(lo) and np.isfinite(hi):
+            ax.fill_between(x, lo, hi, color="#c44e52", alpha=0.15, lw=0, label=f"90% interval {lo:.3g}-{hi:.3g}")
     ax.set_xlabel("step")
     ax.set_ylabel("noise scale B_simple")
     positive = df["noise_scale"][df["noise_scale"] > 0]

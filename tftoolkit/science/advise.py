@@ -47,7 +47,8 @@ from . import inputlimit, timetoloss
 from .calibration import calibrate_summary, gpu_forecast_refusal, handwritten
 from .comms import parse_link
 from .forecast import layouts
-from .inputlimit import add_input_limit, host_fields, input_host, input_lines
+from .inputlimit import add_input_limit, host_fields, input_host
+from .advice_text import advice_text  # noqa: F401 - what advise found, in words (the CLI and notebook 05 print it)
 
 # What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
 ADVISE_REMEDY = ("Advise a run trained on a GPU for the time model, or leave out --interconnect: the batch and GPU "
@@ -146,10 +147,12 @@ def _point(p) -> tuple[int, int, int, int] | None:
 
 
 def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
-                   current: tuple | None = None, recommended: tuple | None = None) -> pd.DataFrame:
+                   current: tuple | None = None, recommended: tuple | None = None,
+                   interval=None) -> pd.DataFrame:
     """One row per power-of-two replica count (global batch N x per-replica batch) with S/S_min and E/E_min;
     ``current`` and ``recommended`` are (replicas, global batch[, per-replica batch[, accumulate]]), flagged, and
-    added when not on that grid (whose rows do not accumulate)."""
+    added when not on that grid (whose rows do not accumulate); ``interval``, the noise scale's 90% [lo, hi], rides
+    along as b_crit_lo and b_crit_hi."""
     points = []
     n = 1
     while n <= max_replicas:
@@ -159,9 +162,11 @@ def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DE
     for extra in (current, recommended):
         if extra is not None and extra not in points:
             points.append(extra)
+    lo, hi = interval or (math.nan, math.nan)
     rows = [{"replicas": n, "global_batch": g, "per_replica_batch": b, "accumulate": k,
              "steps_ratio": float(steps_ratio(g, b_crit)), "examples_ratio": float(examples_ratio(g, b_crit)),
-             "b_crit": b_crit, "current": (n, g, b, k) == current, "recommended": (n, g, b, k) == recommended}
+             "b_crit": b_crit, "b_crit_lo": lo, "b_crit_hi": hi,
+             "current": (n, g, b, k) == current, "recommended": (n, g, b, k) == recommended}
             for n, g, b, k in points]
     return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
 
@@ -241,13 +246,21 @@ def read_run(run_dir) -> tuple[dict, pd.DataFrame | None]:
 
 
 def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
-    """The run's noise scale, its 90% interval and the reasons not to trust it: noise_scale.robust_estimate over
-    the per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
+    """The run's noise scale, its 90% interval, where in training it was measured (``phase``, and ``early`` when it was
+    still growing there: noise_scale.growth) and the reasons not to trust it: noise_scale.robust_estimate over the
+    per-step estimates in steps.csv (the ratio of their averages over the later half of the run), or, for a run
     written before steps.csv kept them, the summary's figure, flagged."""
+    phase, early, grew, from_step = "", None, {"ratio": math.nan, "interval": [math.nan, math.nan]}, None
     if steps is not None and {"noise_grad_sq", "noise_trace"} <= set(steps.columns):
         est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
         warnings = noise.reliability(est, s.get("final_loss_mean10"), s.get("num_classes"))
         source = "ratio of the per-step estimates averaged over the later half of the run"
+        numbers = steps["step"] if "step" in steps.columns else pd.Series(range(1, len(steps) + 1))
+        if len(steps) and est["from_index"] < len(steps):
+            grew = noise.growth(steps["noise_grad_sq"], steps["noise_trace"])
+            last = int(numbers.iloc[-1])
+            from_step = int(numbers.iloc[est["from_index"]])
+            phase, early = noise.phase_text([from_step, last, last], grew), grew["early"]
     else:
         value = s.get("noise_scale_ema", s.get("noise_scale"))
         value = float(value) if isinstance(value, (int, float)) else math.nan
@@ -258,7 +271,18 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
                            "EMAs' ratio at the end of the run, without an interval")
         source = "the EMAs' ratio at the end of the run"
     return {"noise_scale": est["noise_scale"], "interval": est["interval"], "window_steps": est["steps"],
-            "source": source, "reliable": not warnings, "warnings": warnings}
+            "source": source, "reliable": not warnings, "warnings": warnings, "phase": phase, "early": early,
+            "growth": grew["ratio"], "growth_interval": grew["interval"], "from_step": from_step}
+
+
+def ratio_intervals(batch: int, interval) -> dict:
+    """The 90% intervals of S/S_min and E/E_min at ``batch`` that the noise scale's 90% ``interval`` [lo, hi] implies
+    (S/S_min rises with B_crit, E/E_min falls): {} when the interval is not known."""
+    lo, hi = (float(x) for x in (interval or [math.nan, math.nan]))
+    if not (lo > 0 and hi >= lo):
+        return {}
+    return {"steps_ratio_interval": [float(steps_ratio(batch, lo)), float(steps_ratio(batch, hi))],
+            "examples_ratio_interval": [float(examples_ratio(batch, hi)), float(examples_ratio(batch, lo))]}
 
 
 def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
@@ -297,7 +321,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         frame = tradeoff_frame(b_crit, b, max_replicas,
                                current=(int(s["replicas"]), current_batch, int(s["per_replica_batch"]), run_k),
                                recommended=(rec["replicas"], rec["global_batch"], rec["per_replica_batch"],
-                                            rec["accumulate"]))
+                                            rec["accumulate"]), interval=est["interval"])
         if interconnect:
             refusal = gpu_forecast_refusal(calibrate_summary(s, "summary.json", handwritten=by_hand), "dedicated",
                                            ADVISE_REMEDY)
@@ -312,7 +336,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         current = {"replicas": s["replicas"], "global_batch": current_batch,
                    **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
                    "steps_ratio": float(steps_ratio(current_batch, b_crit)),
-                   "examples_ratio": float(examples_ratio(current_batch, b_crit))}
+                   "examples_ratio": float(examples_ratio(current_batch, b_crit)),
+                   **ratio_intervals(current_batch, est["interval"])}
+        rec.update(ratio_intervals(rec["global_batch"], est["interval"]))
     else:
         rec, current = None, {"replicas": s["replicas"], "global_batch": current_batch}
         frame = pd.DataFrame(columns=["replicas", "global_batch", "steps_ratio", "examples_ratio", "b_crit",
@@ -321,7 +347,9 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
     result = {
         "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit, "noise_scale_interval": est["interval"],
         "noise_scale_source": est["source"], "reliable": est["reliable"], "warnings": est["warnings"],
-        "noise_scale_steps": est["window_steps"], "per_replica_batch": b, "max_replicas": max_replicas,
+        "noise_scale_steps": est["window_steps"], "noise_scale_phase": est["phase"],
+        "noise_scale_early": est["early"], "noise_scale_growth": est["growth"],
+        "noise_scale_growth_interval": est["growth_interval"], "per_replica_batch": b, "max_replicas": max_replicas,
         "max_per_replica_batch": cap, "max_per_replica_batch_source": cap_source,
         "current": current,
         "recommended": rec,
@@ -350,7 +378,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         if usable:
             save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
         if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
-            save_figure(bplots.noise_scale_trace(steps), out, "noise_scale", formats=("png",))
+            save_figure(bplots.noise_scale_trace(steps, est), out, "noise_scale", formats=("png",))
     result["frame"] = frame
     result["input_frame"] = input_frame
     return result
@@ -368,33 +396,3 @@ def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tup
         raise ConfigError(f"--max-per-replica-batch must be a whole number of examples >= 1, got "
                           f"{max_per_replica_batch!r}")
     return int(max_per_replica_batch), "--max-per-replica-batch"
-
-
-def advice_text(result: dict) -> str:
-    """What ``advise`` found, the reasons not to trust it first (before any recommendation), the input limit last."""
-
-    rec, cur = result["recommended"], result["current"]
-    lines = [f"NOT RELIABLE: {w}" for w in result.get("warnings", [])]
-    lo, hi = result.get("noise_scale_interval") or [math.nan, math.nan]
-    interval = f", 90% interval {lo:.3g} to {hi:.3g}" if lo == lo and hi == hi else ""
-    if rec is None:
-        return "\n".join(lines + ["no recommendation: there is no positive noise scale to make one from"]
-                         + input_lines(result.get("input_limit")))
-    lines += [
-        f"noise scale B_simple = {result['noise_scale']:.4g}{interval} (over {result.get('noise_scale_steps')} steps) "
-        "~ critical batch",
-        f"current: {cur['replicas']} replica(s), global batch {cur['global_batch']}: "
-        f"{cur['steps_ratio']:.2f} x the fewest steps, {cur['examples_ratio']:.2f} x the fewest examples",
-        f"recommended: {rec['note']}; {rec['steps_ratio']:.2f} x the fewest steps, "
-        f"{rec['examples_ratio']:.2f} x the fewest examples",
-    ]
-    if rec.get("accumulate", 1) > 1 or rec.get("max_per_replica_batch") is not None:
-        lines.append(f"train with {rec['train_with']}"
-                     + (f" (a replica holds at most {rec['max_per_replica_batch']}: "
-                        f"{rec.get('max_per_replica_batch_source')})" if rec.get("max_per_replica_batch") else ""))
-    if result.get("time_model_refused"):
-        lines.append(result["time_model_refused"])
-    if "time_model" in result:
-        lines += timetoloss.time_lines(result["time_model"])
-    return "\n".join(lines + input_lines(result.get("input_limit")))
-

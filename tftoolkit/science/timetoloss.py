@@ -100,8 +100,34 @@ def rank(frame: pd.DataFrame, per_replica_batch: int) -> tuple[pd.DataFrame, int
               "fastest_gpu_time_ratio": float(f["gpu_time_ratio"]),
               "fastest_speedup_vs_recommended": float(row["time_ratio"] / f["time_ratio"]),
               "fastest_gpu_time_vs_recommended": float(f["gpu_time_ratio"] / row["gpu_time_ratio"]),
-              "doubling_speedups_past_recommended": doublings}
+              "doubling_speedups_past_recommended": doublings, **_intervals(out, row, f, per_replica_batch)}
     return out, best, fields
+
+
+def _intervals(out: pd.DataFrame, row, f, b1: int) -> dict:
+    """The time model's multiples at the two ends of the noise scale's 90% interval (the frame's b_crit_lo, b_crit_hi):
+    each is monotone in B_crit, so its interval runs between them. {} without an interval."""
+    lo, hi = (float(out[c].iloc[0]) if c in out.columns else math.nan for c in ("b_crit_lo", "b_crit_hi"))
+    base = out.loc[(out["replicas"] == 1) & (out["global_batch"] == b1) & (out["accumulate"] == 1)]
+    if not (0 < lo <= hi < math.inf) or base.empty:
+        return {}
+    base = base.iloc[0]
+
+    def t(r, bc):  # T(N) = S(B)/S(b) x t(N)/t(1) at B_crit = bc
+        return (1 + bc / r["global_batch"]) / (1 + bc / base["global_batch"]) * r["step_time_s"] / base["step_time_s"]
+
+    ends = [(t(row, bc), t(f, bc)) for bc in (lo, hi)]
+    return {"recommended_time_ratio_interval": sorted(a for a, _ in ends),
+            "recommended_gpu_time_ratio_interval": sorted(a * row["replicas"] for a, _ in ends),
+            "fastest_speedup_vs_recommended_interval": sorted(a / b for a, b in ends),
+            "fastest_gpu_time_vs_recommended_interval": sorted(b * f["replicas"] / (a * row["replicas"])
+                                                               for a, b in ends)}
+
+
+def _iv(tm: dict, key: str) -> str:
+    """' (90% interval a-b)' of a time-model multiple, or nothing when the noise scale had no interval."""
+    lo, hi = tm.get(f"{key}_interval") or (math.nan, math.nan)
+    return f" (90% interval {lo:.3g}-{hi:.3g})" if lo == lo and hi == hi else ""
 
 
 def time_lines(tm: dict) -> list[str]:
@@ -109,8 +135,9 @@ def time_lines(tm: dict) -> list[str]:
     in the recommendation's terms (how much sooner, at how many times its GPU-time)."""
     n, fast = tm["recommended_replicas"], tm["fastest_replicas"]
     between = f" (+ {tm['inter_host']} between hosts of {tm['gpus_per_host']} GPUs)" if tm.get("inter_host") else ""
-    lines = [f"time model over {tm['interconnect']}{between}: the recommended {n} GPU(s) reach the same loss in {tm['recommended_time_ratio']:.3g} x the time "
-             f"of 1 GPU, at {tm['recommended_gpu_time_ratio']:.3g} x its GPU-time",
+    lines = [f"time model over {tm['interconnect']}{between}: the recommended {n} GPU(s) reach the same loss in "
+             f"{tm['recommended_time_ratio']:.3g} x{_iv(tm, 'recommended_time_ratio')} the time of 1 GPU, at "
+             f"{tm['recommended_gpu_time_ratio']:.3g} x{_iv(tm, 'recommended_gpu_time_ratio')} its GPU-time",
              f"recommended by {tm['rule']}"]
     if fast == n:
         lines.append(f"fastest to the same loss: the recommended {n} GPU(s) themselves")
@@ -119,6 +146,8 @@ def time_lines(tm: dict) -> list[str]:
     each = (f"each doubling past {n} cuts the time by less than {DOUBLING_PAYS:.2f}x"
             if all(x < DOUBLING_PAYS for x in past.values()) else f"the doublings past {n} cut the time by")
     why = f" ({each}: " + ", ".join(f"{x:.2f}x to {r}" for r, x in past.items()) + ")" if past else ""
-    lines.append(f"fastest to the same loss: {fast} GPUs, {tm['fastest_speedup_vs_recommended']:.2f}x sooner than the "
-                 f"recommended {n} at {tm['fastest_gpu_time_vs_recommended']:.2f}x its GPU-time{why}")
+    lines.append(f"fastest to the same loss: {fast} GPUs, {tm['fastest_speedup_vs_recommended']:.2f}x"
+                 f"{_iv(tm, 'fastest_speedup_vs_recommended')} sooner than the recommended {n} at "
+                 f"{tm['fastest_gpu_time_vs_recommended']:.2f}x{_iv(tm, 'fastest_gpu_time_vs_recommended')} its "
+                 f"GPU-time{why}")
     return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,8 +89,13 @@ def _run_row(run_dir: Path, source: Path) -> dict:
     for k, v in summary.items():
         if k == "examples_per_replica":
             row[k] = v
+        elif k.endswith("_interval") and isinstance(v, list) and len(v) == 2:  # [lo, hi] -> two columns
+            row[f"{k}_lo"], row[f"{k}_hi"] = (math.nan if x is None else x for x in v)
         elif not isinstance(v, (list, dict)):
             row[k] = v
+    monitor = summary.get("monitor") if isinstance(summary.get("monitor"), dict) else {}
+    for k in ("flags", "notes"):  # the monitor's findings (faults; the power cap, which is not one)
+        row[f"monitor_{k}"] = "\n".join(monitor.get(k) or []) or None
     row.setdefault("status", "failed" if not summary else "ok")
     row["mode"] = _mode(run_dir, params)
     row["point_params"] = json.dumps(params) if params else None
@@ -166,6 +172,11 @@ def _with_run_info(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- tidy frames for the figures ----------------------------------------------------------------------------
+def finished(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose run finished normally (status "ok"); every row when the frame records no status."""
+    return df[df["status"] == "ok"] if "status" in df.columns else df
+
+
 def _varies(df: pd.DataFrame, col: str) -> bool:
     return col in df.columns and df[col].dropna().nunique() > 1
 

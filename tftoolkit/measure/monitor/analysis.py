@@ -1,7 +1,9 @@
 """Reading and summarising a ``monitor.csv`` (written by ``measure.monitor.sampler.Monitor``).
 
 ``summarize`` gives per-GPU utilisation, memory, temperature, energy and images per joule, with flags for a GPU
-idle while the others worked and for throttling. It imports no TensorFlow.
+idle while the others worked and for thermal or hardware slowdowns, and a note (not a flag) for a GPU that ran at
+its software power cap: under a full load that is how data-centre GPUs run (an H200 at full bf16 load reports it in
+most samples), not a cooling fault. It imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -12,11 +14,20 @@ from pathlib import Path
 import pandas as pd
 
 from ...errors import DataError
-from .metrics import COLUMNS, PERF_THROTTLE_MASK, THROTTLE_REASONS
+from .metrics import COLUMNS, PERF_THROTTLE_MASK, POWER_CAP_MASK, SLOWDOWN_MASK, THROTTLE_REASONS
 
 IDLE_UTIL_PCT = 10.0     # a GPU under this utilisation is idle
 IDLE_TIME_FRAC = 0.20    # flag a GPU idle for more than this share of the time the others worked
 THROTTLE_TIME_FRAC = 0.05  # flag throttling seen in at least this share of samples; one blip is not a finding
+
+
+def _share(bits, mask: int) -> float | None:
+    """The share of samples with any bit of ``mask`` set; None without samples."""
+    return float(((bits & mask) != 0).mean()) if len(bits) else None
+
+
+def _names(bits, mask: int) -> list[str]:
+    return sorted({name for bit, name in THROTTLE_REASONS.items() if bit & mask and bool((bits & bit).any())})
 
 
 def read_monitor(path):
@@ -111,6 +122,7 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
     idle = _idle_fracs(df, gpus)
     out_gpus: dict[str, dict] = {}
     flags: list[str] = []
+    notes: list[str] = []  # what is worth knowing and is not a fault
     total_energy = 0.0
     have_energy = False
     for g in gpus:
@@ -122,10 +134,9 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
         if duration_s is not None and mean_power is not None:
             energy = mean_power * duration
         thr = _series(df, g, "throttle_reasons")["value"].astype("int64")
-        perf = thr & PERF_THROTTLE_MASK
-        throttle_frac = float((perf != 0).mean()) if len(thr) else None
-        reasons = sorted({name for bit, name in THROTTLE_REASONS.items() if bit & PERF_THROTTLE_MASK
-                          and bool((thr & bit).any())})
+        throttle_frac = _share(thr, PERF_THROTTLE_MASK)
+        reasons = _names(thr, PERF_THROTTLE_MASK)
+        power_cap_frac, slowdown_frac = _share(thr, POWER_CAP_MASK), _share(thr, SLOWDOWN_MASK)
         s = {
             "util_mean_pct": float(util.mean()) if len(util) else None,
             "util_max_pct": float(util.max()) if len(util) else None,
@@ -142,6 +153,12 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
             "throttle_frac": throttle_frac,
             "throttle_reasons": reasons,
             "throttled": bool(throttle_frac is not None and throttle_frac >= THROTTLE_TIME_FRAC),
+            # Told apart: the power cap is how a loaded GPU runs; a thermal or hardware slowdown is a fault.
+            "power_cap_frac": power_cap_frac,
+            "power_capped": bool(power_cap_frac is not None and power_cap_frac >= THROTTLE_TIME_FRAC),
+            "slowdown_frac": slowdown_frac,
+            "slowdown_reasons": _names(thr, SLOWDOWN_MASK),
+            "slowed_down": bool(slowdown_frac is not None and slowdown_frac >= THROTTLE_TIME_FRAC),
         }
         if energy is not None:
             total_energy += energy
@@ -150,9 +167,14 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
         if s["idle"]:
             flags.append(f"{g} was under {IDLE_UTIL_PCT:g}% utilisation {s['idle_frac']:.0%} of the time other GPUs "
                          "worked: check input sharding and per-replica batch")
-        if s["throttled"]:
-            flags.append(f"{g} throttled in {throttle_frac:.0%} of samples ({', '.join(reasons)}): "
-                         "check cooling and power limits")
+        if s["slowed_down"]:
+            flags.append(f"{g} slowed down in {slowdown_frac:.0%} of samples ({', '.join(s['slowdown_reasons'])}): "
+                         "a thermal or hardware slowdown, not the power cap: check cooling, airflow and the power "
+                         "supply (nvidia-smi -q -d PERFORMANCE says which)")
+        if s["power_capped"]:
+            notes.append(f"{g} ran at its software power cap in {power_cap_frac:.0%} of samples (sw_power_cap): the "
+                         "driver held the clocks to the board's power limit, which is how data-centre GPUs run under "
+                         "a full load, not a cooling fault (nvidia-smi -q -d POWER shows the limit)")
     if images is not None:
         n = len(gpus)
         for g, s in out_gpus.items():
@@ -174,4 +196,5 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
             "rss_peak_bytes": int(rss.max()) if len(rss) else None,
         },
         "flags": flags,
+        "notes": notes,
     }

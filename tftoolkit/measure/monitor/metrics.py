@@ -34,6 +34,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "sys_mem_used_pct": ("host memory in use", "%"),
 }
 # Each active reason also gets its own row, "throttle_<name>" = 1, so a plot or a grep needs no bit arithmetic.
+# The bits are NVML's (nvml.h; nvidia-ml-py's nvmlClocksEventReason* / nvmlClocksThrottleReason* constants,
+# checked by tests/measure/test_monitor.py against the installed pynvml).
 THROTTLE_REASONS: dict[int, str] = {
     0x001: "gpu_idle",
     0x002: "applications_clocks_setting",
@@ -47,5 +49,12 @@ THROTTLE_REASONS: dict[int, str] = {
     0x200: "board_limit",
     0x400: "reliability",
 }
+# The software power cap: the driver holds the clocks so the board stays at its power limit. Data-centre GPUs
+# (A100, H100, H200) under a full load run there most of the time by design: it says the GPU is power-limited,
+# not that anything is wrong with its cooling or power supply.
+POWER_CAP_MASK = 0x004
+# Slowdowns that are faults or stresses to look at: thermal (software or hardware), the hardware slowdown (high
+# temperature or an external power-brake signal, as nvidia-smi -q -d PERFORMANCE explains) and the power brake.
+SLOWDOWN_MASK = 0x008 | 0x020 | 0x040 | 0x080
 # Reasons that mean "slower than it could be because of power or heat"; idle and app-clock settings do not count.
-PERF_THROTTLE_MASK = 0x004 | 0x008 | 0x020 | 0x040 | 0x080
+PERF_THROTTLE_MASK = POWER_CAP_MASK | SLOWDOWN_MASK
