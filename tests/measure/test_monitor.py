@@ -504,3 +504,18 @@ def test_the_sampler_s_power_cap_reading_ends_as_a_note(tmp_path, monkeypatch):
     s = analysis.summarize(df)
     assert s["gpus"]["gpu0"]["power_capped"] and s["gpus"]["gpu0"]["power_cap_frac"] == 1.0
     assert s["flags"] == [] and len(s["notes"]) == 1
+
+
+def test_the_recorded_h200_at_full_load_is_power_capped_not_faulty(tmp_path, monkeypatch):
+    # A real recording: one H200 under a sustained bf16 matmul load (docs/benchmarks/gpu-reference.md), NVML's
+    # clock-event reasons 0x4 (software power cap) in every sample, 689-695 W against the 700 W limit.
+    fixture = json.loads((HERE / "fixtures" / "nvml_nvidia-h200_1gpu_20261204.json").read_text())
+    assert {s[0]["nvmlDeviceGetCurrentClocksEventReasons"] for s in fixture["samples"]} == {4}
+    use(monkeypatch, fixture)
+    _, df = run(tmp_path / "m.csv", FAST * 12)
+    s = analysis.summarize(df)
+    g = s["gpus"]["gpu0"]
+    assert g["power_capped"] and g["power_cap_frac"] == 1.0 and not g["slowed_down"]
+    assert s["flags"] == []
+    (note,) = s["notes"]
+    assert "not a cooling fault" in note
