@@ -269,12 +269,17 @@ def plan_command(args) -> int:
 
     if not args.gpu or not args.per_replica_batch:
         raise ConfigError("without a run directory, give --gpu and --per-replica-batch (and --params or --model)")
+    if args.model and args.params is not None:
+        # One model: its FLOPs from --model and its gradient bytes from --params would describe neither.
+        raise ConfigError("give --model (its parameters and FLOPs are counted) or --params (with --images-per-sec), "
+                          "not both")
+    if not args.max_replicas >= 1:
+        raise ConfigError(f"--max-replicas must be a whole number >= 1, got {args.max_replicas}")
     params, fwd = args.params, None
     if args.model:
         from ..science import modelsize  # builds the Keras model: TensorFlow only when --model is given
 
-        counted, fwd, _ = modelsize.count(args.model, args.image_size)
-        params = params or counted
+        params, fwd, _ = modelsize.count(args.model, args.image_size)
     plan = planner.Plan(gpu=args.gpu, per_replica_batch=args.per_replica_batch, params=params, model=args.model,
                         gpus_per_host=args.gpus_per_host, interconnect=args.interconnect, inter_host=args.inter_host,
                         nics_per_host=args.nics_per_host, images_per_sec=args.images_per_sec,

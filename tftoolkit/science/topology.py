@@ -37,7 +37,7 @@ import itertools
 from .. import catalogue
 from ..catalogue.reader import GPU, System
 from ..errors import ConfigError
-from .comms import Link
+from .comms import Link, parse_link
 
 DEFAULT_LATENCY_US = {"pcie": 3.0, "nvlink": 0.6, "nvswitch": 0.6, "infiniband": 9.8, "ethernet": 20.0}
 # The same per-step latencies comms.PRESETS carries for PCIe, NVLink and InfiniBand (their sources are listed
@@ -200,6 +200,8 @@ def inter_link(interconnect: str | None, inter_host: str | None) -> tuple[Link |
     name = inter_host or (system.nic if system is not None and system.nic else None)
     if not name:
         return None, None
+    if "=" in name:  # a link of your own, NAME=GBps[:latency_us], as --interconnect takes it with a run directory
+        return parse_link(name), (system.nics if system is not None else None)
     try:
         entry = catalogue.link(name)
     except ConfigError:
