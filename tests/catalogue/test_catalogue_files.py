@@ -13,7 +13,7 @@ from tftoolkit.errors import ConfigError
 @pytest.fixture
 def catalogue_copy(tmp_path, monkeypatch):
     """The catalogue's files copied to tmp_path and read from there; the reader's cache cleared around the test."""
-    for name in ("gpus.toml", "links.toml", "systems.toml"):
+    for name in ("gpus.toml", "links.toml", "systems.toml", "rates.toml"):
         shutil.copy(reader.HERE / name, tmp_path / name)
     monkeypatch.setattr(reader, "HERE", tmp_path)
     reader._load.cache_clear()
@@ -29,7 +29,7 @@ def _edit(path, old, new):
 
 def test_every_entry_of_the_real_catalogue_passes_the_checks():
     reader._load.cache_clear()
-    for kind in ("gpu", "link", "system"):
+    for kind in ("gpu", "link", "system", "rate"):
         assert reader._load(kind)[0]
 
 

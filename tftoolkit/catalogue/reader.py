@@ -33,6 +33,7 @@ FIGURES = {
     "link": ("gbs", "achieved_gbs", "latency_us", "per_link_gbs", "links"),
     "system": ("gpu", "gpus", "intra_host", "topology", "nvlink_edges", "nvswitches", "pcie_switches",
                "gpus_per_switch", "cpus", "nics", "nic", "host_link"),
+    "rate": ("gpu", "model", "precision", "per_gpu_batch", "images_per_sec", "framework", "date"),
 }
 _PREFIXES = ("nvidia ", "tesla ", "geforce ")
 
@@ -148,7 +149,20 @@ class System(Entry):
         return link(self.nic) if self.nic else None
 
 
-_KINDS = {"gpu": ("gpus.toml", GPU), "link": ("links.toml", Link), "system": ("systems.toml", System)}
+@dataclass(frozen=True)
+class Rate(Entry):
+    """One published or measured single-GPU training rate (rates.toml): what a model reached on a GPU."""
+    gpu: str = ""                      # a gpus.toml key
+    model: str = ""                    # a validation model name (resnet50v1.5, vgg16, ...)
+    precision: str = ""                # the Keras policy it corresponds to
+    per_gpu_batch: int | None = None
+    images_per_sec: float | None = None
+    framework: str = ""                # what ran it ("PyTorch 2.11 (not TensorFlow)")
+    date: str = ""
+
+
+_KINDS = {"gpu": ("gpus.toml", GPU), "link": ("links.toml", Link), "system": ("systems.toml", System),
+          "rate": ("rates.toml", Rate)}
 
 
 def read_file(kind: str) -> dict:
@@ -254,6 +268,11 @@ def links() -> list[Link]:
 
 def systems() -> list[System]:
     return list(_load("system")[0].values())
+
+
+def rates() -> list[Rate]:
+    """The single-GPU training rates of rates.toml, each with its source."""
+    return list(_load("rate")[0].values())
 
 
 # Keras precision policies -> the unit the matmuls and convolutions run on, in order of preference.

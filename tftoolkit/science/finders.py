@@ -44,6 +44,7 @@ import pandas as pd
 
 from ..config import RunConfig, accumulation_plan
 from ..errors import ConfigError, ModelError
+from .memory import OPTIMIZER_SLOTS
 
 log = logging.getLogger("tftoolkit")
 
@@ -56,7 +57,6 @@ SKIP_START = 0.1  # the first 10% of the sweep: the smoothed loss still carries 
 MIN_DROP = 0.02   # a sweep whose smoothed loss fell by less than 2% saw noise, not learning: no suggestion
 
 MAX_BATCH = 2**16
-OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
 OOM_WORDS = ("out of memory", "oom", "failed to allocate", "resource exhausted")
 
 

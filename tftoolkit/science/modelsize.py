@@ -21,6 +21,7 @@ import tempfile
 
 from ..engine import models
 from ..errors import ConfigError
+from .memory import OPTIMIZER
 
 # The largest input side a model is counted at: past what any published training row used (InceptionV3's 299, the
 # detection models' 1024-1333) with room to spare, and far below the sizes where building the graph crashes the
@@ -28,7 +29,6 @@ from ..errors import ConfigError
 MAX_IMAGE_SIZE = 4096
 # TensorFlow's native log lines (absl / TF C++ logging: a severity letter, MMDD, a time) and absl's own preamble.
 _NATIVE = re.compile(r"^([IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
-OPTIMIZER = "momentum"  # the planner's optimizer for the memory estimate: SGD with momentum, one slot per weight
 
 
 def check_image_size(image_size) -> int:
@@ -60,7 +60,7 @@ def quiet_native_stderr():
             kept = [line for line in held.read().decode("utf-8", "replace").splitlines()
                     if line.strip() and not _NATIVE.match(line)]
             if kept:
-                print("\n".join(kept), file=sys.stderr)
+                sys.stderr.write("\n".join(kept) + "\n")
 
 
 @functools.cache
@@ -92,5 +92,6 @@ def memory(name: str, image_size: int = 224, precision: str = "float32", optimiz
 
     est = estimate_memory(_model(name, check_image_size(image_size), num_classes), 1, optimizer, precision)
     return {"fixed": float(est["fixed"]), "per_example": float(est["per_example"]), "optimizer": optimizer,
+            "about": models.describe(name),
             "how": "finders.estimate_memory: weights + gradients + optimizer slots, and 2 x every layer's output "
                    "per example in the precision's activation bytes; no framework workspace"}
