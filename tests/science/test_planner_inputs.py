@@ -30,8 +30,8 @@ def test_zero_or_negative_counts_are_refused(capsys, flag, value):
 
 def test_a_model_and_a_parameter_count_together_are_refused(capsys):
     # FLOPs from one and gradient bytes from the other would describe no model at all.
-    _refused(capsys, ["predict", "--gpu", "v100", "--model", "resnet50", "--params", "1000", "--per-replica-batch", "8"],
-             "--model", "--params")
+    _refused(capsys, ["predict", "--gpu", "v100", "--model", "resnet50", "--params", "1000",
+                      "--per-replica-batch", "8"], "--model", "--params")
 
 
 @pytest.mark.parametrize("size", ["100000", "0", "-5"])

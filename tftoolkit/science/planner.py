@@ -141,8 +141,8 @@ def compute_time(plan: Plan, achieved: float | None = None) -> tuple[float, str]
         raise ConfigError(f"{gpu.key} has no confirmed {unit} peak in the catalogue; give --images-per-sec")
     frac = plan.achieved or achieved
     if frac is None:
-        raise ConfigError(f"no achieved fraction of peak for model {plan.model!r} on GPU chip {gpu.chip} ({gpu.key}) in {unit} "
-                          f"({plan.precision}); give --images-per-sec or --compute-ms")
+        raise ConfigError(f"no achieved fraction of peak for model {plan.model!r} on GPU chip {gpu.chip} ({gpu.key}) "
+                          f"in {unit} ({plan.precision}); give --images-per-sec or --compute-ms")
     if not plan.forward_flops:
         raise ConfigError("the model's forward FLOPs are unknown; give --model NAME (counted) or --images-per-sec")
     t = 3.0 * plan.forward_flops * b / (tflops * 1e12 * frac)

@@ -337,10 +337,11 @@ def run_plan(plan: Plan, out=None, counted: dict | None = None) -> dict:
 def plan_text(result: dict) -> str:
     """The lines the CLI prints for run_plan's result: every number with its interval, and what it assumed."""
     a = result["assumed"]
-    m = result.get("model") or {}
-    lines = [f"model: {m.get('name') or 'given by --params'}: {m['params'] / 1e6:.1f}M parameters"
-             + (f", {m['forward_flops'] / 1e9:.3g} GFLOPs forward per example" if m.get("forward_flops") else "")
-             + (f" ({m['about']})" if m.get("about") else "")] if m.get("params") else []
+    m, lines = result.get("model") or {}, []
+    if m.get("params"):  # the counts the forecast rests on, and what a keras.applications name built
+        lines.append(f"model: {m.get('name') or 'given by --params'}: {m['params'] / 1e6:.1f}M parameters"
+                     + (f", {m['forward_flops'] / 1e9:.3g} GFLOPs forward per example" if m.get("forward_flops")
+                        else "") + (f" ({m['about']})" if m.get("about") else ""))
     if a.get("achieved"):
         lines.append(f"achieved fraction of peak: {a['achieved']['source']}")
     lines += [f"compute: {a['compute']} ({a['compute_s'] * 1e3:.3g} ms per step); gradients "
