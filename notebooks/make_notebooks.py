@@ -647,7 +647,9 @@ Which server should you get? For a model (a registered name, a keras.application
 `package.module:function`: its parameters and FLOPs are counted) and a list of candidate servers (catalogue systems,
 or your own: a GPU and a link, with a 1-GPU rate where you have one), the planner (`tftoolkit predict` without a run directory; docs/guides/planner.md) forecasts
 throughput, scaling efficiency and time per epoch against GPU count, each with its interval from the published
-validation rows (the band), and the energy per epoch from the GPUs' TDP; with prices, the cost per epoch.
+validation rows (the band), and the energy per epoch from the GPUs' TDP; with prices, the cost per epoch. A
+candidate whose GPU cannot hold the per-GPU batch (weights, gradients, optimizer slots and activations:
+tftoolkit/science/memory.py) is marked `fits = False`, with the largest per-GPU batch that would fit.
 
 """ + run_hint("07_choosing_hardware")),
     params("""
@@ -675,8 +677,9 @@ choice = cand.compare(candidates, model=model, per_replica_batch=per_replica_bat
                       replica_counts=nb.as_list(replica_counts, int, "replica_counts"),
                       examples_per_epoch=examples_per_epoch, precision=precision)
 fileio.write_csv(out / "choice.csv", choice)
-choice[["candidate", "compute_from", "replicas", "images_per_sec", "images_per_sec_low", "images_per_sec_high",
-        "efficiency", "epoch_s", "energy_kwh_per_epoch", "cost_per_epoch"]].round(3)
+choice[["candidate", "compute_from", "fits", "largest_per_replica_batch", "replicas", "images_per_sec",
+        "images_per_sec_low", "images_per_sec_high", "efficiency", "epoch_s", "energy_kwh_per_epoch",
+        "cost_per_epoch"]].round(3)
 """),
     code("""
 fig = predict_plots.hardware_choice(choice)

@@ -9,7 +9,7 @@ from tftoolkit import catalogue
 from tftoolkit.catalogue import reader
 from tftoolkit.errors import ConfigError
 
-KINDS = ("gpu", "link", "system")
+KINDS = ("gpu", "link", "system", "rate")
 ENTRIES = [(kind, key) for kind in KINDS for key in reader.read_file(kind)[kind]]
 
 

@@ -7,12 +7,13 @@ library's ``tomllib``; it never imports TensorFlow, so a forecast for hardware t
     gpu("NVIDIA H100 80GB HBM3")   # the name NVML / nvidia-smi print, or an alias such as "h100-sxm"
     link("pcie3"), system("dgx1-v100")
     gpus(), links(), systems()     # every entry, in file order
+    rates()                        # single-GPU training rates (rates.toml), each with its source
 
 An unknown name raises ``ConfigError`` with one line that lists the known names.
 """
 
-from .reader import (FIGURES, GPU, Link, System, gpu, gpus, link, links, matmul_tflops, normalise, system,
-                     systems)
+from .reader import (FIGURES, GPU, Link, Rate, System, gpu, gpus, link, links, matmul_tflops, normalise, rates,
+                     system, systems)
 
-__all__ = ["FIGURES", "GPU", "Link", "System", "gpu", "gpus", "link", "links", "matmul_tflops", "normalise",
-           "system", "systems"]
+__all__ = ["FIGURES", "GPU", "Link", "Rate", "System", "gpu", "gpus", "link", "links", "matmul_tflops", "normalise",
+           "rates", "system", "systems"]

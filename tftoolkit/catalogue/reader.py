@@ -12,7 +12,9 @@ Names resolve case- and space-insensitively against the entry key, its ``names``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ FIGURES = {
     "link": ("gbs", "achieved_gbs", "latency_us", "per_link_gbs", "links"),
     "system": ("gpu", "gpus", "intra_host", "topology", "nvlink_edges", "nvswitches", "pcie_switches",
                "gpus_per_switch", "cpus", "nics", "nic", "host_link"),
+    "rate": ("gpu", "model", "precision", "per_gpu_batch", "images_per_sec", "framework", "date"),
 }
 _PREFIXES = ("nvidia ", "tesla ", "geforce ")
 
@@ -148,13 +151,64 @@ class System(Entry):
         return link(self.nic) if self.nic else None
 
 
-_KINDS = {"gpu": ("gpus.toml", GPU), "link": ("links.toml", Link), "system": ("systems.toml", System)}
+@dataclass(frozen=True)
+class Rate(Entry):
+    """One published or measured single-GPU training rate (rates.toml): what a model reached on a GPU."""
+    gpu: str = ""                      # a gpus.toml key
+    model: str = ""                    # a validation model name (resnet50v1.5, vgg16, ...)
+    precision: str = ""                # the Keras policy it corresponds to
+    per_gpu_batch: int | None = None
+    images_per_sec: float | None = None
+    framework: str = ""                # what ran it ("PyTorch 2.11 (not TensorFlow)")
+    date: str = ""
+
+
+_KINDS = {"gpu": ("gpus.toml", GPU), "link": ("links.toml", Link), "system": ("systems.toml", System),
+          "rate": ("rates.toml", Rate)}
 
 
 def read_file(kind: str) -> dict:
-    """The raw TOML of one catalogue file (``kind`` = gpu | link | system)."""
-    with open(HERE / _KINDS[kind][0], "rb") as f:
-        return tomllib.load(f)
+    """The raw TOML of one catalogue file (``kind`` = gpu | link | system); a file that is not TOML is a
+    ConfigError naming it and the line."""
+    path = HERE / _KINDS[kind][0]
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e}); fix the file or restore it from the repository") from None
+
+
+_TEXT = {"key", "description", "note"}
+
+
+def _check_entry(path, kind: str, key: str, body: dict, cls) -> None:
+    """Every field of a catalogue entry known to ``cls`` and of its type: figures are finite numbers >= 0, flags
+    true/false, text text. A ConfigError names the file, the entry and the field."""
+    where = f"{path}: [{kind}.{key}]"
+    types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    for name, value in body.items():
+        if name not in types or name in ("key", "names", "aliases", "source"):
+            if name in ("names", "aliases") and isinstance(value, list) and all(isinstance(v, str) for v in value):
+                continue
+            if name == "source" and isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+                continue
+            raise ConfigError(f"{where} has an unknown field or a wrong kind of value: {name} = {value!r}; known "
+                              f"fields: {', '.join(t for t in types if t != 'key')}")
+        kind_of = types[name]
+        if "float" in kind_of or kind_of.startswith("int"):
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                  and value >= 0)
+            if not ok:
+                raise ConfigError(f"{where} {name} = {value!r}: a figure is a finite number >= 0 (leave out a figure "
+                                  f"the entry lacks, with source.{name} = \"n/a: why\" or \"unconfirmed\")")
+        elif "bool" in kind_of and not isinstance(value, bool):
+            raise ConfigError(f"{where} {name} = {value!r}: write true or false")
+        elif kind_of == "str" and not isinstance(value, str):
+            raise ConfigError(f"{where} {name} = {value!r}: write it as text in quotes")
+        elif name == "nvlink_edges" and not (isinstance(value, list) and all(
+                isinstance(e, list) and len(e) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                            for x in e) for e in value)):
+            raise ConfigError(f"{where} nvlink_edges = {value!r}: write [[gpu a, gpu b, links], ...] in whole numbers")
 
 
 @functools.cache
@@ -162,8 +216,13 @@ def _load(kind: str) -> tuple[dict, dict[str, str]]:
     """(entries by key, lookup: every normalised name -> key)."""
     filename, cls = _KINDS[kind]
     raw = read_file(kind)
+    stray = [t for t in raw if t not in ("sources", kind)]
+    if stray:
+        raise ConfigError(f"{HERE / filename}: unknown table(s) {', '.join(stray)}; the file holds [sources] and "
+                          f"[{kind}.<key>] entries")
     entries, lookup = {}, {}
     for key, body in raw.get(kind, {}).items():
+        _check_entry(HERE / filename, kind, key, body, cls)
         body = dict(body)
         kwargs = {"key": key, "description": body.pop("description", key),
                   "names": tuple(body.pop("names", ())), "aliases": tuple(body.pop("aliases", ())),
@@ -211,6 +270,11 @@ def links() -> list[Link]:
 
 def systems() -> list[System]:
     return list(_load("system")[0].values())
+
+
+def rates() -> list[Rate]:
+    """The single-GPU training rates of rates.toml, each with its source."""
+    return list(_load("rate")[0].values())
 
 
 # Keras precision policies -> the unit the matmuls and convolutions run on, in order of preference.

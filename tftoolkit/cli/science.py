@@ -158,8 +158,11 @@ def _add_plan_options(p) -> None:
     g = p.add_argument_group("forecast without a run directory (hardware from tftoolkit/catalogue)")
     g.add_argument("--gpu", help="GPU name as nvidia-smi prints it, or an alias (v100, a100, h100-sxm, rtx-4090...)")
     g.add_argument("--params", type=int, metavar="N", help="the model's parameter count")
-    g.add_argument("--model", help="a registered model or keras.applications name: parameters and FLOPs counted")
-    g.add_argument("--image-size", type=int, default=224, help="input size for --model's count (default: 224)")
+    g.add_argument("--model", help="a registered model or keras.applications name, whole with its classifier head as "
+                                   "published rows ran it (NAME_headless: without it): parameters, FLOPs and training "
+                                   "memory counted; not with --params")
+    g.add_argument("--image-size", type=int, default=224,
+                   help="input size for --model's count, 1 to 4096 pixels (default: 224)")
     g.add_argument("--per-replica-batch", type=int, help="examples per GPU per step")
     g.add_argument("--images-per-sec", type=float, metavar="R",
                    help="a measured or published single-GPU rate at that batch (default: from FLOPs over the peak)")
@@ -275,12 +278,18 @@ def plan_command(args) -> int:
 
     if not args.gpu or not args.per_replica_batch:
         raise ConfigError("without a run directory, give --gpu and --per-replica-batch (and --params or --model)")
-    params, fwd = args.params, None
+    if args.model and args.params is not None:
+        # One model: its FLOPs from --model and its gradient bytes from --params would describe neither.
+        raise ConfigError("give --model (its parameters and FLOPs are counted) or --params (with --images-per-sec), "
+                          "not both")
+    if not args.max_replicas >= 1:
+        raise ConfigError(f"--max-replicas must be a whole number >= 1, got {args.max_replicas}")
+    params, fwd, mem = args.params, None, None
     if args.model:
         from ..science import modelsize  # builds the Keras model: TensorFlow only when --model is given
 
-        counted, fwd, _ = modelsize.count(args.model, args.image_size)
-        params = params or counted
+        params, fwd, _ = modelsize.count(args.model, args.image_size)
+        mem = modelsize.memory(args.model, args.image_size, args.precision)
     busbw, source = (), ""
     if args.allreduce_csv:  # the user's own GPUs measured: their bus bandwidth per GPU count
         from ..science import comms
@@ -295,7 +304,7 @@ def plan_command(args) -> int:
                         allreduce_dtype=args.allreduce_dtype or "float32", allreduce_packs=args.allreduce_packs or 1,
                         overlap=args.overlap, overhead_ms=args.overhead_ms, straggler=args.straggler,
                         measured_busbw=busbw, measured_from=source)
-    result = predict.run_plan(plan, args.out)
+    result = predict.run_plan(plan, args.out, counted=mem)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "frame"}, default=str))
     else:

@@ -25,10 +25,16 @@ def register(name: str):
     return deco
 
 
-# keras.applications models usable as --model NAME, always built from scratch (weights=None: no downloads).
+# keras.applications models usable as --model NAME, always built from scratch (weights=None: no downloads), whole:
+# with the classifier head keras.applications gives them (include_top=True), as published rows ran them (VGG16's
+# three dense layers are 124M of its 138M parameters, and most of what its all-reduce moves). NAME_headless is the
+# network without that head: global average pooling and one Dense layer (VGG16: 15.2M parameters).
+HEADLESS = "_headless"
 APPLICATIONS = {
     "resnet50": "ResNet50",
     "resnet101": "ResNet101",
+    "resnet152": "ResNet152",
+    "inceptionv3": "InceptionV3",
     "resnet50v2": "ResNet50V2",
     "mobilenet_v2": "MobileNetV2",
     "mobilenet_v3_small": "MobileNetV3Small",
@@ -39,7 +45,24 @@ APPLICATIONS = {
 
 
 def names() -> list[str]:
-    return sorted(list(_REGISTRY) + list(APPLICATIONS))
+    return sorted(list(_REGISTRY) + list(APPLICATIONS) + [n + HEADLESS for n in APPLICATIONS])
+
+
+def application(name) -> str | None:
+    """The keras.applications class a registry name builds (``vgg16`` and ``vgg16_headless`` -> VGG16), or None."""
+    return APPLICATIONS.get(name.removesuffix(HEADLESS)) if isinstance(name, str) else None
+
+
+def describe(name) -> str:
+    """What a keras.applications name builds, in words (empty for other models): with or without its classifier."""
+    cls, whole = application(name), str(name).removesuffix(HEADLESS)
+    if cls is None:
+        return ""
+    if name != whole:
+        return (f"keras.applications {cls} without its classifier head (include_top=False): global average pooling "
+                f"and one Dense layer; {whole} is the whole network")
+    return (f"keras.applications {cls} whole, with its classifier head (include_top=True), as published rows ran "
+            f"it; {name}{HEADLESS} is the network without that head")
 
 
 _LAYERS: dict = {}
@@ -272,14 +295,20 @@ def resnet20(input_shape, num_classes):
 def _application(name, input_shape, num_classes):
     import keras  # deferred: the model registry imports without Keras
 
-    cls = getattr(keras.applications, APPLICATIONS[name])
+    cls, headless = getattr(keras.applications, application(name)), name.endswith(HEADLESS)
     try:
         # Batch norm in these models keeps per-replica statistics (Keras' default), so N replicas match
         # one device only approximately; resnet20 and small_cnn match exactly.
-        base = cls(weights=None, include_top=False, input_shape=tuple(input_shape), pooling="avg")
+        if headless:
+            base = cls(weights=None, include_top=False, input_shape=tuple(input_shape), pooling="avg")
+        else:  # logits: the loss takes them (from_logits=True), so the head's softmax is left out
+            base = cls(weights=None, include_top=True, input_shape=tuple(input_shape), classes=num_classes,
+                       classifier_activation=None)
     except ValueError as e:  # e.g. input too small for the architecture
         raise ModelError(f"model {name} cannot take input shape {tuple(input_shape)}: {e}") from None
-    outputs = keras.layers.Dense(num_classes, dtype="float32")(base.output)
+    # float32 logits under mixed precision too (the whole network's own head computes in the policy's dtype)
+    outputs = (keras.layers.Dense(num_classes, dtype="float32") if headless
+               else keras.layers.Activation("linear", dtype="float32"))(base.output)
     return keras.Model(base.input, outputs, name=name)
 
 
@@ -303,7 +332,7 @@ def build(name, input_shape, num_classes: int, classifier: bool = True):
         model = _call(name, label, input_shape, num_classes)
     elif name in _REGISTRY:
         model = _REGISTRY[name](tuple(input_shape), num_classes)
-    elif name in APPLICATIONS:
+    elif application(name):
         model = _application(name, input_shape, num_classes)
     elif ":" in name:
         model = _from_import_path(name, input_shape, num_classes)

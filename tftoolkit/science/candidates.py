@@ -5,6 +5,8 @@ interval, the time and energy per epoch, and, with a price, the cost per epoch.
     energy per epoch = GPUs x TDP x time per epoch                   (TDP from tftoolkit/catalogue/gpus.toml: an
                                                                        upper bound on the GPUs' draw, no host power)
     cost per epoch   = GPUs x price per GPU-hour x time per epoch    (when a price is given)
+    fits             = one GPU's training memory at the per-GPU batch under the GPU's memory (science.memory, on
+                       the batch finder's estimate counted on the model); largest_per_replica_batch: what would fit
 """
 
 from __future__ import annotations
@@ -40,13 +42,16 @@ def compare(candidates, *, per_replica_batch: int, model=None, params: int | Non
 
     ``model``: a registered name, a keras.applications name, ``package.module:function`` or a callable
     ``fn(input_shape, num_classes)``; its parameters and forward FLOPs are counted (science.modelsize, which builds
-    it with TensorFlow) unless ``params`` (and, for a candidate without a rate, ``forward_flops``) are given."""
+    it with TensorFlow) unless ``params`` (and, for a candidate without a rate, ``forward_flops``) are given; then
+    the memory check (``fits``) counts the weights, gradients and optimizer slots only, not the activations."""
+    counted = None
     if model is not None and (params is None or forward_flops is None):
         from . import modelsize  # builds the Keras model: TensorFlow only when something must be counted
 
-        counted, fwd, _ = modelsize.count(model, image_size)
-        params = params or counted
+        n, fwd, _ = modelsize.count(model, image_size)
+        params = params or n
         forward_flops = forward_flops or fwd
+        counted = modelsize.memory(model, image_size, precision)  # the activations too, on the model just built
     if params is None:
         raise ConfigError("give a model to count, or its params")
     if callable(model):
@@ -62,7 +67,10 @@ def compare(candidates, *, per_replica_batch: int, model=None, params: int | Non
                     gpus_per_host=c.get("gpus_per_host", 8), interconnect=c.get("interconnect"),
                     inter_host=c.get("inter_host"), images_per_sec=c.get("images_per_sec"),
                     forward_flops=forward_flops, precision=precision, replica_counts=replica_counts)
-        df = predict.run_plan(plan)["frame"].assign(candidate=c["name"])
+        result = predict.run_plan(plan, counted=counted)
+        mem = result["memory"]
+        df = result["frame"].assign(candidate=c["name"], memory_gb=mem["need_gb"], fits=mem["fits"],
+                                    largest_per_replica_batch=mem["largest_batch"])
         tdp = find_gpu(c["gpu"]).tdp_w
         for col, ips in (("", "images_per_sec"), ("_low", "images_per_sec_high"), ("_high", "images_per_sec_low")):
             # a faster rate is a shorter epoch: the epoch's low end comes from the rate's high end

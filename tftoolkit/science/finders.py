@@ -40,6 +40,7 @@ import pandas as pd
 
 from ..config import RunConfig, accumulation_plan
 from ..errors import ConfigError, ModelError
+from .memory import OPTIMIZER_SLOTS
 
 log = logging.getLogger("tftoolkit")
 
@@ -58,7 +59,6 @@ MAX_BATCH = 2**16
 # find-batch bisects to within this share of the batch: each trial is a real step (bisecting to one example took
 # 390 s on 2 cores, 2744 against 2745, 2746, 2748), and 3% of a batch changes no decision.
 BATCH_PRECISION = 0.03
-OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
 OOM_WORDS = ("out of memory", "oom", "failed to allocate", "resource exhausted")
 
 

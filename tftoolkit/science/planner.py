@@ -135,6 +135,11 @@ class Plan:
         if self.straggler is not None and not (isinstance(self.straggler, (int, float))
                                                and math.isfinite(self.straggler) and 0 <= self.straggler < 1):
             raise ConfigError(f"--straggler is a coefficient of variation in [0, 1), got {self.straggler!r}")
+        if self.nics_per_host is not None and not (whole_number(self.nics_per_host) and self.nics_per_host >= 1):
+            raise ConfigError(f"--nics-per-host must be a whole number >= 1, got {self.nics_per_host!r}")
+        if self.overlap is not None and not (isinstance(self.overlap, (int, float)) and math.isfinite(self.overlap)
+                                             and 0.0 <= self.overlap <= 1.0):
+            raise ConfigError(f"--overlap is a fraction of the all-reduce in [0, 1], got {self.overlap!r}")
         if self.allreduce_dtype not in DTYPE_BYTES:
             raise ConfigError(f"--allreduce-dtype must be one of {', '.join(DTYPE_BYTES)}")
         find_gpu(self.gpu)  # an unknown name is refused here, listing the known ones
@@ -158,8 +163,8 @@ def compute_time(plan: Plan, achieved: float | None = None) -> tuple[float, str]
         raise ConfigError(f"{gpu.key} has no confirmed {unit} peak in the catalogue; give --images-per-sec")
     frac = plan.achieved or achieved
     if frac is None:
-        raise ConfigError("no achieved fraction of peak for this model family, GPU chip and precision (the published "
-                          "validation rows have none); give --images-per-sec or --compute-ms")
+        raise ConfigError(f"no achieved fraction of peak for model {plan.model!r} on GPU chip {gpu.chip} ({gpu.key}) "
+                          f"in {unit} ({plan.precision}); give --images-per-sec or --compute-ms")
     if not plan.forward_flops:
         raise ConfigError("the model's forward FLOPs are unknown; give --model NAME (counted) or --images-per-sec")
     t = 3.0 * plan.forward_flops * b / (tflops * 1e12 * frac)

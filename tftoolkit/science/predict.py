@@ -22,6 +22,7 @@ move half of float32's). Runs written before these fields moved float32 in one p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from ..plots.theme import save_figure
 from .calibration import calibrate, finite, gpu_forecast_refusal, measured_frame
 from .comms import ALGORITHMS, INTRA_PRESETS, Link, fit_link, parse_link, read_allreduce_csvs
 from .forecast import DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchange, predict, run_point
-from . import validation
+from . import achieved, memory, validation
 from .inputlimit import input_host, input_lines, with_input_limit
 from . import intervals
 from .planner import Plan, crossover_text
@@ -295,19 +296,39 @@ def _plain(key: str, v):
     return float(v) if finite(v) else None
 
 
-def run_plan(plan: Plan, out=None) -> dict:
+def run_plan(plan: Plan, out=None, counted: dict | None = None) -> dict:
     """A forecast without a run directory (planner.forecast) with its interval from the release's validation
-    (intervals.with_interval: out of sample); prediction.json / .csv in ``out`` when given."""
+    (intervals.with_interval: out of sample); prediction.json / .csv in ``out`` when given. ``counted``: what
+    modelsize.memory counted on the model (``fixed`` and ``per_example`` training bytes for the memory check,
+    science.memory, and ``about``, what the name builds), else the check counts the parameters' weights, gradients
+    and optimizer slots only."""
     v = validation.release()
-    frac = None
-    if plan.case == "flops" and v:
-        frac = validation.fraction_for(v, plan.model, plan.gpu, plan.precision)
-    frame, assumed = plan_forecast(plan, achieved=frac, straggler=v.get("straggler", 0.0),
+    found = None
+    if plan.case == "flops" and plan.achieved is None and plan.forward_flops:
+        found = achieved.resolve(v, plan.model, plan.gpu, plan.precision)
+        if found is None:
+            raise ConfigError(achieved.refusal(plan.model, plan.gpu, plan.precision))
+    frame, assumed = plan_forecast(plan, achieved=found.value if found else None, straggler=v.get("straggler", 0.0),
                                    overhead_ms=v.get("overhead_ms", 0.0))
     frame, interval = intervals.with_interval(frame, plan.case)  # out-of-sample residuals, widened per row
+    if found is not None:
+        assumed["achieved"] = {"fraction": found.value, "how": found.how, "source": found.words}
+        if found.widen:  # a fraction from another chip: the rate's interval widened (the efficiency's is not: the
+            for col, sign in (("images_per_sec_low", -1), ("images_per_sec_high", 1)):  # compute cancels in it)
+                frame[col] = frame[col] * math.exp(sign * found.widen)
+            interval = {**interval, "method": interval["method"] + f"; widened x{math.exp(found.widen):.2f} each "
+                                                                   "way: the achieved fraction is borrowed"}
+        elif found.how == "catalogue rate":
+            interval = {**interval, "method": interval["method"] + "; the achieved fraction is not from those rows "
+                                                                   "but from tftoolkit/catalogue/rates.toml"}
+    counted = counted or {}
+    mem = memory.usage(plan.gpu, plan.per_replica_batch, params=plan.params,
+                       **{k: counted[k] for k in ("fixed", "per_example") if k in counted})
     result = {"rows": [{k: _plain(k, r[k]) for k in ROW_FIELDS if k in r} for r in frame.to_dict("records")],
-              "assumed": assumed, "interval": interval, "checked": interval["checked"],
-              "crossover": crossover_text(frame)}
+              "assumed": assumed, "interval": interval, "checked": interval["checked"], "memory": mem,
+              "crossover": crossover_text(frame),
+              "model": {"name": plan.model if isinstance(plan.model, str) else None, "params": plan.params,
+                        "forward_flops": plan.forward_flops, "about": counted.get("about", "")}}
     if out is not None:
         fileio.write_csv(Path(out) / "prediction.csv", frame)
         fileio.write_json(Path(out) / "prediction.json", result)
@@ -318,7 +339,14 @@ def run_plan(plan: Plan, out=None) -> dict:
 def plan_text(result: dict) -> str:
     """The lines the CLI prints for run_plan's result: every number with its interval, and what it assumed."""
     a = result["assumed"]
-    lines = [f"compute: {a['compute']} ({a['compute_s'] * 1e3:.3g} ms per step); gradients "
+    m, lines = result.get("model") or {}, []
+    if m.get("params"):  # the counts the forecast rests on, and what a keras.applications name built
+        lines.append(f"model: {m.get('name') or 'given by --params'}: {m['params'] / 1e6:.1f}M parameters"
+                     + (f", {m['forward_flops'] / 1e9:.3g} GFLOPs forward per example" if m.get("forward_flops")
+                        else "") + (f" ({m['about']})" if m.get("about") else ""))
+    if a.get("achieved"):
+        lines.append(f"achieved fraction of peak: {a['achieved']['source']}")
+    lines += [f"compute: {a['compute']} ({a['compute_s'] * 1e3:.3g} ms per step); gradients "
              f"{a['gradient_bytes'] / 1e6:.1f} MB, {a['algorithm']} all-reduce; links: "
              + "; ".join(f"{k}: {v}" for k, v in a["links"].items())
              + (f"; between hosts {a['inter_host']} x {a['nics_per_host']} NIC(s)" if a["inter_host"] else "")
@@ -334,4 +362,6 @@ def plan_text(result: dict) -> str:
     if result.get("crossover"):
         lines.append(result["crossover"])
     lines.append(f"interval: {result['interval']['method']}; {result['checked']}")
+    if result.get("memory"):
+        lines.append(memory.text(result["memory"]))
     return "\n".join(lines)

@@ -47,7 +47,7 @@ import itertools
 from .. import catalogue
 from ..catalogue.reader import GPU, System
 from ..errors import ConfigError
-from .comms import Link
+from .comms import Link, parse_link
 
 HOST_STAGING_X16 = 1.5     # a socket's staged capacity in x16 links of the GPU's PCIe generation (NVIDIA/nccl#1130)
 SOCKET_LINK_GBS = 10.0     # between two sockets, per direction, unless a system says: NCCL's own figure for Intel
@@ -278,6 +278,8 @@ def inter_link(interconnect: str | None, inter_host: str | None) -> tuple[Link |
     name = inter_host or (system.nic if system is not None and system.nic else None)
     if not name:
         return None, None
+    if "=" in name:  # a link of your own, NAME=GBps[:latency_us], as --interconnect takes it with a run directory
+        return parse_link(name), (system.nics if system is not None else None)
     try:
         entry = catalogue.link(name)
     except ConfigError:
