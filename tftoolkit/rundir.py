@@ -2,11 +2,16 @@
 
 RUN_DIR/ config.json  summary.json  steps.csv  evals.csv  env.json  monitor.csv  checkpoints/  .lock
 
+What a run directory is: a folder whose config.json carries ``"written_by": "tftoolkit"`` (``MARK``), which only
+this toolkit writes (``config_record``; a sweep's sweep.json carries the same mark). A config.json without it (a
+Keras ``model.to_json()``, a hand-made ``{"config": {}}``) is the user's, and the folder is never cleared or reused.
+
 Every file is written atomically (``fileio``: temp file in the same folder, then rename), so a killed run
 never leaves a half-written summary; readers see the old file or the new one.
 
 A process working in a run directory (or a sweep folder) holds its ``.lock``: an OS lock (flock) on that
-file, which records who holds it (pid, host, command, start time) and is refreshed every few seconds. A
+file, opened without following a link (a symlinked or non-regular ``.lock`` is refused in one line: in a shared
+folder anyone can plant one pointing at a file of theirs), which records who holds it (pid, host, command, start time) and is refreshed every few seconds. A
 second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
 dies, however it dies; the next process then takes it over, with a warning naming the dead holder.
 A process that wrote nothing there (it refused the folder, or stopped before it began) removes the lock file
@@ -30,6 +35,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import sys
 import threading
 import time
@@ -46,6 +52,22 @@ HEARTBEAT_S = 5.0      # how often a holder refreshes its record
 STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
 RECORD_WAIT_S = 1.0    # how long a refused process waits for a holder that has the lock to write its record
 COMMAND_CHARS = 2000   # the holder's command as recorded; a longer one is cut and the cut marked
+
+
+# What only this toolkit writes into a run's config.json and a sweep's sweep.json: how a folder is recognised as
+# one it may reuse, resume or (with --force) clear. A "config" object alone is not enough: Keras' model.to_json()
+# has one, and so may any user's file.
+MARK = {"written_by": "tftoolkit"}
+
+
+def config_record(config: dict, **more) -> dict:
+    """config.json's content for a run of ``config`` (with ``more`` beside it): marked as the toolkit's."""
+    return {**MARK, "config": config, **more}
+
+
+def marked(doc) -> bool:
+    """Whether ``doc`` (a parsed config.json or sweep.json) was written by this toolkit."""
+    return isinstance(doc, dict) and all(doc.get(k) == v for k, v in MARK.items())
 
 
 def identity(config_dict: dict, like: dict | None = None) -> dict:
@@ -77,7 +99,7 @@ def _run_config(cfg_path: Path) -> dict | None:
         old = read_json(cfg_path)
     except (OSError, ValueError):
         return None
-    if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
+    if not marked(old) or not isinstance(old.get("config"), dict):
         return None
     # A run directory written before a config field existed ran with that field's default.
     return {**config_defaults(), **old["config"]}
@@ -102,8 +124,8 @@ def trained(out: Path) -> bool:
 def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     """Create or reopen ``out`` for this config; returns (path, resuming).
 
-    A run directory is recognised by its config.json (a run's config, written when it starts). One holding a
-    different run is refused (naming the keys that differ) unless ``force``, which clears it; a different run that
+    A run directory is recognised by its config.json (a run's config, written when it starts, carrying ``MARK``). One
+    holding a different run is refused (naming the keys that differ) unless ``force``, which clears it; a different run that
     never trained a step (``trained``) is cleared without it: it is what the corrected command replaces. The same config
     means: resume from its last checkpoint. Anything else that is not empty (a folder of the user's own files,
     a sweep folder, a config.json of another kind) is refused, ``force`` or not: it is never deleted.
@@ -113,9 +135,11 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     if cfg_path.exists():
         old = _run_config(cfg_path)
         if old is None:
-            raise RunDirError(f"{out} is not a tftoolkit run directory: its config.json is not a run's (a run writes "
-                              "{\"config\": {...}}), so it is left as it is; choose another --out")
+            raise RunDirError(f"{out} is not a tftoolkit run directory: its config.json is not a run's (a run's "
+                              "carries \"written_by\": \"tftoolkit\"), so it is left as it is; choose another --out")
         if identity(old) == identity(config_dict, like=old):
+            # Ours, and the lock is held: what a writer killed mid-write left goes (never in a folder refused).
+            remove_stale_temps(out)
             return out, True
         if not force and trained(out):
             a, b = identity(old), identity(config_dict, like=old)
@@ -218,14 +242,22 @@ class Lock:
         try:
             ensure_dir(self.folder, self.what)
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 self._made_file = True
             except FileExistsError:
-                self._fd = os.open(self.path, os.O_RDWR)
+                # O_NOFOLLOW: a .lock planted as a link would have this process write into, then truncate, the
+                # file it points to, outside the folder (ELOOP); O_NONBLOCK: a FIFO planted there opens at once.
+                self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
                 self._made_file = False
+                if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                    self._close()
+                    raise OSError(errno.ELOOP, "not a regular file")
         except FileNotFoundError:
             return False
         except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EISDIR):
+                raise RunDirError(f"{self.path} is a symbolic link or not a regular file, not a lock this toolkit made; "
+                                  f"it is left as it is: remove it (or choose another folder), then run again") from None
             if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:
                 raise RunDirError(f"cannot write {self.path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); "
                                   f"a {self.what} must be writable: choose another folder") from None
@@ -276,10 +308,6 @@ class Lock:
         if previous:
             self._check_previous(previous)
         self._write(self._record())
-        # A writer killed between its temporary file and the rename leaves the temporary file behind; with
-        # the lock ours no live process of this folder is writing one, so the leftovers go (the files they
-        # were to replace are intact). Sub-folders are not ours to clean: a sweep's points lock their own.
-        remove_stale_temps(self.folder)
         # What the folder held when this process made the lock file: if that is all it holds at release, this
         # process wrote nothing here (it refused the folder, or stopped before it began) and removes its lock file.
         self._found = {p.name for p in _contents(self.folder)} if self._made_file else None
@@ -358,7 +386,7 @@ def held(folder) -> bool:
     By flock, and across hosts where flock is local to each host by the record, as ``Lock`` decides it."""
     lock_path = Path(folder) / LOCK_FILE
     try:
-        fd = os.open(lock_path, os.O_RDONLY)
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a planted link is no holder
     except OSError:
         return False
     try:

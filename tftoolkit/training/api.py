@@ -118,6 +118,6 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
             log.info("%s already holds a finished run of this config; nothing to do%s", out, note)
             return previous
     if worker_id == 0:
-        fileio.write_json(out / "config.json", {"config": sess.config.to_dict(), "derived": sess.derived,
-                                                "dataset": {"name": sess.source.name, **sess.source.info}})
+        fileio.write_json(out / "config.json", rundir.config_record(
+            sess.config.to_dict(), derived=sess.derived, dataset={"name": sess.source.name, **sess.source.info}))
     return Run(sess, out, quiet, worker_id=worker_id, workers=workers, hosts=hosts).execute()
