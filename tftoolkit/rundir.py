@@ -10,19 +10,16 @@ Every file is written atomically (``fileio``: temp file in the same folder, then
 never leaves a half-written summary; readers see the old file or the new one.
 
 A process working in a run directory (or a sweep folder) holds its ``.lock``: an OS lock (flock) on that
-file, opened without following a link (a symlinked or non-regular ``.lock`` is refused in one line: in a shared
-folder anyone can plant one pointing at a file of theirs), which records who holds it (pid, host, command, start time) and is refreshed every few seconds. A
-second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
+file, opened without following a link (a planted link or non-regular ``.lock`` is refused in one line), which
+records who holds it (pid, host, command, start time) and is refreshed every few seconds. A second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
 dies, however it dies; the next process then takes it over, with a warning naming the dead holder.
-A process that wrote nothing there (it refused the folder, or stopped before it began) removes the lock file
-it made, and the folder it made: a refused command leaves a folder as it found it.
+A process that wrote nothing there (it refused the folder, or stopped before it began) removes the lock file and
+folder it made: a refused command leaves a folder as it found it.
 
-On one host this is exact. Across hosts on a shared filesystem it is exact where the filesystem carries flock
-between clients (NFSv4; Lustre and GPFS mounted with flock). Where flock is local to each host, a process on
-another host still sees the record: it refuses while the record names a host other than its own and was
-refreshed within ``STALE_AFTER_S``, and takes over (with a warning) once it is older than that. What it
-cannot see is a holder on another host that stopped refreshing without dying (a frozen node): that lock is
-taken over after ``STALE_AFTER_S``.
+On one host this is exact; across hosts, where the shared filesystem carries flock (NFSv4; Lustre and GPFS mounted
+with flock). Where flock is local to each host, another host's process sees the record: it refuses while the record
+names another host and was refreshed within ``STALE_AFTER_S``, and takes over (with a warning) after that, as it
+does the lock of a holder there that stopped refreshing without dying (a frozen node).
 """
 
 from __future__ import annotations
@@ -52,12 +49,7 @@ HEARTBEAT_S = 5.0      # how often a holder refreshes its record
 STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
 RECORD_WAIT_S = 1.0    # how long a refused process waits for a holder that has the lock to write its record
 COMMAND_CHARS = 2000   # the holder's command as recorded; a longer one is cut and the cut marked
-
-
-# What only this toolkit writes into a run's config.json and a sweep's sweep.json: how a folder is recognised as
-# one it may reuse, resume or (with --force) clear. A "config" object alone is not enough: Keras' model.to_json()
-# has one, and so may any user's file.
-MARK = {"written_by": "tftoolkit"}
+MARK = {"written_by": "tftoolkit"}  # what only this toolkit writes (a "config" object alone: Keras' to_json has one)
 
 
 def config_record(config: dict, **more) -> dict:
@@ -94,15 +86,13 @@ def path(out, what: str = "run directory") -> Path:
 
 
 def _run_config(cfg_path: Path) -> dict | None:
-    """The config a run recorded in ``cfg_path`` (a run directory's marker), or None when the file is not a run's."""
+    """The config a run recorded in ``cfg_path`` (carrying ``MARK``), or None when the file is not a run's."""
     try:
         old = read_json(cfg_path)
     except (OSError, ValueError):
         return None
-    if not marked(old) or not isinstance(old.get("config"), dict):
-        return None
     # A run directory written before a config field existed ran with that field's default.
-    return {**config_defaults(), **old["config"]}
+    return {**config_defaults(), **old["config"]} if marked(old) and isinstance(old.get("config"), dict) else None
 
 
 def trained(out: Path) -> bool:
@@ -138,8 +128,7 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
             raise RunDirError(f"{out} is not a tftoolkit run directory: its config.json is not a run's (a run's "
                               "carries \"written_by\": \"tftoolkit\"), so it is left as it is; choose another --out")
         if identity(old) == identity(config_dict, like=old):
-            # Ours, and the lock is held: what a writer killed mid-write left goes (never in a folder refused).
-            remove_stale_temps(out)
+            remove_stale_temps(out)  # ours, and locked: what a killed writer left goes (never in a folder refused)
             return out, True
         if not force and trained(out):
             a, b = identity(old), identity(config_dict, like=old)
@@ -245,8 +234,7 @@ class Lock:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 self._made_file = True
             except FileExistsError:
-                # O_NOFOLLOW: a .lock planted as a link would have this process write into, then truncate, the
-                # file it points to, outside the folder (ELOOP); O_NONBLOCK: a FIFO planted there opens at once.
+                # A .lock planted as a link would have this process truncate the file it points to (O_NOFOLLOW).
                 self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
                 self._made_file = False
                 if not stat.S_ISREG(os.fstat(self._fd).st_mode):
@@ -255,9 +243,9 @@ class Lock:
         except FileNotFoundError:
             return False
         except OSError as e:
-            if e.errno in (errno.ELOOP, errno.EISDIR):
-                raise RunDirError(f"{self.path} is a symbolic link or not a regular file, not a lock this toolkit made; "
-                                  f"it is left as it is: remove it (or choose another folder), then run again") from None
+            if e.errno in (errno.ELOOP, errno.EISDIR):  # a symbolic link, or not a regular file
+                raise RunDirError(f"{self.path} is a symbolic link or not a file: not a lock this toolkit made; it is "
+                                  "left as it is: remove it (or choose another folder), then run again") from None
             if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:
                 raise RunDirError(f"cannot write {self.path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); "
                                   f"a {self.what} must be writable: choose another folder") from None
@@ -267,7 +255,7 @@ class Lock:
     def _is_the_lock_file(self) -> bool:
         """Whether the file we opened is still the one at ``path``: a holder that wrote nothing deletes it on release."""
         try:
-            here, ours = os.stat(self.path), os.fstat(self._fd)
+            here, ours = os.stat(self.path, follow_symlinks=False), os.fstat(self._fd)
         except FileNotFoundError:
             return False
         return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)

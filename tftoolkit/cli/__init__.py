@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         where = f"tftoolkit {args.command}" if getattr(args, "command", None) else "tftoolkit"
         parser.exit(EXIT_USAGE, f"{where}: error: unrecognized arguments: {' '.join(extra)} (see {where} --help)\n")
     try:
-        return args.func(args)
+        # Every command takes SIGTERM (timeout, scancel, a Slurm time limit) as Ctrl-C: its clean-up runs, and the
+        # exit code below says which signal (the rule: training/signals.py, which imports nothing of the toolkit).
+        from ..training.signals import stop_on_sigterm
+
+        with stop_on_sigterm():
+            return args.func(args)
     except ToolkitError as e:
         print(f"tftoolkit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
