@@ -188,3 +188,14 @@ def test_an_exhausted_memory_names_what_ran_out_and_what_to_lower(monkeypatch, c
     for fix in ("--per-replica-batch", "--image-size", "--data-memory-gb", "--replicas"):
         assert fix in err[0], err
     assert "address-space limit of 3.1 GB (ulimit -v)" in err[0], err
+
+
+@pytest.mark.parametrize("argv", [["scale", "--replica-counts", "1"], ["find-lr"], ["find-batch"],
+                                  ["bench", "allreduce", "--replicas", "2"], ["sweep", "spec.yaml"], ["demo"], ["data", "prepare"],
+                                  ["advise", "RUN"], ["predict", "RUN"], ["train"]])
+def test_every_command_that_writes_refuses_an_empty_out(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*argv, "--out", " "]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out is empty" in err[0], err
+    assert list(tmp_path.iterdir()) == []  # nothing written into the working folder
