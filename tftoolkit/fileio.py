@@ -37,12 +37,15 @@ def ensure_dir(path, what: str = "output folder") -> Path:
         path.mkdir(parents=True, exist_ok=True)
         return path
     except FileExistsError:
-        raise RunDirError(f"{path} is a file, not a folder: give the {what} a name that is free or a folder") from None
+        what_is = "a symbolic link that leads to no folder" if path.is_symlink() else "a file, not a folder"
+        raise RunDirError(f"{path} is {what_is}: give the {what} a name that is free or a folder") from None
     except NotADirectoryError:
         parent = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
         raise RunDirError(f"cannot make {path}: {parent} is a file, not a folder; give the {what} a path under a "
                           "folder") from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(f"cannot make {path}: a loop of symbolic links; give the {what} another path") from None
         if e.errno in DISK_ERRNOS or e.errno in (errno.EACCES, errno.EPERM):
             raise RunDirError(f"cannot make {path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); the {what} "
                               "must be writable: choose another folder") from None
