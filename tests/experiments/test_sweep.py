@@ -440,3 +440,16 @@ def test_only_a_folder_whose_sweep_json_a_sweep_wrote_is_resumed_or_cleared(tmp_
     assert "not a tftoolkit sweep folder" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["sweep.json", "thesis.tex"]
     assert (out / "sweep.json").read_text() == sweep_json
+
+
+@pytest.mark.parametrize("text, why", [(b"notebook: nb.ipynb\ngrid: &g {x: [1, *g]}\n", "contains itself"),
+                                       (b"notebook: nb.ipynb\ngrid: {x: [1]}\n# \xff\xfe\n", "not UTF-8"),
+                                       (b"[1, 2]\n", "a sweep spec is a mapping")])
+def test_a_spec_the_user_got_wrong_is_one_line_exit_2(tmp_path, nb, capsys, text, why):
+    path = tmp_path / "sweep.json"
+    path.write_bytes(text)
+    with pytest.raises(SweepError, match=why):
+        load_spec(path)
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and why in err[0]
