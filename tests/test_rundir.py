@@ -440,3 +440,13 @@ def test_opening_a_run_directory_removes_only_the_temporary_files_the_toolkit_na
     with rundir.lock(out):
         assert rundir.prepare(out, RunConfig(**TINY).to_dict()) == (out, True)
     assert not ours.exists() and users.read_text() == "the user's"
+
+
+def test_a_damaged_summary_in_a_run_directory_is_rewritten_by_the_rerun(tmp_path, finished_tiny, caplog):
+    out = tmp_path / "r"
+    shutil.copytree(finished_tiny, out)
+    (out / "summary.json").write_text("[]")
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    assert s["status"] == "ok" and "holds a JSON list" in caplog.text
+    assert json.loads((out / "summary.json").read_text())["status"] == "ok"

@@ -106,7 +106,11 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
     from .run import Run  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     if resuming and (out / "summary.json").exists():
-        previous = summary_schema.read(out)
+        try:
+            previous = summary_schema.read(out)
+        except ValueError as e:  # damaged (summary.read says how): the run resumes from its checkpoints and rewrites it
+            log.warning("%s; resuming from the checkpoints, which rewrites it", e)
+            previous = {}
         if previous.get("status") == "ok":
             # Finished: nothing runs, so nothing is rewritten (config.json keeps what the run ran with). Options
             # that do not define the run but would have changed its files are named.
