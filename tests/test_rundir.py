@@ -399,20 +399,25 @@ def test_a_symlinked_lock_is_refused_and_its_target_left_whole(tmp_path, capsys)
     out = tmp_path / "lk1"
     out.mkdir()
     (out / rundir.LOCK_FILE).symlink_to(victim)
-    with pytest.raises(RunDirError, match="is a symbolic link.*remove it"):
+    with pytest.raises(RunDirError, match="is a link or not a file.*remove it"):
         rundir.lock(out)
     argv = ["train", "--out", str(out), "--replicas", "1", "--steps", "2", "--dataset", "synthetic",
             "--image-size", "8", "--train-images", "64", "--no-measure", "--quiet"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "symbolic link" in err[0]
+    assert len(err) == 1 and "is a link or not a file" in err[0]
     assert victim.read_text() == "the user's file" and (out / rundir.LOCK_FILE).is_symlink()
     (out / rundir.LOCK_FILE).unlink()
     (out / rundir.LOCK_FILE).symlink_to(tmp_path / "nowhere")  # a dangling link: not created through either
-    with pytest.raises(RunDirError, match="symbolic link"):
+    with pytest.raises(RunDirError, match="is a link or not a file"):
         rundir.lock(out)
     assert not (tmp_path / "nowhere").exists()
     assert not rundir.held(out)
+    (out / rundir.LOCK_FILE).unlink()
+    os.link(victim, out / rundir.LOCK_FILE)  # a hard link: the same file under the lock's name
+    with pytest.raises(RunDirError, match="is a link or not a file"):
+        rundir.lock(out)
+    assert victim.read_text() == "the user's file"
 
 
 def test_a_refused_folder_keeps_its_temporary_files(tmp_path):

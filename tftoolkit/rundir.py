@@ -237,14 +237,14 @@ class Lock:
                 # A .lock planted as a link would have this process truncate the file it points to (O_NOFOLLOW).
                 self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
                 self._made_file = False
-                if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                if not stat.S_ISREG((st := os.fstat(self._fd)).st_mode) or st.st_nlink != 1:  # a hard link too
                     self._close()
                     raise OSError(errno.ELOOP, "not a regular file")
         except FileNotFoundError:
             return False
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.EISDIR):  # a symbolic link, or not a regular file
-                raise RunDirError(f"{self.path} is a symbolic link or not a file: not a lock this toolkit made; it is "
+                raise RunDirError(f"{self.path} is a link or not a file: not a lock this toolkit made; it is "
                                   "left as it is: remove it (or choose another folder), then run again") from None
             if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:
                 raise RunDirError(f"cannot write {self.path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); "
