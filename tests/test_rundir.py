@@ -11,7 +11,7 @@ import time
 import pytest
 
 import tftoolkit
-from tftoolkit import cli, rundir
+from tftoolkit import cli, fileio, rundir
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import RunDirError
 
@@ -108,16 +108,24 @@ def test_the_kernel_releases_the_lock_of_a_killed_process(tmp_path):
     rundir.lock(tmp_path / "run").release()  # taken over: the holder died
 
 
-def test_taking_the_lock_removes_temp_files_a_killed_writer_left(tmp_path):
+def test_opening_a_sweep_folder_removes_temp_files_a_killed_writer_left(tmp_path):
+    from tftoolkit.experiments.sweep import folder
+    from tftoolkit.experiments.sweep.spec import Spec
+
     out = tmp_path / "sweep"
+    spec = Spec(notebook=tmp_path / "nb.ipynb", report=None, fixed={}, grid={}, zip={}, declared={})
+    with rundir.lock(out, "sweep folder"):
+        assert folder.open_dir(spec, out, force=False) is False
     (out / "runs" / "p1").mkdir(parents=True)
     (out / "results.csv").write_text("the last complete table")
-    (out / ".results.csv.abc123.tmp").write_text("half a tab")   # killed between write and rename
-    (out / "runs" / "p1" / ".steps.csv.x.tmp").write_text("a point's own: its lock, not ours")
+    (out / f".results.csv.{fileio.TEMP_TAG}abc12345.tmp").write_text("half a tab")  # killed before the rename
+    (out / "runs" / "p1" / f".steps.csv.{fileio.TEMP_TAG}x.tmp").write_text("a point's own: its lock, not ours")
     with rundir.lock(out, "sweep folder"):
-        assert not (out / ".results.csv.abc123.tmp").exists()
+        assert (out / f".results.csv.{fileio.TEMP_TAG}abc12345.tmp").exists()  # the lock alone removes nothing
+        assert folder.open_dir(spec, out, force=False) is True
+        assert not (out / f".results.csv.{fileio.TEMP_TAG}abc12345.tmp").exists()
         assert (out / "results.csv").read_text() == "the last complete table"
-        assert (out / "runs" / "p1" / ".steps.csv.x.tmp").exists()
+        assert (out / "runs" / "p1" / f".steps.csv.{fileio.TEMP_TAG}x.tmp").exists()
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +185,7 @@ def test_which_fields_define_a_run_is_decided_for_every_field_both_ways(tmp_path
     assert set(OTHER_VALUE) == set(fields), "list the new field in OTHER_VALUE"
     base = RunConfig().to_dict()
     out, _ = rundir.prepare(tmp_path / "r", base)
-    (out / "config.json").write_text(json.dumps({"config": base}))
+    (out / "config.json").write_text(json.dumps(rundir.config_record(base)))
     (out / "checkpoints").mkdir()
     (out / "checkpoints" / "ckpt-1.index").write_text("")  # it trained: a different config is refused
     for name, value in OTHER_VALUE.items():
@@ -289,7 +297,7 @@ def test_only_a_run_that_trained_a_step_is_protected(tmp_path):
     def folder(name, **files):
         out = tmp_path / name
         (out / "checkpoints").mkdir(parents=True)
-        (out / "config.json").write_text(json.dumps({"config": base}))
+        (out / "config.json").write_text(json.dumps(rundir.config_record(base)))
         for rel, text in files.items():
             (out / rel.replace("__", "/")).write_text(text)
         return out
@@ -349,3 +357,101 @@ def test_the_holder_s_command_is_recorded_whole_or_its_cut_marked(tmp_path, monk
     with rundir.lock(tmp_path / "b"):
         command = json.loads((tmp_path / "b" / rundir.LOCK_FILE).read_text())["command"]
         assert command.endswith("…") and command.startswith("tftoolkit xxx") and len(command) < 5000
+
+
+# --- what a run directory is, what the lock opens, whose temporary files go ----------------------------------
+def _user_folder_with_a_keras_config(folder):
+    """notes, data, weights and a Keras model.to_json() saved as config.json: it has a "config" object."""
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("my notes")
+    (folder / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    (folder / "model.weights.h5").write_bytes(b"HDF")
+    (folder / "config.json").write_text(json.dumps({"class_name": "Sequential", "config": {"name": "m", "layers": []},
+                                                    "keras_version": "3.10.0", "backend": "tensorflow"}))
+
+
+@pytest.mark.parametrize("make", [_user_folder_with_a_keras_config,
+                                  lambda f: (f.mkdir(), (f / "config.json").write_text('{"config": {}}'))])
+def test_a_config_object_alone_does_not_make_a_run_directory(tmp_path, make, capsys):
+    out = tmp_path / "user3"
+    make(out)
+    before = _files(out)
+    for force in (False, True):
+        with pytest.raises(RunDirError, match="not a tftoolkit run directory.*left as it is"):
+            rundir.prepare(out, RunConfig(**TINY).to_dict(), force=force)
+        assert _files(out) == before
+    argv = ["train", "--out", str(out), "--replicas", "1", "--steps", "2", "--dataset", "synthetic",
+            "--image-size", "8", "--train-images", "64", "--no-measure", "--quiet"]
+    assert cli.main(argv) == 2
+    assert "not a tftoolkit run directory" in capsys.readouterr().err
+    assert _files(out) == before and not (out / rundir.LOCK_FILE).exists()
+
+
+def test_what_the_toolkit_writes_is_marked_and_recognised():
+    record = rundir.config_record({"model": "small_cnn"}, derived={})
+    assert rundir.marked(record) and record["config"] == {"model": "small_cnn"}
+    assert not rundir.marked({"config": {}}) and not rundir.marked([]) and not rundir.marked({"written_by": "me"})
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_left_whole(tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    out = tmp_path / "lk1"
+    out.mkdir()
+    (out / rundir.LOCK_FILE).symlink_to(victim)
+    with pytest.raises(RunDirError, match="is a link or not a file.*remove it"):
+        rundir.lock(out)
+    argv = ["train", "--out", str(out), "--replicas", "1", "--steps", "2", "--dataset", "synthetic",
+            "--image-size", "8", "--train-images", "64", "--no-measure", "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a link or not a file" in err[0]
+    assert victim.read_text() == "the user's file" and (out / rundir.LOCK_FILE).is_symlink()
+    (out / rundir.LOCK_FILE).unlink()
+    (out / rundir.LOCK_FILE).symlink_to(tmp_path / "nowhere")  # a dangling link: not created through either
+    with pytest.raises(RunDirError, match="is a link or not a file"):
+        rundir.lock(out)
+    assert not (tmp_path / "nowhere").exists()
+    assert not rundir.held(out)
+    (out / rundir.LOCK_FILE).unlink()
+    os.link(victim, out / rundir.LOCK_FILE)  # a hard link: the same file under the lock's name
+    with pytest.raises(RunDirError, match="is a link or not a file"):
+        rundir.lock(out)
+    assert victim.read_text() == "the user's file"
+
+
+def test_a_refused_folder_keeps_its_temporary_files(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    mine = [home / ".bashrc.tmp", home / ".draft.abc123.tmp", home / ".notes.txt.x1y2z3w4.tmp"]
+    for p in mine:
+        p.write_text("the user's")
+    with pytest.raises(RunDirError, match="not a tftoolkit run directory"):
+        with rundir.lock(home):
+            rundir.prepare(home, RunConfig(**TINY).to_dict(), force=True)
+    assert all(p.read_text() == "the user's" for p in mine)
+    assert sorted(p.name for p in home.iterdir()) == sorted(p.name for p in mine)
+
+
+def test_opening_a_run_directory_removes_only_the_temporary_files_the_toolkit_names(tmp_path):
+    from tftoolkit import fileio
+
+    out, _ = rundir.prepare(tmp_path / "run", RunConfig(**TINY).to_dict())
+    fileio.write_json(out / "config.json", rundir.config_record(RunConfig(**TINY).to_dict()))
+    ours = out / f".summary.json.{fileio.TEMP_TAG}k1ll3d00.tmp"  # killed between its write and the rename
+    ours.write_text("half")
+    users = out / ".scratch.tmp"
+    users.write_text("the user's")
+    with rundir.lock(out):
+        assert rundir.prepare(out, RunConfig(**TINY).to_dict()) == (out, True)
+    assert not ours.exists() and users.read_text() == "the user's"
+
+
+def test_a_damaged_summary_in_a_run_directory_is_rewritten_by_the_rerun(tmp_path, finished_tiny, caplog):
+    out = tmp_path / "r"
+    shutil.copytree(finished_tiny, out)
+    (out / "summary.json").write_text("[]")
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**TINY), out, quiet=True)
+    assert s["status"] == "ok" and "holds a JSON list" in caplog.text
+    assert json.loads((out / "summary.json").read_text())["status"] == "ok"

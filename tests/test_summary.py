@@ -71,3 +71,25 @@ def test_a_number_written_as_null_reads_back_as_nan_and_text_stays_none(tmp_path
     assert math.isnan(s["images_per_sec"]) and math.isnan(s["val_loss"]) and math.isnan(s["val_top3"])
     assert all(math.isnan(v) for v in s["noise_scale_interval"])
     assert math.isnan(s["segments"][0]["images_per_sec"])
+
+
+@pytest.mark.parametrize("text, why", [('{"status": "ok", "replicas": 2', "not readable JSON"),
+                                       ("[]", "holds a JSON list"),
+                                       ('{"status": "ok", "replicas": "two"}', "field 'replicas' is 'two'"),
+                                       ('{"images_per_sec": [1.0, "x"]}', "field 'images_per_sec'"),
+                                       (b"\xff\xfe{", "not readable JSON")])
+def test_a_summary_not_written_by_a_run_is_one_data_error_for_every_reader(tmp_path, capsys, text, why):
+    from tftoolkit import cli
+    from tftoolkit.errors import DataError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(DataError, match=why):
+        summary.read(run)
+    with pytest.raises(ValueError):  # a reader of many runs lists this one as unreadable and goes on
+        summary.read(run)
+    for argv in (["advise", str(run)], ["predict", str(run)]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "summary.json" in err[0] and "Error:" not in err[0], err

@@ -28,6 +28,11 @@ class DataError(ToolkitError):
     """A dataset is missing, corrupt, or does not fit the run."""
 
 
+class UnreadableRunError(DataError, ValueError):
+    """A file of a run directory (summary.json) or a table of results is not what the toolkit writes: truncated, not
+    an object, a field of the wrong type. A ValueError too, so a reader of many runs lists it as unreadable."""
+
+
 class RunDirError(ToolkitError):
     """A run directory belongs to a different run (use force) or cannot be written."""
 

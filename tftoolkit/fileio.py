@@ -22,6 +22,9 @@ from typing import Any, Callable
 from .errors import RunDirError
 
 DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+# Every temporary file ``replacing`` makes is named .<file>.tftoolkit-<random>.tmp: what a killed writer leaves is
+# recognised by the name only this toolkit gives (a user's own .*.tmp files are never removed).
+TEMP_TAG = "tftoolkit-"
 
 
 def ensure_dir(path, what: str = "output folder") -> Path:
@@ -34,12 +37,15 @@ def ensure_dir(path, what: str = "output folder") -> Path:
         path.mkdir(parents=True, exist_ok=True)
         return path
     except FileExistsError:
-        raise RunDirError(f"{path} is a file, not a folder: give the {what} a name that is free or a folder") from None
+        what_is = "a symbolic link that leads to no folder" if path.is_symlink() else "a file, not a folder"
+        raise RunDirError(f"{path} is {what_is}: give the {what} a name that is free or a folder") from None
     except NotADirectoryError:
         parent = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
         raise RunDirError(f"cannot make {path}: {parent} is a file, not a folder; give the {what} a path under a "
                           "folder") from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(f"cannot make {path}: a loop of symbolic links; give the {what} another path") from None
         if e.errno in DISK_ERRNOS or e.errno in (errno.EACCES, errno.EPERM):
             raise RunDirError(f"cannot make {path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); the {what} "
                               "must be writable: choose another folder") from None
@@ -64,7 +70,7 @@ def replacing(path, *, public: bool = True):
     tmp = None
     try:
         ensure_dir(path.parent, "folder of " + path.name)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{TEMP_TAG}", suffix=".tmp")
         os.close(fd)
         yield Path(tmp)
         with open(tmp, "rb+") as f:
@@ -87,11 +93,13 @@ def replacing(path, *, public: bool = True):
 def remove_stale_temps(folder) -> list[Path]:
     """Delete the temporary files ``replacing`` leaves in ``folder`` when its writer is killed mid-write.
 
-    Only safe while no live writer can be in ``folder``: call it holding the folder's lock.
+    Only safe while no live writer can be in ``folder``: call it holding the folder's lock, once the folder is known
+    to be one this toolkit writes (a run directory, a sweep folder, a checkpoints folder, a dataset being written).
+    Only names ``replacing`` gives are removed, and a link is removed as a link.
     """
     removed = []
-    for tmp in Path(folder).glob(".*.tmp"):
-        if tmp.is_file():
+    for tmp in Path(folder).glob(f".*.{TEMP_TAG}*.tmp"):
+        if tmp.is_file() or tmp.is_symlink():
             _remove(tmp)
             removed.append(tmp)
     return removed
@@ -140,6 +148,20 @@ def write_json(path, obj: Any) -> Path:
     """``obj`` as strict JSON (RFC 8259: what JavaScript's JSON.parse and other strict readers accept), atomically:
     null where a number is NaN or infinite. ``summary.read`` gives a summary's unknown numbers back as NaN."""
     return atomic_write(path, lambda f: json.dump(jsonable(obj), f, indent=2, sort_keys=True, allow_nan=False))
+
+
+def open_for_writing(path, mode: str = "w", **kwargs):
+    """``open(path, mode)`` for a file written in place (a log, monitor.csv), without following a link at ``path``: a
+    link planted there would have the toolkit truncate or append to the file it points to (one line, exit 2)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode.startswith("a") else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(f"{path} is a symbolic link; the toolkit writes its own file there and does not follow "
+                              "links: remove it, then run again") from None
+        raise
+    return os.fdopen(fd, mode, **kwargs)
 
 
 def read_json(path) -> Any:

@@ -2,22 +2,24 @@
 
 RUN_DIR/ config.json  summary.json  steps.csv  evals.csv  env.json  monitor.csv  checkpoints/  .lock
 
+What a run directory is: a folder whose config.json carries ``"written_by": "tftoolkit"`` (``MARK``), which only
+this toolkit writes (``config_record``; a sweep's sweep.json carries the same mark). A config.json without it (a
+Keras ``model.to_json()``, a hand-made ``{"config": {}}``) is the user's, and the folder is never cleared or reused.
+
 Every file is written atomically (``fileio``: temp file in the same folder, then rename), so a killed run
 never leaves a half-written summary; readers see the old file or the new one.
 
 A process working in a run directory (or a sweep folder) holds its ``.lock``: an OS lock (flock) on that
-file, which records who holds it (pid, host, command, start time) and is refreshed every few seconds. A
-second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
+file, opened without following a link (a planted link or non-regular ``.lock`` is refused in one line), which
+records who holds it (pid, host, command, start time) and is refreshed every few seconds. A second process there gets a one-line RunDirError naming the holder. The kernel drops the lock when its holder
 dies, however it dies; the next process then takes it over, with a warning naming the dead holder.
-A process that wrote nothing there (it refused the folder, or stopped before it began) removes the lock file
-it made, and the folder it made: a refused command leaves a folder as it found it.
+A process that wrote nothing there (it refused the folder, or stopped before it began) removes the lock file and
+folder it made: a refused command leaves a folder as it found it.
 
-On one host this is exact. Across hosts on a shared filesystem it is exact where the filesystem carries flock
-between clients (NFSv4; Lustre and GPFS mounted with flock). Where flock is local to each host, a process on
-another host still sees the record: it refuses while the record names a host other than its own and was
-refreshed within ``STALE_AFTER_S``, and takes over (with a warning) once it is older than that. What it
-cannot see is a holder on another host that stopped refreshing without dying (a frozen node): that lock is
-taken over after ``STALE_AFTER_S``.
+On one host this is exact; across hosts, where the shared filesystem carries flock (NFSv4; Lustre and GPFS mounted
+with flock). Where flock is local to each host, another host's process sees the record: it refuses while the record
+names another host and was refreshed within ``STALE_AFTER_S``, and takes over (with a warning) after that, as it
+does the lock of a holder there that stopped refreshing without dying (a frozen node).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import sys
 import threading
 import time
@@ -46,6 +49,17 @@ HEARTBEAT_S = 5.0      # how often a holder refreshes its record
 STALE_AFTER_S = 60.0   # a record from another host older than this is a holder that is gone
 RECORD_WAIT_S = 1.0    # how long a refused process waits for a holder that has the lock to write its record
 COMMAND_CHARS = 2000   # the holder's command as recorded; a longer one is cut and the cut marked
+MARK = {"written_by": "tftoolkit"}  # what only this toolkit writes (a "config" object alone: Keras' to_json has one)
+
+
+def config_record(config: dict, **more) -> dict:
+    """config.json's content for a run of ``config`` (with ``more`` beside it): marked as the toolkit's."""
+    return {**MARK, "config": config, **more}
+
+
+def marked(doc) -> bool:
+    """Whether ``doc`` (a parsed config.json or sweep.json) was written by this toolkit."""
+    return isinstance(doc, dict) and all(doc.get(k) == v for k, v in MARK.items())
 
 
 def identity(config_dict: dict, like: dict | None = None) -> dict:
@@ -72,15 +86,13 @@ def path(out, what: str = "run directory") -> Path:
 
 
 def _run_config(cfg_path: Path) -> dict | None:
-    """The config a run recorded in ``cfg_path`` (a run directory's marker), or None when the file is not a run's."""
+    """The config a run recorded in ``cfg_path`` (carrying ``MARK``), or None when the file is not a run's."""
     try:
         old = read_json(cfg_path)
     except (OSError, ValueError):
         return None
-    if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
-        return None
     # A run directory written before a config field existed ran with that field's default.
-    return {**config_defaults(), **old["config"]}
+    return {**config_defaults(), **old["config"]} if marked(old) and isinstance(old.get("config"), dict) else None
 
 
 def trained(out: Path) -> bool:
@@ -102,8 +114,8 @@ def trained(out: Path) -> bool:
 def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     """Create or reopen ``out`` for this config; returns (path, resuming).
 
-    A run directory is recognised by its config.json (a run's config, written when it starts). One holding a
-    different run is refused (naming the keys that differ) unless ``force``, which clears it; a different run that
+    A run directory is recognised by its config.json (a run's config, written when it starts, carrying ``MARK``). One
+    holding a different run is refused (naming the keys that differ) unless ``force``, which clears it; a different run that
     never trained a step (``trained``) is cleared without it: it is what the corrected command replaces. The same config
     means: resume from its last checkpoint. Anything else that is not empty (a folder of the user's own files,
     a sweep folder, a config.json of another kind) is refused, ``force`` or not: it is never deleted.
@@ -113,9 +125,10 @@ def prepare(out, config_dict: dict, force: bool = False) -> tuple[Path, bool]:
     if cfg_path.exists():
         old = _run_config(cfg_path)
         if old is None:
-            raise RunDirError(f"{out} is not a tftoolkit run directory: its config.json is not a run's (a run writes "
-                              "{\"config\": {...}}), so it is left as it is; choose another --out")
+            raise RunDirError(f"{out} is not a tftoolkit run directory: its config.json is not a run's (a run's "
+                              "carries \"written_by\": \"tftoolkit\"), so it is left as it is; choose another --out")
         if identity(old) == identity(config_dict, like=old):
+            remove_stale_temps(out)  # ours, and locked: what a killed writer left goes (never in a folder refused)
             return out, True
         if not force and trained(out):
             a, b = identity(old), identity(config_dict, like=old)
@@ -218,14 +231,21 @@ class Lock:
         try:
             ensure_dir(self.folder, self.what)
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 self._made_file = True
             except FileExistsError:
-                self._fd = os.open(self.path, os.O_RDWR)
+                # A .lock planted as a link would have this process truncate the file it points to (O_NOFOLLOW).
+                self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
                 self._made_file = False
+                if not stat.S_ISREG((st := os.fstat(self._fd)).st_mode) or st.st_nlink != 1:  # a hard link too
+                    self._close()
+                    raise OSError(errno.ELOOP, "not a regular file")
         except FileNotFoundError:
             return False
         except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EISDIR):  # a symbolic link, or not a regular file
+                raise RunDirError(f"{self.path} is a link or not a file: not a lock this toolkit made; it is "
+                                  "left as it is: remove it (or choose another folder), then run again") from None
             if e.errno in DISK_ERRNOS or e.errno == errno.EACCES:
                 raise RunDirError(f"cannot write {self.path}: {os.strerror(e.errno)} ({errno.errorcode[e.errno]}); "
                                   f"a {self.what} must be writable: choose another folder") from None
@@ -235,7 +255,7 @@ class Lock:
     def _is_the_lock_file(self) -> bool:
         """Whether the file we opened is still the one at ``path``: a holder that wrote nothing deletes it on release."""
         try:
-            here, ours = os.stat(self.path), os.fstat(self._fd)
+            here, ours = os.stat(self.path, follow_symlinks=False), os.fstat(self._fd)
         except FileNotFoundError:
             return False
         return (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino)
@@ -276,10 +296,6 @@ class Lock:
         if previous:
             self._check_previous(previous)
         self._write(self._record())
-        # A writer killed between its temporary file and the rename leaves the temporary file behind; with
-        # the lock ours no live process of this folder is writing one, so the leftovers go (the files they
-        # were to replace are intact). Sub-folders are not ours to clean: a sweep's points lock their own.
-        remove_stale_temps(self.folder)
         # What the folder held when this process made the lock file: if that is all it holds at release, this
         # process wrote nothing here (it refused the folder, or stopped before it began) and removes its lock file.
         self._found = {p.name for p in _contents(self.folder)} if self._made_file else None
@@ -358,7 +374,7 @@ def held(folder) -> bool:
     By flock, and across hosts where flock is local to each host by the record, as ``Lock`` decides it."""
     lock_path = Path(folder) / LOCK_FILE
     try:
-        fd = os.open(lock_path, os.O_RDONLY)
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a planted link is no holder
     except OSError:
         return False
     try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import fileio
+from .errors import UnreadableRunError, first_line
 
 
 @dataclass(frozen=True)
@@ -313,8 +314,37 @@ def read(path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / "summary.json"
-    data = fileio.read_json(path)
-    return {k: _unknowns_as_nan(k, v) for k, v in data.items()} if isinstance(data, dict) else data
+    try:
+        data = fileio.read_json(path)
+    except ValueError as e:  # truncated, not JSON, not UTF-8
+        raise UnreadableRunError(f"{path} is not readable JSON ({first_line(e, 120)}); it is not a summary a run "
+                                 "wrote: run the run again, or leave it out") from None
+    if not isinstance(data, dict):
+        raise UnreadableRunError(f"{path} holds a JSON {type(data).__name__}, not a run's summary (an object of "
+                                 "fields); run the run again, or leave it out")
+    for name, value in data.items():
+        if not _of_its_type(name, value):
+            raise UnreadableRunError(f"{path}: field {name!r} is {value!r}, not a number; not a summary a run wrote: "
+                                     "run the run again, or leave it out")
+    return {k: _unknowns_as_nan(k, v) for k, v in data.items()}
+
+
+# Counts a run writes as whole numbers (the fields holds_number names are the measured numbers).
+_COUNTS = frozenset({"resumed_from_step", "replicas", "workers", "hosts", "replicas_per_worker", "params",
+                     "allreduce_packs", "train_examples", "num_classes", "dropped_examples", "per_replica_batch",
+                     "global_batch", "accumulate", "base_batch", "steps_per_epoch", "steps", "timed_steps"})
+
+
+def _of_its_type(name: str, value) -> bool:
+    """Whether a field's value is of the kind the run writes: a number (or null) for a number or a count."""
+    def number(v):
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    if name in _COUNTS:
+        return value is None or (isinstance(value, int) and not isinstance(value, bool))
+    if holds_number(name) and not isinstance(value, dict):
+        return all(number(v) for v in value) if isinstance(value, list) else number(value)
+    return True
 
 
 def table() -> str:

@@ -223,3 +223,14 @@ def test_the_top_level_help_and_a_light_command_import_no_command_module():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[] []"
+
+
+@pytest.mark.parametrize("argv", [["scale", "--replica-counts", "1"], ["find-lr"], ["find-batch"],
+                                  ["bench", "allreduce", "--replicas", "2"], ["sweep", "spec.yaml"], ["demo"], ["data", "prepare"],
+                                  ["advise", "RUN"], ["predict", "RUN"], ["train"]])
+def test_every_command_that_writes_refuses_an_empty_out(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*argv, "--out", " "]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out is empty" in err[0], err
+    assert list(tmp_path.iterdir()) == []  # nothing written into the working folder

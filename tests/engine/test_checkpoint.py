@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from tftoolkit import fileio
 from tftoolkit.engine import checkpoint
 from tftoolkit.errors import RunDirError
 
@@ -117,10 +118,10 @@ def test_a_state_file_s_temporary_left_by_a_kill_goes_on_resume_and_on_the_next_
     c = checkpoint.Checkpoints(tmp_path / "ck", objs)
     _save(c, objs, 2, 2.0)
     # Killed while rewriting the ``checkpoint`` state file (fileio.atomic_write's temporary name).
-    (tmp_path / "ck" / ".checkpoint.k1ll3d.tmp").write_text('model_checkpoint_path: "ckpt')
+    (tmp_path / "ck" / f".checkpoint.{fileio.TEMP_TAG}k1ll3d.tmp").write_text('model_checkpoint_path: "ckpt')
     checkpoint.Checkpoints(tmp_path / "ck", _objects()).restore_latest()  # the resume
     assert not list((tmp_path / "ck").glob(".*.tmp"))
-    (tmp_path / "ck" / ".checkpoint.4g41n.tmp").write_text("")  # a second run in this process, killed the same way
+    (tmp_path / "ck" / f".checkpoint.{fileio.TEMP_TAG}4g41n.tmp").write_text("")  # a second run in this process, killed the same way
     _save(c, objs, 4, 4.0)
     assert not list((tmp_path / "ck").glob(".*.tmp"))
     assert checkpoint.steps_on_disk(tmp_path / "ck") == [4, 2]

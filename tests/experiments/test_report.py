@@ -441,3 +441,23 @@ def test_a_point_left_running_by_a_killed_sweep_reads_interrupted_and_a_live_one
     assert results.load(root).points["status"].tolist() == ["failed", "interrupted"]
     with rundir.lock(root, "sweep folder"):  # a sweep works there now: its point does run
         assert results.load(root).points["status"].tolist() == ["failed", "running"]
+
+
+@pytest.mark.parametrize("bad", ["[]", '{"status": "ok", "replicas": "two", "global_batch": 128}', '{"status": "o'])
+def test_one_unreadable_run_is_listed_as_such_and_the_others_reported(sweeps, tmp_path, bad):
+    folder = tmp_path / "scaling" / "runs" / "02_replicas-4" / "runs" / "r"
+    (folder / "summary.json").write_text(bad)
+    res = results.load(list(sweeps))
+    row = res.runs.set_index("run_dir").loc[str(folder.resolve())]
+    assert row["status"] == "unreadable" and "summary.json" in row["error"]
+    assert (res.runs["status"] == "ok").sum() == 4  # the other runs are all there
+    figs = figures.all_figures(res, tmp_path / "figures")
+    assert {"throughput", "loss_curves"} <= set(figs)
+    # A folder of run directories (no sweep): its overview lists the run as unreadable, with why.
+    plain = tmp_path / "plain"
+    good = {"status": "ok", "replicas": 1, "global_batch": 64, "train_examples": 640, "images_per_sec": 100.0}
+    _run(plain / "a", good, {"seed": 0})
+    _run(plain / "b", {**good, "replicas": 2}, {"seed": 1})
+    (plain / "b" / "summary.json").write_text(bad)
+    ov = tables.overview(results.load([plain])).set_index("run")
+    assert ov.loc["a", "status"] == "ok" and ov.loc["b", "status"] == "unreadable" and "summary.json" in ov.loc["b", "error"]

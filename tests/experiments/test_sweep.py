@@ -422,3 +422,34 @@ def test_a_key_given_twice_in_a_spec_is_refused_naming_it_and_its_lines(tmp_path
             load_spec(tmp_path / name)
     (tmp_path / "once.yaml").write_text("notebook: fx.ipynb\ngrid:\n  x: [1, 2]\n")
     assert [p.params for p in load_spec(tmp_path / "once.yaml").points] == [{"x": 1}, {"x": 2}]
+
+
+@pytest.mark.parametrize("sweep_json", ['{"identity": {"notebook": "x.ipynb", "points": []}}', "not json", "[1, 2]"])
+def test_only_a_folder_whose_sweep_json_a_sweep_wrote_is_resumed_or_cleared(tmp_path, nb, sweep_json, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "sweep.json").write_text(sweep_json)
+    (out / "thesis.tex").write_text("keep me")
+    spec = load_spec(spec_dict(grid={"x": [1]}), tmp_path)
+    for force in (False, True):
+        with pytest.raises(SweepError, match="not a tftoolkit sweep folder.*left as it is") as e:
+            folder.open_dir(spec, out, force=force)
+        assert "--force" not in str(e.value)
+    path = write_spec(tmp_path, spec_dict(grid={"x": [1]}))
+    assert cli.main(["sweep", str(path), "--out", str(out), "--force"]) == 2
+    assert "not a tftoolkit sweep folder" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.json", "thesis.tex"]
+    assert (out / "sweep.json").read_text() == sweep_json
+
+
+@pytest.mark.parametrize("text, why", [(b"notebook: nb.ipynb\ngrid: &g {x: [1, *g]}\n", "contains itself"),
+                                       (b"notebook: nb.ipynb\ngrid: {x: [1]}\n# \xff\xfe\n", "not UTF-8"),
+                                       (b"[1, 2]\n", "a sweep spec is a mapping")])
+def test_a_spec_the_user_got_wrong_is_one_line_exit_2(tmp_path, nb, capsys, text, why):
+    path = tmp_path / "sweep.json"
+    path.write_bytes(text)
+    with pytest.raises(SweepError, match=why):
+        load_spec(path)
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and why in err[0]

@@ -3,6 +3,7 @@ allreduce.csv, the prediction table, crossover, and the errors for bad input. No
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -624,3 +625,19 @@ def test_a_run_directory_forecasts_efficiency_interval_stops_at_100_percent(tmp_
     out, how = validation.with_interval(frame, "rate", validation.release())
     assert out["efficiency_high"].max() <= 1.0
     assert "capped at 100%" in how["method"]
+
+
+@pytest.mark.parametrize("text, why", [("", "is not a CSV table"), ("hello\nworld\n", "needs columns replicas"),
+                                       ("replicas,step_time_s,global_batch\nabc,def,64\n2,0.1,64\n", "line(s) 2 lack"),
+                                       ("replicas,images_per_sec,global_batch\n2,fast,64\n", "line(s) 2 lack"),
+                                       ("replicas,step_time_s,global_batch\n", "it has no rows"),
+                                       ("replicas,step_time_s,per_replica_batch\n1.5,0.1,32\n0,0.1,32\n2,0.1,x\n", "line(s) 2, 3, 4 lack")])
+def test_a_measured_table_that_is_not_one_is_refused_naming_the_file(tmp_path, text, why):
+    from tftoolkit.errors import DataError
+
+    path = tmp_path / "garbage.csv"
+    path.write_text(text)
+    with pytest.raises(DataError, match=f"garbage.csv.*{re.escape(why)}"):
+        calibration.measured_frame([path])
+    path.write_text("replicas,step_time_s,per_replica_batch\n1,0.1,32\n2,0.12,32\n")
+    assert calibration.measured_frame([path])["replicas"].tolist() == [1, 2]

@@ -243,3 +243,36 @@ def test_a_run_finished_by_its_resume_says_it_measured_nothing_in_valid_fields(t
     on_disk = strict_json((tmp_path / "run" / "summary.json").read_text())
     assert on_disk["images_per_sec"] is None and on_disk["input_capacity_images_per_sec"] is None
     assert on_disk["input_verdict"] == ""
+
+
+# --- a signal after the last step, while the run measures ------------------------------------------------------
+@pytest.mark.slow  # two trainings of 4 steps with the input probe (~3 s each)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_measuring_after_the_last_step_still_writes_the_summary(tmp_path, monkeypatch, capsys, signum):
+    from tftoolkit import cli
+    from tftoolkit.cluster.launch import config_args
+    from tftoolkit.measure import inputbench
+
+    args = {**KILL_ARGS, "steps": 4, "checkpoint_every": 0}
+    real, signals_sent = inputbench.probe, []
+
+    def probe_then_signal(*a, **k):  # the measurement after the last step, as Ctrl-C or SIGTERM meets it
+        os.kill(os.getpid(), signum)
+        signals_sent.append(signum)
+        return real(*a, **k)
+
+    monkeypatch.setattr(inputbench, "probe", probe_then_signal)
+    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_args(RunConfig(**args))]
+    capsys.readouterr()
+    assert cli.main(argv) == 128 + signum and signals_sent == [signum]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # Measured, then written, then stopped: the rerun has nothing left to do.
+    assert s["status"] == "ok" and s["steps"] == 4 and s["timed_steps"] > 0 and s["images_per_sec"] > 0
+    assert s["input_capacity_images_per_sec"] is not None and checkpointed_step(tmp_path / "run") == 4
+    # Asked twice: it stops at once, and the summary says the measurement is not in it.
+    monkeypatch.setattr(inputbench, "probe", lambda *a, **k: (os.kill(os.getpid(), signum), os.kill(os.getpid(), signum)))
+    argv[2] = str(tmp_path / "twice")
+    assert cli.main(argv) == 128 + signum
+    s = json.loads((tmp_path / "twice" / "summary.json").read_text())
+    assert s["status"] == "interrupted" and "while measuring after the last step" in s["error"]
+    assert s["images_per_sec"] > 0 and checkpointed_step(tmp_path / "twice") == 4

@@ -78,8 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # name the command whose --help lists what it takes, not the top level's
         where = f"tftoolkit {args.command}" if getattr(args, "command", None) else "tftoolkit"
         parser.exit(EXIT_USAGE, f"{where}: error: unrecognized arguments: {' '.join(extra)} (see {where} --help)\n")
+    if isinstance(getattr(args, "out", None), str) and not args.out.strip():
+        # Every command that writes refuses an empty --out (an unset shell variable): "" is the working folder.
+        print(f"tftoolkit {args.command}: error: --out is empty (an unset variable?); give a folder's path",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
-        return args.func(args)
+        # Every command takes SIGTERM (timeout, scancel, a Slurm time limit) as Ctrl-C: its clean-up runs, and the
+        # exit code below says which signal (the rule: training/signals.py, which imports nothing of the toolkit).
+        from ..training.signals import stop_on_sigterm
+
+        with stop_on_sigterm():
+            return args.func(args)
     except ToolkitError as e:
         print(f"tftoolkit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -24,10 +24,8 @@ def add(sub) -> None:
 def run(args) -> int:
     from ..cluster.spec import cluster_from_env
     from ..training import train
-    from ..training.run import stop_on_sigterm
 
-    with stop_on_sigterm():
-        summary = train(config_from_args(args), args.out, force=args.force, quiet=args.quiet)
+    summary = train(config_from_args(args), args.out, force=args.force, quiet=args.quiet)  # SIGTERM: cli.main
     cluster = cluster_from_env()
     if cluster is None or cluster.is_chief:  # the chief speaks for a multi-worker run (it wrote the summary)
         print(f"{args.out}/summary.json: status {summary['status']}"

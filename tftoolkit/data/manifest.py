@@ -46,13 +46,45 @@ def read_manifest(path) -> dict:
         manifest = json.loads(mpath.read_text())
     except ValueError as e:
         raise DataError(f"{mpath} is not valid JSON ({e}); re-create the dataset") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits", {}), dict):
+        raise DataError(f"{mpath} is not a manifest (an object with image_shape, num_classes and splits); see "
+                        "data/README.md for the format")
     missing = [k for k in ("image_shape", "num_classes", "splits") if k not in manifest]
     if missing or "train" not in manifest.get("splits", {}):
         raise DataError(f"{mpath} lacks {', '.join(missing) or 'a train split'}; see data/README.md for the format")
     enc = manifest.get("image_encoding", "raw")
     if enc not in ENCODINGS:
         raise DataError(f"{mpath}: image_encoding {enc!r} is not one of {', '.join(ENCODINGS)}")
+    check_classes(mpath, manifest["num_classes"])
+    for split, spec in manifest["splits"].items():
+        shards = spec.get("shards") if isinstance(spec, dict) else None
+        if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("file"), str)
+                                                   for s in shards):
+            raise DataError(f"{mpath}: split {split!r} needs a list of shards, each {{\"file\": ...}}; see "
+                            "data/README.md for the format")
+        for shard in shards:
+            check_shard_path(mpath, shard["file"])
     return manifest
+
+
+# A classifier's last layer holds num_classes x its input width weights (and the optimizer as many again): past
+# this many classes it cannot fit any device, so a manifest declaring more is refused before anything trains.
+MAX_CLASSES = 1_000_000
+
+
+def check_classes(mpath: Path, n) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CLASSES:
+        raise DataError(f"{mpath}: num_classes {n!r} must be a whole number from 1 to {MAX_CLASSES:,} (a classifier "
+                        f"head over more classes cannot fit in memory); correct the manifest")
+
+
+def check_shard_path(mpath: Path, name: str) -> None:
+    """The rule for what a manifest may name: a shard is a relative path inside the dataset's folder (no absolute
+    path, no ``..``), so a dataset copied from elsewhere cannot make a run open files outside it."""
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or ".." in parts or "\0" in name:
+        raise DataError(f"{mpath}: shard {name!r} is not a path inside the dataset's folder (a shard is named "
+                        "relative to the folder that holds manifest.json, without '..'); correct the manifest")
 
 
 def check_framing(path: Path) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..fileio import size_text
 from . import tfrecords
 from .home import default_dir
 from .manifest import read_manifest_if_valid
@@ -220,6 +221,28 @@ def render_shard(seed: int, split: str, shard: int, labels: np.ndarray, size: in
     return render(labels, size, rng)
 
 
+def check_fits(out: Path, images: int, val_images: int, size: int, shard_size: int) -> None:
+    """Refuse, before rendering, a dataset that cannot be made here: one shard's pixels (rendered in memory) beyond
+    the memory available, or all the images (raw pixels) beyond the disk's free
+    space. A DataError names the figures and what to lower, instead of an allocation failing half-way."""
+    import shutil
+
+    import psutil
+
+    shard_bytes = min(shard_size, max(images, val_images)) * size * size * 3 + 8 * (images + val_images)
+    free_memory = psutil.virtual_memory().available
+    if shard_bytes > free_memory:
+        raise DataError(f"one shard of {min(shard_size, max(images, val_images)):,} images of {size}x{size} needs "
+                        f"{size_text(shard_bytes)} of memory, more than the {size_text(free_memory)} available; lower "
+                        "--size, --shard-size or --images")
+    where = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    total, free_disk = (images + val_images) * size * size * 3, shutil.disk_usage(where).free
+    if total > free_disk:
+        raise DataError(f"{images + val_images:,} images of {size}x{size} need {size_text(total)} on disk (raw pixels), "
+                        f"more than the {size_text(free_disk)} free at {where}; lower --images or --size, or choose "
+                        "another --out")
+
+
 def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_images: int = 4000, size: int = 32,
             seed: int = 0, *, shard_size: int = SHARD_SIZE, force: bool = False) -> dict:
     """Render shapes16k into ``out`` (TFRecord shards + manifest.json) and return the manifest.
@@ -234,6 +257,7 @@ def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_image
             raise DataError(f"{name} must be > 0, got {v}")
     if val_images < 0 or seed < 0:
         raise DataError(f"val_images and seed must be >= 0, got {val_images} and {seed}")
+    check_fits(out, int(images), int(val_images), int(size), int(shard_size))
     params = {"images": int(images), "val_images": int(val_images), "size": int(size), "seed": int(seed),
               "shard_size": int(shard_size), "generator_version": GENERATOR_VERSION}
     if not force:

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..fileio import remove_stale_temps, replacing, write_json
+from ..fileio import ensure_dir, remove_stale_temps, replacing, write_json
 from .functions import plain
-from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, VERIFIED, passed_entry, sha256
+from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, VERIFIED, passed_entry, read_manifest, sha256
 from .stream import StreamSplit
 
 # TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module
@@ -44,16 +44,16 @@ class DatasetWriter:
 
     def __init__(self, out, name: str, class_names: list[str], image_shape: tuple[int, int, int]):
         self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.out, "dataset folder")  # a file or a broken link there: one line
         self.name, self.class_names, self.image_shape = name, list(class_names), tuple(int(x) for x in image_shape)
         self.splits: dict[str, list[dict]] = {}
         old = self.out / MANIFEST
         self.old_files: set[str] = set()
         if old.exists():
-            try:
-                splits = json.loads(old.read_text())["splits"].values()
+            try:  # the shards it names go at finish(): only ever inside this folder (read_manifest's rule)
+                splits = read_manifest(self.out)["splits"].values()
                 self.old_files = {s["file"] for sp in splits for s in sp["shards"]}
-            except (ValueError, KeyError, TypeError):
+            except DataError:
                 pass
             # The old manifest goes before any shard is replaced: from here until finish() there is none.
             old.unlink()

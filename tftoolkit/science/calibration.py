@@ -28,7 +28,7 @@ import pandas as pd
 from .. import summary
 from ..config import DTYPE_BYTES
 from ..fileio import read_json
-from ..errors import ConfigError, DataError, RunDirError
+from ..errors import ConfigError, DataError, RunDirError, UnreadableRunError, first_line
 
 # The summary.json fields the model is calibrated and checked with.
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
@@ -241,6 +241,34 @@ def host_layout(record, replicas: int, gpus_per_host: int, where: str) -> tuple[
     return hosts, per_host, how
 
 
+def measured_table(p: Path) -> pd.DataFrame:
+    """A table of measured rates (scaling.csv, or one of the user's) with whole positive ``replicas`` and positive
+    ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) in every row: anything else is a DataError naming
+    the file and the rows, never a comparison quietly left out."""
+    need = ("columns replicas, step_time_s (or images_per_sec) and per_replica_batch or global_batch, one row per "
+            "measured run")
+    try:
+        df = pd.read_csv(p)
+    except (ValueError, UnicodeDecodeError) as e:  # empty, not CSV, not text (pandas' errors are ValueErrors)
+        raise UnreadableRunError(f"{p} is not a CSV table ({first_line(e, 120)}); --measured takes {need}") from None
+    if "step_time_s" not in df.columns:
+        if not {"images_per_sec", "global_batch"} <= set(df.columns):
+            raise UnreadableRunError(f"{p} needs {need}")
+        df["step_time_s"] = (pd.to_numeric(df["global_batch"], errors="coerce")
+                             / pd.to_numeric(df["images_per_sec"], errors="coerce"))
+    if "replicas" not in df.columns or not {"per_replica_batch", "global_batch"} & set(df.columns) or df.empty:
+        raise UnreadableRunError(f"{p} needs {need}" + (" (it has no rows)" if df.empty else ""))
+    replicas = pd.to_numeric(df["replicas"], errors="coerce")
+    step = pd.to_numeric(df["step_time_s"], errors="coerce")
+    batch = pd.to_numeric(df.get("per_replica_batch", df.get("global_batch")), errors="coerce")
+    bad = [i + 2 for i, (n, t, b) in enumerate(zip(replicas, step, batch))  # +2: the header is line 1
+           if not (finite(n) and n >= 1 and n == int(n) and finite(t) and t > 0 and finite(b) and b > 0)]
+    if bad:
+        raise UnreadableRunError(f"{p}: line(s) {', '.join(map(str, bad[:10]))} lack a whole replicas >= 1, a "
+                                 f"positive step time or a positive batch; --measured takes {need}")
+    return df.assign(replicas=replicas.astype(int), step_time_s=step.astype(float))
+
+
 def measured_frame(sources, gpus_per_host: int = DEFAULT_GPUS_PER_HOST) -> pd.DataFrame:
     """Measured step times from run directories (summary.json) or CSV tables with ``replicas`` and
     ``step_time_s`` (or ``images_per_sec`` and ``global_batch``) columns, e.g. scaling.csv; each with the
@@ -269,11 +297,7 @@ def measured_frame(sources, gpus_per_host: int = DEFAULT_GPUS_PER_HOST) -> pd.Da
                          "compute_time_s": s.get("compute_time_s", math.nan),
                          "allreduce_time_s": s.get("allreduce_time_s", math.nan)})
         elif p.suffix == ".csv" and p.exists():
-            df = pd.read_csv(p)
-            if "step_time_s" not in df.columns:
-                if not {"images_per_sec", "global_batch"} <= set(df.columns):
-                    raise DataError(f"{p} needs columns replicas and step_time_s (or images_per_sec and global_batch)")
-                df["step_time_s"] = df["global_batch"] / df["images_per_sec"]
+            df = measured_table(p)
             defaults = {"accumulate": 1, "allreduce_dtype": "float32", "allreduce_packs": 1}
             for col, v in defaults.items():
                 df[col] = df[col].fillna(v) if col in df.columns else v

@@ -106,7 +106,11 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
     from .run import Run  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
     if resuming and (out / "summary.json").exists():
-        previous = summary_schema.read(out)
+        try:
+            previous = summary_schema.read(out)
+        except ValueError as e:  # damaged (summary.read says how): the run resumes from its checkpoints and rewrites it
+            log.warning("%s; resuming from the checkpoints, which rewrites it", e)
+            previous = {}
         if previous.get("status") == "ok":
             # Finished: nothing runs, so nothing is rewritten (config.json keeps what the run ran with). Options
             # that do not define the run but would have changed its files are named.
@@ -118,6 +122,6 @@ def _run(sess, out: Path, quiet: bool, *, resuming: bool, worker_id: int = 0, wo
             log.info("%s already holds a finished run of this config; nothing to do%s", out, note)
             return previous
     if worker_id == 0:
-        fileio.write_json(out / "config.json", {"config": sess.config.to_dict(), "derived": sess.derived,
-                                                "dataset": {"name": sess.source.name, **sess.source.info}})
+        fileio.write_json(out / "config.json", rundir.config_record(
+            sess.config.to_dict(), derived=sess.derived, dataset={"name": sess.source.name, **sess.source.info}))
     return Run(sess, out, quiet, worker_id=worker_id, workers=workers, hosts=hosts).execute()

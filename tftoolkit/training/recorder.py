@@ -141,9 +141,9 @@ class RunRecorder(keras.callbacks.Callback):
                 if same:  # a fit cannot resume: the same fit recorded again replaces the record
                     log.info("%s held a record of this same fit; recording it again", self.out)
                     rundir.clear(self.out)
-                fileio.write_json(self.out / "config.json", {"config": self.config, "recorder": {
+                fileio.write_json(self.out / "config.json", rundir.config_record(self.config, recorder={
                     "warmup_steps": self.warmup_steps, "global_batch_given": self.global_batch_given,
-                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self._started))}})
+                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self._started))}))
                 write_env(self.out, self._kind, self._devices)
                 self._events = Events(self.out / "tensorboard")
                 self._events.hparams(self.config, trial_id(self.out))

@@ -17,7 +17,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from ..engine.step import build_engine
 from ..errors import DataError, ToolkitError, error_line
 from ..measure import breakdown, inputbench
 from ..measure.monitor.sampler import Monitor
-from . import run_records, summary_build
+from . import run_records, signals, summary_build
 from .summary_build import NOTHING_TRAINED
 from .tensorboard import Events, profile_for_run, trial_id
 
@@ -46,42 +45,9 @@ from .tensorboard import Events, profile_for_run, trial_id
 log = logging.getLogger("tftoolkit")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM stopped the run (timeout, scancel, a Slurm time limit): an interrupt like Ctrl-C, with its signal."""
-
-    signum = signal.SIGTERM
-
-
-class _Stop:
-    """A SIGTERM waiting for the loop: inside the training loop the handler only notes it, so that the call in
-    flight finishes and the run checkpoints a consistent state; anywhere else it raises Terminated at once."""
-
-    deferring = False
-    requested = False
-
-
-def _on_sigterm(signum, frame):
-    if _Stop.deferring:
-        _Stop.requested = True
-        return
-    raise Terminated()
-
-
-@contextlib.contextmanager
-def stop_on_sigterm():
-    """While inside, SIGTERM interrupts a training as Ctrl-C does (status interrupted, summary written) and, during
-    the loop, after checkpointing the steps trained. Only the main thread can set a signal handler: elsewhere this
-    does nothing. The handler that was there comes back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    _Stop.requested = False
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        _Stop.deferring = _Stop.requested = False
+# One rule for signals, in training/signals.py: SIGTERM is taken as Ctrl-C; noted in the loop; held back after the
+# last step until the summary is written.
+Terminated, _Stop, stop_on_sigterm = signals.Terminated, signals.Stop, signals.stop_on_sigterm
 
 
 class Run:
@@ -166,18 +132,20 @@ class Run:
         # Every worker samples its own host; the chief's file is the run's monitor.csv.
         name = "monitor.csv" if self.chief else f"monitor-worker{self.worker_id}.csv"
         self.monitor = Monitor(self.out / name, interval_s=0.5, gpu_indices=setup.gpu_indices, phase="warmup")
+        self.finishing = signals.Deferred()  # from the last step to the summary (signals.py)
         try:
             with self.monitor:
                 self._loop()
         except KeyboardInterrupt as e:
-            by = " by SIGTERM" if isinstance(e, Terminated) else ""
-            self.status = "interrupted"
-            self.error = f"interrupted{by} at step {int(self.state['step'].numpy())}; run the same command again to resume"
+            self.finishing.restore()
+            self._interrupted(e)
             self._finish()
             raise
         except ToolkitError:
+            self.finishing.restore()
             raise
         except Exception as e:  # noqa: BLE001 - recorded in the summary (a sweep goes on), then re-raised
+            self.finishing.restore()
             # A bad image or record a streamed split met (data/stream.py) is named in one line.
             bad = explain_error(e, list(self.source.streams.values())) if self.source.streamed else None
             self.status, self.error = "failed", bad or error_line(e)
@@ -185,7 +153,25 @@ class Run:
             if bad:
                 raise DataError(bad) from None
             raise
-        return self._finish()
+        try:
+            summary = self._finish()
+        except KeyboardInterrupt as e:  # asked twice while measuring: the summary without what was not measured
+            self._interrupted(e)
+            self._finish()
+            raise
+        except BaseException:
+            self.finishing.restore()
+            raise
+        self.finishing.end()  # a signal held back while the run measured and wrote its summary: honoured now
+        return summary
+
+    def _interrupted(self, e: KeyboardInterrupt) -> None:
+        by = " by SIGTERM" if isinstance(e, Terminated) else ""
+        step = int(self.state["step"].numpy())
+        after = " while measuring after the last step (the measurement is not in this summary)" if (
+            step >= self.derived["total_steps"]) else ""
+        self.status = "interrupted"
+        self.error = f"interrupted{by} at step {step}{after}; run the same command again to resume"
 
     def _start_tensorboard(self):
         config, total = self.config, self.derived["total_steps"]
@@ -309,9 +295,11 @@ class Run:
                            on_epoch_end=on_epoch_end)
             finally:
                 _Stop.deferring = False
-            if _Stop.requested:  # during the last evaluation: every step is trained; save them, then stop
+            # Every step is trained (or the run diverged): a signal from here on (one during the last call or
+            # evaluation, too) waits until the summary is written, and the steps are saved before it is measured.
+            self.finishing.start(signal.SIGTERM if _Stop.requested else None)
+            if self.status == "ok":
                 self._checkpoint()
-                raise Terminated()
             if self.status == "ok" and start < total:
                 # Both read on from the training input, so from the service too: the deadline still holds.
                 with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
@@ -336,8 +324,6 @@ class Run:
             inside = (self.wall["train_steps_s"] + self.wall["evaluation_s"] + self.wall["checkpoints_s"]
                       + self.wall["setup_s"] - setup_before + self.wall["measurement_s"])
             self.wall["host_loop_s"] = max(0.0, drive_s - inside)
-        if self.status == "ok":
-            self._checkpoint()
 
     def _service_stalled(self, line: str) -> None:
         """The watchdog's call when the tf.data service has stalled the training call: that call is stuck in

@@ -42,9 +42,10 @@ class Results:
 # --- loading ------------------------------------------------------------------------------------------------
 def _read_json(path: Path) -> dict:
     try:
-        return fileio.read_json(path)
+        data = fileio.read_json(path)
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}  # a file that is not an object holds nothing a reader can use
 
 
 def _point_params(run_dir: Path, source: Path) -> tuple[str | None, dict]:
@@ -74,10 +75,11 @@ def _mode(run_dir: Path, params: dict) -> str | None:
 
 def _run_row(run_dir: Path, source: Path) -> dict:
     try:
-        summary = summary_schema.read(run_dir)
-    except (OSError, ValueError):
-        summary = {}
+        summary, unreadable = summary_schema.read(run_dir), None
+    except (OSError, ValueError) as e:  # one bad run is listed as unreadable; the others are reported
+        summary, unreadable = {}, str(e)
     config = _read_json(run_dir / "config.json").get("config", {})
+    config = config if isinstance(config, dict) else {}
     point, params = _point_params(run_dir, source)
     row = {"source": source.name, "run": str(run_dir.relative_to(source)), "run_dir": str(run_dir), "point": point}
     for k, v in config.items():
@@ -97,6 +99,8 @@ def _run_row(run_dir: Path, source: Path) -> dict:
     for k in ("flags", "notes"):  # the monitor's findings (faults; the power cap, which is not one)
         row[f"monitor_{k}"] = "\n".join(monitor.get(k) or []) or None
     row.setdefault("status", "failed" if not summary else "ok")
+    if unreadable:
+        row["status"], row["error"] = "unreadable", unreadable
     row["mode"] = _mode(run_dir, params)
     row["point_params"] = json.dumps(params) if params else None
     return row
@@ -181,26 +185,33 @@ def _varies(df: pd.DataFrame, col: str) -> bool:
     return col in df.columns and df[col].dropna().nunique() > 1
 
 
+def readable(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs whose summary.json could be read: an unreadable one is listed (overview, status counts), not drawn."""
+    return runs[runs["status"] != "unreadable"] if "status" in runs.columns else runs
+
+
 def scaling_runs(res: Results) -> pd.DataFrame:
     """Runs from the sources that compare replica counts."""
-    if res.runs.empty or "replicas" not in res.runs.columns:
+    runs = readable(res.runs)
+    if runs.empty or "replicas" not in runs.columns:
         return pd.DataFrame()
-    keep = [s for s, g in res.runs.groupby("source") if _varies(g, "replicas")]
+    keep = [s for s, g in runs.groupby("source") if _varies(g, "replicas")]
     if not keep:
         return pd.DataFrame()
-    return res.runs[res.runs["source"].isin(keep)]
+    return runs[runs["source"].isin(keep)]
 
 
 def batch_runs(res: Results) -> pd.DataFrame:
     """Runs from the sources that compare LR rules, or global batches at a fixed replica count (in a weak
     scaling study the global batch grows with the replicas too: that is not a batch-size study)."""
-    if res.runs.empty:
+    runs = readable(res.runs)
+    if runs.empty:
         return pd.DataFrame()
-    keep = [s for s, g in res.runs.groupby("source")
+    keep = [s for s, g in runs.groupby("source")
             if _varies(g, "lr_rule") or (_varies(g, "global_batch") and not _varies(g, "replicas"))]
     if not keep:
         return pd.DataFrame()
-    return res.runs[res.runs["source"].isin(keep)]
+    return runs[runs["source"].isin(keep)]
 
 
 def scaling_frame(res: Results) -> pd.DataFrame:

@@ -48,15 +48,26 @@ def _identity_diff(old: dict, new: dict) -> str:
 
 
 def open_dir(spec: Spec, out: Path, force: bool, create: bool = True) -> bool:
-    """Check ``out`` can hold this sweep (create it); returns True when it already holds it (resume)."""
+    """Check ``out`` can hold this sweep (create it); returns True when it already holds it (resume).
+
+    A sweep folder is one whose sweep.json this toolkit wrote (``rundir.marked``): only such a folder is resumed or,
+    with ``force``, cleared. A folder holding any other sweep.json (the user's, or one that is not JSON) is refused,
+    ``force`` or not, and left as it is."""
     sweep_json = out / SWEEP_JSON
     ident = spec.identity()
-    if sweep_json.exists():
+    if sweep_json.exists() or sweep_json.is_symlink():
         try:
-            old = fileio.read_json(sweep_json).get("identity", {})
+            doc = fileio.read_json(sweep_json)
         except (OSError, ValueError):
-            old = {}
+            doc = None
+        if not rundir.marked(doc) or sweep_json.is_symlink():
+            raise SweepError(f"{out} is not a tftoolkit sweep folder: its {SWEEP_JSON} was not written by a sweep "
+                             "(a sweep's carries \"written_by\": \"tftoolkit\"), so it is left as it is; choose "
+                             "another --out")
+        old = doc.get("identity") if isinstance(doc.get("identity"), dict) else {}
         if old == json.loads(json.dumps(ident)):
+            if create:
+                fileio.remove_stale_temps(out)  # ours, and locked: what a writer killed mid-write left goes
             return True
         if not force:
             raise SweepError(f"{out} holds a different sweep ({_identity_diff(old, ident)}); choose another --out, "
@@ -69,6 +80,7 @@ def open_dir(spec: Spec, out: Path, force: bool, create: bool = True) -> bool:
     if create:
         fileio.ensure_dir(out, "sweep folder")
         fileio.write_json(sweep_json, {
+            **rundir.MARK,
             "identity": ident,
             "spec": {"notebook": str(spec.notebook), "report": str(spec.report) if spec.report else None,
                      "fixed": spec.fixed, "grid": spec.grid, "zip": spec.zip, "source": spec.source,

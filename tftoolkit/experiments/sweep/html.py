@@ -33,7 +33,7 @@ def render_report(notebook: Path, sweep_dirs: list, out: Path, timeout: float | 
     work.mkdir(parents=True, exist_ok=True)
     params = {"sweep_dirs": [str(Path(d).resolve()) for d in sweep_dirs], OUT_PARAM: str((out / name).resolve())}
     executed = out / f"{name}.ipynb"
-    with open(work / LOG_TXT, "w") as log_file:
+    with fileio.open_for_writing(work / LOG_TXT) as log_file:
         proc = point_process.spawn(notebook, executed, params, work, None, log_file)
         try:
             proc.wait(timeout=timeout)

@@ -81,7 +81,7 @@ def start_point(spec, out: Path, point: Point, gpus, timeout: float | None, extr
     else:
         # A notebook with no out_dir writes where it runs: in its point's folder.
         params, cwd = dict(point.inject), pdir.resolve()
-    log_file = open(pdir / LOG_TXT, "w")
+    log_file = fileio.open_for_writing(pdir / LOG_TXT)  # a planted link is not followed
     proc = point_process.spawn(spec.notebook, pdir / spec.notebook.name, params, pdir, gpus, log_file, cwd=cwd)
     return Job(point, proc, now, now + timeout if timeout else None, gpus, log_file, extra=extra or {})
 

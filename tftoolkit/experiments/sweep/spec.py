@@ -113,11 +113,17 @@ def load(spec, base_dir: str | Path | None = None) -> Spec:
         if not path.is_file():
             raise SweepError(f"sweep spec {path} not found")
         try:
-            raw = yaml.load(path.read_text(), Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader
+            raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_keys_loader())  # noqa: S506 - a SafeLoader
+            json.dumps(raw, default=str)  # a value that contains itself (an anchor used inside its own node)
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""
             raise SweepError(f"{path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        except UnicodeDecodeError as e:
+            raise SweepError(f"{path} is not UTF-8 text (byte {e.start}); save the spec as UTF-8") from None
+        except (ValueError, RecursionError):
+            raise SweepError(f"{path}: a value contains itself (a YAML anchor used inside its own node); write the "
+                             "values out") from None
         source, base = str(path), path.resolve().parent
     else:
         raw, source, base = spec, "<dict>", Path(base_dir or ".").resolve()

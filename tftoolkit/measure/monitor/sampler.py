@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from ... import gpus
+from ... import fileio, gpus
 from ... import nvml as nvml_api
 from ...errors import ConfigError, DeviceError, RunDirError
 from . import cpu_times
@@ -160,7 +160,7 @@ class Monitor:
         # complete lines (read_monitor drops a torn last line anyway).
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", newline="", buffering=1 << 20)
+            self._file = fileio.open_for_writing(self.path, "w", newline="", buffering=1 << 20)  # no link followed
         except OSError as exc:
             raise RunDirError(f"cannot write the monitor file {self.path} ({exc.strerror or exc}); "
                               "choose a writable run directory") from None
