@@ -10,7 +10,8 @@ from .common import add_config_options, add_quiet, config_from_args
 
 
 def add(sub) -> None:
-    from ..science import comms, finders, forecast, planner
+    # choices and links are light (no NumPy, no pandas): --help builds without the planner or the finders
+    from ..science import choices, links
 
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
@@ -39,9 +40,9 @@ def add(sub) -> None:
                    help="the memory cap given directly instead of --batch-find: the largest per-replica batch that "
                         "fits on the GPUs you will train on")
     p.add_argument("--interconnect", help="also predict time to the same loss over this link: "
-                                          + ", ".join(comms.PRESETS) + " or NAME=GBps[:latency_us]")
+                                          + ", ".join(links.PRESETS) + " or NAME=GBps[:latency_us]")
     p.add_argument("--inter-host", default="ib200", help="link between hosts for the time prediction (default: ib200)")
-    _add_layout(p, forecast)
+    _add_layout(p)
     _add_host_cores(p)
     p.set_defaults(func=advise_command)
 
@@ -51,18 +52,18 @@ def add(sub) -> None:
         p.add_argument("--out", required=True, help="directory for the finder's table, JSON and figure")
         add_quiet(p)
         if name == "find-lr":
-            p.add_argument("--lr-min", type=float, default=finders.LR_MIN, help=f"first LR (default: {finders.LR_MIN:g})")
-            p.add_argument("--lr-max", type=float, default=finders.LR_MAX, help=f"last LR (default: {finders.LR_MAX:g})")
-            p.add_argument("--lr-steps", type=int, default=finders.LR_STEPS,
-                           help=f"steps of the sweep (default: {finders.LR_STEPS})")
-            p.add_argument("--blowup", type=float, default=finders.BLOWUP,
-                           help=f"stop when the smoothed loss exceeds this multiple of its minimum (default: {finders.BLOWUP:g})")
+            p.add_argument("--lr-min", type=float, default=choices.LR_MIN, help=f"first LR (default: {choices.LR_MIN:g})")
+            p.add_argument("--lr-max", type=float, default=choices.LR_MAX, help=f"last LR (default: {choices.LR_MAX:g})")
+            p.add_argument("--lr-steps", type=int, default=choices.LR_STEPS,
+                           help=f"steps of the sweep (default: {choices.LR_STEPS})")
+            p.add_argument("--blowup", type=float, default=choices.BLOWUP,
+                           help=f"stop when the smoothed loss exceeds this multiple of its minimum (default: {choices.BLOWUP:g})")
         else:
             p.add_argument("--memory-limit-mb", type=float,
                            help="memory per replica in MiB; required on CPU replicas, where a batch fits while its "
                                 "estimated training memory stays under it; on GPUs an extra cap on the measured peak")
-            p.add_argument("--max-batch", type=int, default=finders.MAX_BATCH,
-                           help=f"stop doubling here (default: {finders.MAX_BATCH})")
+            p.add_argument("--max-batch", type=int, default=choices.MAX_BATCH,
+                           help=f"stop doubling here (default: {choices.MAX_BATCH})")
             p.add_argument("--target-global-batch", type=int, metavar="G",
                            help="also say how to train at global batch G, more than the replicas may hold in one pass: "
                                 "the largest per-replica batch b that fits with G = b x replicas x K for a whole K, "
@@ -88,7 +89,7 @@ def add(sub) -> None:
                         "without one, forecast from --gpu and --params/--model (the catalogue's hardware)")
     _add_plan_options(p)
     p.add_argument("--out", help="where to write prediction.csv/json and figures (default: RUN_DIR)")
-    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(comms.PRESETS)
+    p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(links.PRESETS)
                                           + " or NAME=GBps[:latency_us] (default: all intra-host presets, or none "
                                             "with --allreduce-csv)")
     p.add_argument("--inter-host", help="link between hosts (default: ib200 with a run directory when "
@@ -101,7 +102,7 @@ def add(sub) -> None:
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
     p.add_argument("--mode", choices=SCALING_MODES, default="weak",
                    help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
-    p.add_argument("--devices", choices=forecast.DEVICES, default="dedicated",
+    p.add_argument("--devices", choices=choices.DEVICES, default="dedicated",
                    help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
                         "(CPU-simulated replicas) (default: dedicated)")
     p.add_argument("--overlap", type=float, help="fraction of the all-reduce hidden behind the backward pass, at "
@@ -123,7 +124,7 @@ def add(sub) -> None:
                         "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
                         "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
                         "(default: the run's)")
-    _add_layout(p, forecast)
+    _add_layout(p)
     p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
                                                      "system's)")
     p.add_argument("--measured", nargs="+",
@@ -136,7 +137,7 @@ def add(sub) -> None:
                         "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
                         "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
                         "GPU computes far faster, so communication would weigh more than such a forecast says)")
-    p.add_argument("--algorithm", choices=planner.ALGORITHMS, default="ring",
+    p.add_argument("--algorithm", choices=choices.ALGORITHMS, default="ring",
                    help="the exchange inside a host: ring (NCCL 2+, Horovod, the collective ops; this toolkit's own "
                         "step), tree (NCCL's double binary tree), star (reduce_to_one: CPU replicas, GPUs without "
                         "NCCL), hierarchical-copy (HierarchicalCopyAllReduce: a star in each half, the halves' main "
@@ -176,14 +177,15 @@ def _add_plan_options(p) -> None:
     g.add_argument("--json", action="store_true", help="print the forecast as JSON on stdout")
 
 
-def _add_layout(p, forecast) -> None:
-    """--max-replicas and --gpus-per-host, with one default each for advise and predict (``forecast``: the
-    science.forecast module, imported by add() so the parser starts no more than it needs)."""
+def _add_layout(p) -> None:
+    """--max-replicas and --gpus-per-host, with one default each for advise and predict."""
+    from ..science import choices
+
     p.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS,
                    help=f"most GPUs to consider (default: {DEFAULT_MAX_REPLICAS})")
-    p.add_argument("--gpus-per-host", type=int, default=forecast.DEFAULT_GPUS_PER_HOST,
+    p.add_argument("--gpus-per-host", type=int, default=choices.DEFAULT_GPUS_PER_HOST,
                    help="GPUs in each host: counts past it are whole hosts joined by --inter-host "
-                        f"(default: {forecast.DEFAULT_GPUS_PER_HOST})")
+                        f"(default: {choices.DEFAULT_GPUS_PER_HOST})")
 
 
 def _add_host_cores(p) -> None:

@@ -29,6 +29,7 @@ from .. import summary
 from ..config import DTYPE_BYTES
 from ..fileio import read_json
 from ..errors import ConfigError, DataError, RunDirError, UnreadableRunError, first_line
+from .choices import DEFAULT_GPUS_PER_HOST
 
 # The summary.json fields the model is calibrated and checked with.
 READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params", "step_time_s", "compute_time_s",
@@ -39,7 +40,6 @@ READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params
 RUN_FILES = ("config.json", "env.json", "steps.csv")
 # Written by hand into a summary.json or as a table's columns, the hosts a measured run spanned (no run records them).
 LAYOUT_KEYS = ("hosts", "gpus_per_host")
-DEFAULT_GPUS_PER_HOST = 8
 
 
 def on_training_clock(s: dict, key: str) -> float:

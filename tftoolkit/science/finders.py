@@ -40,22 +40,18 @@ import pandas as pd
 
 from ..config import RunConfig, accumulation_plan
 from ..errors import ConfigError, ModelError
+from .choices import BLOWUP, LR_MAX, LR_MIN, LR_STEPS, MAX_BATCH  # noqa: F401 - finders' names too
 from .memory import OPTIMIZER_SLOTS
 
 log = logging.getLogger("tftoolkit")
 
-# LR finder defaults: 1e-6..10 spans every optimiser's useful range; 200 steps keep the sweep to a few hundred
-# steps (the issue) while giving ~29 steps per decade.
-LR_MIN, LR_MAX, LR_STEPS = 1e-6, 10.0, 200
 SMOOTH_FRACTION = 0.05  # smooth over 5% of the sweep (10 of 200 steps, a third of a decade of LR)
-BLOWUP = 4.0
 SKIP_START = 0.1  # the first 10% of the sweep: the smoothed loss still carries its start-up bias and noise
 # Learning is a fall of the smoothed loss, before its minimum, past NOISE_TIMES the standard error of a smoothed point
 # (a flat noisy curve's lowest point sits a few below its start), and past MIN_DROP (a floor; a fixed 2% missed the
 # default task's clear 1.7% fall). A loss never under CHANCE x ln(classes) never left chance.
 NOISE_TIMES, MIN_DROP, CHANCE = 6.0, 0.005, 0.98
 
-MAX_BATCH = 2**16
 # find-batch bisects to within this share of the batch: each trial is a real step (bisecting to one example took
 # 390 s on 2 cores, 2744 against 2745, 2746, 2748), and 3% of a batch changes no decision.
 BATCH_PRECISION = 0.03

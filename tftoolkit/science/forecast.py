@@ -37,10 +37,10 @@ import pandas as pd
 from .. import summary
 from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
+from .choices import DEVICES  # noqa: F401 - forecast's name too
 from .calibration import DEFAULT_GPUS_PER_HOST, Calibration, exchange_of, finite, handwritten, on_training_clock
 from .comms import BACKWARD_SHARE, Link, allreduce_time, hidden_time
 
-DEVICES = ("dedicated", "shared")
 
 
 @functools.cache

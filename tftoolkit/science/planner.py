@@ -58,13 +58,12 @@ from ..config import DTYPE_BYTES, whole_number
 from ..errors import ConfigError
 from .. import catalogue
 from .comms import Link, allreduce_time, host_transfer_time, measured_busbw, parameter_server_time
+from .choices import ALGORITHMS, DEFAULT_ALGORITHM  # noqa: F401 - planner's names too
 from .forecast import ExchangeModel, straggler_factor
 from .topology import (find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, socket_crossing,
                        uplink_sharing)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-ALGORITHMS = ("ring", "tree", "ring-in-order", "star", "hierarchical-copy", "host", "parameter-server")
-DEFAULT_ALGORITHM = "ring"  # this toolkit's own step: MirroredStrategy's NCCL all-reduce, a ring over the topology
 # Parameters of each model's largest variable (the parameter server's bottleneck), counted from the layer shapes:
 # VGG16's fc1 25088 x 4096; AlexNet's first dense layer (256 x 6 x 6) x 4096 (tf_cnn_benchmarks' definition,
 # unconfirmed here); ResNet-50/152's 3x3 convolutions of the last stage 3 x 3 x 512 x 512; InceptionV3's classifier
