@@ -84,6 +84,30 @@ def test_step_breakdown_stacks_milliseconds(runs):
         scaling.plot_step_breakdown(runs.assign(compute_time_s=math.nan, allreduce_time_s=math.nan))
 
 
+def test_step_breakdown_draws_errors_noise_and_failures_as_measured(runs):
+    data = runs.assign(device_kind="CPU-simulated", compute_time_uncertainty_s=0.002,
+                       allreduce_time_s=[0.0, 0.001, math.nan], allreduce_time_uncertainty_s=[0.0, 0.002, 0.004],
+                       allreduce_time_status=["measured", "within noise", "failed"], input_wait_uncertainty_s=0.0005,
+                       breakdown_step_time_s=[0.052, 0.053, 0.060], breakdown_step_time_uncertainty_s=0.001,
+                       step_time_s=[0.052, 0.053, 0.030])
+    long = scaling.breakdown_frame(data)
+    at = long.set_index(["replicas", "part"])
+    assert at.loc[(2, "gradient all-reduce"), "status"] == "within noise"
+    assert at.loc[(4, "gradient all-reduce"), "status"] == "failed"
+    assert at.loc[(2, "compute"), "err_ms"] == pytest.approx(2.0)
+    fig = scaling.plot_step_breakdown(data)
+    ax = fig.axes[0]
+    hollow = [p for p in ax.patches if p.get_hatch() == "//"]
+    assert len(hollow) == 1 and hollow[0].get_facecolor()[3] == 0  # never a solid bar
+    assert "gradient all-reduce (within noise: hollow)" in _texts(fig)
+    assert any("failed" in t.get_text() for t in ax.texts)  # the failed part is said, not drawn
+    assert len(ax.patches) == 3 + 3 + 2  # compute and input wait everywhere, the all-reduce where not failed
+    assert len(ax.containers) >= 6  # error bars on the parts and on the step
+    assert {"the step the parts split", "training's step (timed earlier)"} <= _texts(fig)
+    assert "CPU-simulated" in fig._supxlabel.get_text() and "standard error" in fig._supxlabel.get_text()
+    _render(fig)
+
+
 def test_images_per_replica_draws_one_bar_per_replica(runs):
     long = scaling.replica_examples_frame(runs)
     assert len(long) == 1 + 2 + 4
@@ -195,6 +219,22 @@ def test_comm_vs_compute_has_both_panels_and_the_crossover_line(runs):
     np.testing.assert_allclose(share.get_ydata(), [0, 100 * 10 / 60, 100 * 30 / 80])
     assert "communication = compute" in _texts(fig)
     assert {"compute (no all-reduce)", "all-reduce paid in the step", "gradient all-reduce timed alone"} <= _texts(fig)
+
+
+def test_comm_vs_compute_carries_errors_noise_and_the_simulated_note(runs):
+    data = runs.assign(device_kind="CPU-simulated", compute_time_uncertainty_s=0.002,
+                       allreduce_time_uncertainty_s=[0.0, 0.008, 0.004])  # the 2-replica all-reduce: 10 ± 8 ms
+    table = comm.comm_frame(data)
+    assert table["allreduce_within_noise"].tolist() == [False, True, False]
+    assert table["compute_time_err_s"].tolist() == pytest.approx([0.002] * 3)
+    fig = comm.plot_comm_vs_compute(data)
+    left, right = fig.axes
+    assert len(left.containers) >= 2  # error bars on compute and on the all-reduce
+    assert "within noise (hollow)" in _texts(fig)
+    hollow = [ln for ln in right.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [2]
+    assert "CPU-simulated" in fig._supxlabel.get_text()
+    _render(fig)
 
 
 def test_save_figure_writes_png_and_svg_atomically(tmp_path, runs):
