@@ -226,8 +226,10 @@ def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
             # compute and all-reduce colours of the step breakdown.
             colour = f"C{k}" if many else ("#4c72b0" if col == "compute_time_s" else "#dd8452")
             err = agg[col[:-2] + "_err_s"] * 1e3 if col[:-2] + "_err_s" in agg.columns else None
-            ax.errorbar(n, agg[col] * 1e3, yerr=err, marker=marker, lw=lw, ls=ls, color=colour, capsize=3,
-                        label=f"{label} ({name})" if many else label)
+            ax.plot(n, agg[col] * 1e3, marker=marker, lw=lw, ls=ls, color=colour,
+                    label=f"{label} ({name})" if many else label)
+            if err is not None and err.notna().any():
+                ax.errorbar(n, agg[col] * 1e3, yerr=err.fillna(0.0), fmt="none", color=colour, capsize=3, lw=1.0)
             drawn.add(col)
         noisy = agg["allreduce_within_noise"].to_numpy()
         if noisy.any():  # hollow: within noise of zero, its size not known
