@@ -59,7 +59,8 @@ log = logging.getLogger("tftoolkit")
 # all-reduce. Interleaving (in a rotated order) makes each round's three calls see the same machine state (turbo,
 # other processes), so per-round differences are the parts, and the step they split is timed beside them.
 MIN_ROUNDS, MAX_ROUNDS = 5, 9  # 5 rounds: a median and a bootstrap error that means something; more only if cheap
-MEASURE_SHARE = 0.05  # the rounds' share of the training loop's time, above MIN_ROUNDS (the cost stays ~10% of a run)
+MEASURE_SHARE = 0.05  # the rounds' share of the training loop's time above the floor of MIN_ROUNDS (the floor and the
+# traces dominate a short run: 16% of a 2-epoch default train on a loaded 2-core host, BENCHMARKS.md)
 DIRECT_ALLREDUCE_REPEATS = 5
 BOOTSTRAP = 1000  # resamples of the rounds for each median's standard error
 
@@ -453,9 +454,9 @@ def against_training(fields: dict, summary: dict) -> dict:
 def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int) -> str:
     """What measuring cost the run, for the log: seconds, share of the run's wall time, and where they went."""
     share = measure_s / wall_s if wall_s > 0 else math.nan
-    why = (f"; over {MEASURE_SHARE * 2:.0%}: the step without input and the step without the all-reduce are traced "
-           f"once each, and {MIN_ROUNDS} rounds of 3 one-step calls are the least a median with an error needs; "
-           "--no-measure skips it" if share > 2 * MEASURE_SHARE else "")
+    why = (f"; over {MEASURE_SHARE * 2:.0%}: the step without input (and, on several replicas, the step without the "
+           f"all-reduce) is traced once, and {MIN_ROUNDS} rounds of one-step calls are the least a median with an "
+           "error needs; --no-measure skips it" if share > 2 * MEASURE_SHARE else "")
     return (f"measurement: {measure_s:.1f} s, {share:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
             f"rounds of {steps} step(s) a call){why}")
 

@@ -259,5 +259,7 @@ def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
     ax2.set_ylabel("communication share of the step (%)")
     ax2.set_title("Communication fraction")
     ax2.legend(loc="upper left", fontsize=8)
-    footnote(fig, "error bars: 1 standard error; hollow: the all-reduce is within 2 errors of zero" + device_note(df))
+    note = device_note(df).strip(" ()")
+    footnote(fig, "error bars: 1 standard error; hollow: the all-reduce is within 2 errors of zero"
+             + (f"; {note}" if note else ""))
     return fig

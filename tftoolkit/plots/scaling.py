@@ -211,6 +211,8 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
                 continue
             h = max(float(r["ms"]), 0.0) if r["ms"] == r["ms"] else 0.0
             noisy = r["status"] == "within noise"
+            if h == 0 and not noisy:  # nothing measured to draw (one replica's all-reduce)
+                continue
             label = part + (" (within noise: hollow)" if noisy else "")
             colour = BREAKDOWN_COLOURS[part]
             ax.bar(x[i], h, bottom=bottom, width=0.6, color="none" if noisy else colour, edgecolor=colour,
@@ -229,10 +231,12 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
             ax.plot([x[i] - 0.34], [train], marker="_", ms=12, color="black", ls="none", alpha=0.5,
                     label=None if "train" in labelled else "training's step (timed earlier)")
             labelled.add("train")
-        total = step if step == step else bottom
-        text = f"{total:.1f} ms" + ("\n" + ", ".join(failed) + " failed" if failed else "")
-        ax.annotate(text, (x[i], max(bottom, total)), textcoords="offset points", xytext=(0, 4), ha="center",
+        text = (f"step {step:.1f}" + (f" ± {step_err:.1f}" if step_err == step_err else "") + " ms" if step == step
+                else f"{bottom:.1f} ms")
+        text += "\n" + ", ".join(failed) + " failed" if failed else ""
+        ax.annotate(text, (x[i], bottom), textcoords="offset points", xytext=(0, 4), ha="center",
                     fontsize=8, color="#b22222" if failed else "black")
+        total = step if step == step else bottom
         top[i] = max(bottom, total, train if train == train else 0.0)
     ax.set_xticks(x)
     ax.set_xticklabels([f"{n}" for _, n in keys])
@@ -248,7 +252,8 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
     ax.set_title("Where each step's time goes")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(axis="x", visible=False)
-    footnote(fig, "error bars: 1 standard error (bootstrap over interleaved rounds)" + device_note(df))
+    note = device_note(df).strip(" ()")
+    footnote(fig, "error bars: 1 standard error (bootstrap over interleaved rounds)" + (f"; {note}" if note else ""))
     return fig
 
 
