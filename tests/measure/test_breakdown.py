@@ -292,6 +292,10 @@ def test_measuring_does_not_change_the_trained_weights(cpu_devices):
     parts = measure.time_step_parts(engine, cfg, source, source.train_examples, iterator, rounds=1, steps=1)
     after = [np.array(v.numpy()) for v in engine.model.variables + engine.optimizer.variables]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    # The step without input replays the run's own input through an iterator of the training iterator's type: the
+    # training loop's one trace serves both; the loop without the all-reduce is traced once, on training's model.
+    assert engine.train_loop.experimental_get_tracing_count() == 1
+    assert engine.compute_loop.experimental_get_tracing_count() == 1
     assert all(len(parts[k]) == 1 and parts[k][0] > 0 for k in ("step_all_s", "no_input_all_s", "compute_all_s"))
 
 
@@ -379,7 +383,7 @@ class _FakeEngine:
     def __init__(self, replicas):
         self.train_loop, self.compute_loop = object(), object()
         self.strategy = type("S", (), {"num_replicas_in_sync": replicas})()
-        self.feed = type("F", (), {"replay": staticmethod(lambda strategy, source, config: "on the devices")})()
+        self.feed = type("F", (), {"train_input": staticmethod(lambda strategy, source, config, replay: [replay])})()
         self.model = self.optimizer = type("V", (), {"variables": []})()
 
 

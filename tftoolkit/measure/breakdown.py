@@ -5,7 +5,7 @@ interleaved rounds, timed while the run's training iterator is still alive (``me
 one call of the same length of three variants, in a rotated order,
 
   A  the real training step (the run's own input pipeline)
-  B  the same step on one batch already on the devices (no input)
+  B  the same step on the run's own input cut to one step's elements, cached and repeated (nothing to wait for)
   C  B without the gradient all-reduce (the engine's ``compute_loop``, on training's own model and optimizer: each
      replica applies its own gradient, so the only thing missing is communication; one replica has no C)
 
@@ -267,12 +267,10 @@ def _time_loop(train_loop, iterator, n: int) -> float:
 class Replay:
     """Stands in for the distributed iterator ``train_loop`` takes: every ``next`` gives the same per-replica
     ``values``, already on the replicas' devices (``engine.feed.Feed.replay``: one batch sliced as the pipeline
-    slices it, or indices into the device-resident split).
+    slices it, or indices into the device-resident split). For benchmarks that time a step without input.
 
-    Not a tf.data iterator on purpose: deleting one used to wait for tf.data's autotuning threads (one per
-    device for a distributed iterator), which took from 0.3 s to over a minute on a loaded 2-core machine
-    (gdb: ~RootDataset::Iterator waiting on Model::OptimizeLoop). The price is one extra trace of the trained
-    engine's loop, since a new argument type means a new trace.
+    The breakdown uses the run's own input replayed instead (data.pipeline.replayed): an argument of another type
+    than the training iterator, like this one, costs one more trace of the training loop.
     """
 
     def __init__(self, values):
@@ -316,9 +314,10 @@ def time_step_parts(engine, config, source, train_examples: int, iterator, round
     afterwards, so the trained model is unchanged."""
     strategy = engine.strategy
     n = steps or config.steps_per_loop
-    # One real batch, already on the devices, replayed every step: the step with no input pipeline at all.
-    replay = Replay(engine.feed.replay(strategy, source, config))
     t0 = time.perf_counter()
+    # The run's own input, cut to one step's elements, cached and repeated: the step with no input to wait for. Its
+    # iterator has the training iterator's type, so the training loop's trace serves it (no trace of its own).
+    replay = iter(engine.feed.train_input(strategy, source, config, replay=True))
     saved = _snapshot(engine)
     try:
         variants = [(engine.train_loop, iterator), (engine.train_loop, replay)]
