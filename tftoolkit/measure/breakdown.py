@@ -453,9 +453,9 @@ def against_training(fields: dict, summary: dict) -> dict:
 def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int) -> str:
     """What measuring cost the run, for the log: seconds, share of the run's wall time, and where they went."""
     share = measure_s / wall_s if wall_s > 0 else math.nan
-    why = (f"; over {MEASURE_SHARE * 2:.0%}: the step without input (and, on several replicas, the step without the "
-           f"all-reduce) is traced once, and {MIN_ROUNDS} rounds of one-step calls are the least a median with an "
-           "error needs; --no-measure skips it" if share > 2 * MEASURE_SHARE else "")
+    why = (f"; over {MEASURE_SHARE * 2:.0%}: on several replicas the step without the all-reduce is traced once, and "
+           f"{MIN_ROUNDS} rounds of one-step calls are the least a median with an error needs; --no-measure skips it"
+           if share > 2 * MEASURE_SHARE else "")
     return (f"measurement: {measure_s:.1f} s, {share:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
             f"rounds of {steps} step(s) a call){why}")
 

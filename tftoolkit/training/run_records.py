@@ -24,10 +24,8 @@ def write_env(out: Path, kind: str, device_names) -> None:
     import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
     env = hardware.collect(tf_info={"version": tf.__version__, **tf.sysconfig.get_build_info()})
-    from .. import __version__
-
     env["tftoolkit"] = {"device_kind": kind, "devices": list(device_names), "threads": devices.thread_settings(),
-                        "version": __version__}  # the report's header says which toolkit measured
+                        "version": hardware.toolkit_version()}  # the report's header says which toolkit measured
     fileio.write_json(out / "env.json", env)
 
 

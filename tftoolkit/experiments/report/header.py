@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ... import __version__
+from ...measure.hardware import toolkit_version
 from .results import Results, batch_runs, scaling_runs
 
 
@@ -60,7 +60,7 @@ def facts(res: Results) -> dict:
         "cpus": "; ".join(cpus),
         "dates": _span([str(e["collected_at"])[:16].replace("T", " ") + " UTC" for e in envs if e.get("collected_at")]),
         "toolkit": ", ".join(versions) if versions else "not recorded by these runs",
-        "report_toolkit": __version__,
+        "report_toolkit": toolkit_version(),
         "tensorflow": ", ".join(sorted({str((e.get("tensorflow") or {}).get("version")) for e in envs
                                         if (e.get("tensorflow") or {}).get("version")})) or "not recorded",
         "measured": measured or ["no study these figures draw"],
