@@ -60,7 +60,7 @@ log = logging.getLogger("tftoolkit")
 # other processes), so per-round differences are the parts, and the step they split is timed beside them.
 MIN_ROUNDS, MAX_ROUNDS = 5, 9  # 5 rounds: a median and a bootstrap error that means something; more only if cheap
 MEASURE_SHARE = 0.05  # the rounds' share of the training loop's time above the floor of MIN_ROUNDS (the floor and the
-# traces dominate a short run: 16% of a 2-epoch default train on a loaded 2-core host, BENCHMARKS.md)
+# trace dominate a short run: 13% of a 2-epoch default train on a loaded 2-core host, BENCHMARKS.md)
 DIRECT_ALLREDUCE_REPEATS = 5
 BOOTSTRAP = 1000  # resamples of the rounds for each median's standard error
 
