@@ -197,8 +197,9 @@ _ALL = (
         ("input_wait_status", "", "the input wait's status, as compute_time_status"),
         ("other_time_status", "", "within noise (the parts add up) or measured (they do not)"),
         ("breakdown_rounds", "1", "interleaved rounds the parts are medians of"),
-        ("breakdown_adds_up", "", "true when no part failed and other_time_s is zero within 3 of its errors (the "
-                                  "medians of the rounds' differences agree with the difference of their medians)"),
+        ("breakdown_adds_up", "", "true when no part failed, compute is not longer than the step beyond the noise "
+                                  "of their difference, and other_time_s is zero within 3 of its errors (the medians "
+                                  "of the rounds' differences agree with the difference of their medians)"),
         ("breakdown_note", "", "which parts are within noise or failed, whether the parts add up to the step, and "
                                "whether that step is training's"),
         ("breakdown_step_matches_training", "", "breakdown_step_time_s equals step_time_s within 2 of their combined "

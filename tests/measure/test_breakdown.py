@@ -78,6 +78,22 @@ def test_a_part_negative_beyond_its_noise_fails_the_measurement_visibly():
     assert "input wait FAILED" in line and " ≠ " in line
 
 
+def test_compute_longer_than_its_step_fails_the_breakdown():
+    # The loaded-host case met on the README's first command: compute 714 ± 131 ms against a 432 ± 65 ms step, each
+    # part within noise alone, yet the step cannot be shorter than its own compute.
+    rng = np.random.default_rng(3)
+    load = rng.uniform(0, 0.05, 9)  # common to a round
+    step, compute = 0.430 + load + rng.normal(0, 0.01, 9), 0.700 + load + rng.normal(0, 0.01, 9)
+    no_input = 0.560 + load + rng.normal(0, 0.25, 9)  # the step without input, all over the place
+    s = measure.split(step, no_input, compute)
+    assert not s.failed and all(p.within_noise for p in (s.allreduce, s.input_wait))  # each part alone: noise
+    assert s.rest.raw == pytest.approx(-0.27, abs=0.05) and s.compute_beyond_step and not s.adds_up
+    b = measure.breakdown(step, no_input, compute, replicas=4)
+    assert b["breakdown_adds_up"] is False and "compute (" in b["breakdown_note"]
+    assert "came out longer than the step it is part of" in b["breakdown_note"]
+    assert measure.split(STEP, NO_INPUT, COMPUTE).compute_beyond_step is False
+
+
 def test_rounds_that_disagree_do_not_add_up():
     assert measure.split(STEP, NO_INPUT, COMPUTE).adds_up
     # Medians of differences that leave 4 ms of the step unexplained, 4 of its errors: the rounds disagree (a load

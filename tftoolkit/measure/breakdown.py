@@ -23,7 +23,8 @@ not one from another moment (on a loaded host the two need not agree). summary.j
   *_uncertainty_s         each median's bootstrap standard error (rounds resampled whole)
   *_status                each part: measured, within noise (under 2 errors of zero: drawn hollow, never a
                           finding), or failed (negative beyond its noise: the value is NaN, never clipped to 0)
-  breakdown_adds_up       no part failed and "other" is zero within 2 of its errors (docs/guides/measuring.md)
+  breakdown_adds_up       no part failed, compute fits in the step, and "other" is zero within 3 of its errors
+                          (docs/guides/measuring.md)
   breakdown_note          which parts are within noise or failed, and whether the parts add up
   breakdown_step_matches_training  the step the parts split is training's step within their errors
   allreduce_direct_time_s the gradient all-reduce timed alone (allreduce.time_allreduce on the model's
@@ -129,6 +130,7 @@ class Breakdown:
     input_wait: Part
     other: Part
     rounds: int
+    rest: Part | None = None  # the step - compute: all-reduce, input wait and other together (never below zero)
 
     @property
     def parts(self) -> dict:
@@ -141,13 +143,20 @@ class Breakdown:
         return [name for name, p in self.parts.items() if name != "other" and p.status == FAILED]
 
     @property
+    def compute_beyond_step(self) -> bool:
+        """Compute longer than the step it is a part of, beyond the noise of their difference: each part may be within
+        noise alone while together they say the step took less than its compute."""
+        return self.rest is not None and self.rest.status == FAILED
+
+    @property
     def tolerance_s(self) -> float:
         se = self.other.uncertainty
         return max(ADD_UP_SIGMAS * se if se == se else 0.0, ADD_UP_FLOOR_S)
 
     @property
     def adds_up(self) -> bool:
-        return not self.failed and self.other.raw == self.other.raw and abs(self.other.raw) <= self.tolerance_s
+        return (not self.failed and not self.compute_beyond_step and self.other.raw == self.other.raw
+                and abs(self.other.raw) <= self.tolerance_s)
 
     def note(self) -> str:
         def ms(p):
@@ -160,6 +169,10 @@ class Breakdown:
             bad = ", ".join(f"{name} came out {ms(self.parts[name])} ms" for name in self.failed)
             return (f"the breakdown FAILED: {bad}, negative beyond its noise (a time cannot be): the rounds did not "
                     f"see one machine state; the part is not reported ({self.rounds} interleaved rounds)")
+        if self.compute_beyond_step:
+            return (f"the breakdown FAILED: compute ({ms(self.compute)} ms) came out longer than the step it is part of "
+                    f"({ms(self.step)} ms; by {ms(Part(-self.rest.raw, self.rest.uncertainty))} ms, beyond its noise): "
+                    f"the rounds did not see one machine state ({self.rounds} interleaved rounds)")
         if not self.adds_up:
             return (text + f"; the parts do NOT add up to the step: the medians leave {ms(self.other)} ms, beyond "
                     f"{NOISE_SIGMAS:g} errors of zero: the rounds disagree ({self.rounds} interleaved rounds)")
@@ -176,17 +189,18 @@ def split(step_all, no_input_all, compute_all) -> Breakdown:
     if not len(a) == len(b) == len(c) or len(a) == 0:
         raise ValueError(f"split needs the same rounds of each variant, got {len(a)}, {len(b)} and {len(c)}")
 
-    def medians(rounds):  # step, no input, compute, all-reduce, input wait, other: along the last axis
+    def medians(rounds):  # step, no input, compute, all-reduce, input wait, other, step - compute: on the last axis
         m = np.median(rounds, axis=-2)
-        return np.concatenate([m, (m[..., 0] - m[..., 2] - m[..., 3] - m[..., 4])[..., None]], axis=-1)
+        return np.concatenate([m, (m[..., 0] - m[..., 2] - m[..., 3] - m[..., 4])[..., None],
+                               (m[..., 0] - m[..., 2])[..., None]], axis=-1)
 
     rounds = np.stack([a, b, c, b - c, a - b], axis=1)
     med = medians(rounds)
     rng = np.random.default_rng(0)  # a fixed seed: the same timings give the same errors
     se = (medians(rounds[rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))]).std(axis=0, ddof=1) if len(a) > 1
-          else np.full(6, math.nan))
-    step, no_input, compute, allreduce, input_wait, other = (Part(float(m), float(s)) for m, s in zip(med, se))
-    return Breakdown(step, no_input, compute, allreduce, input_wait, other, rounds=len(a))
+          else np.full(7, math.nan))
+    step, no_input, compute, allreduce, input_wait, other, rest = (Part(float(m), float(s)) for m, s in zip(med, se))
+    return Breakdown(step, no_input, compute, allreduce, input_wait, other, rounds=len(a), rest=rest)
 
 
 def breakdown(step_all, no_input_all, compute_all, replicas: int, accumulate: int = 1) -> dict:
