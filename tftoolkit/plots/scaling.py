@@ -211,12 +211,12 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
                 continue
             h = max(float(r["ms"]), 0.0) if r["ms"] == r["ms"] else 0.0
             noisy = r["status"] == "within noise"
-            if h == 0 and not noisy:  # nothing measured to draw (one replica's all-reduce)
-                continue
             label = part + (" (within noise: hollow)" if noisy else "")
+            if h == 0 and not noisy:  # a zero bar (one replica's all-reduce): no legend entry for what is not drawn
+                label = "zero"
             colour = BREAKDOWN_COLOURS[part]
             ax.bar(x[i], h, bottom=bottom, width=0.6, color="none" if noisy else colour, edgecolor=colour,
-                   hatch="//" if noisy else None, lw=1.2, label=None if label in labelled else label)
+                   hatch="//" if noisy else None, lw=1.2, label=None if label in labelled | {"zero"} else label)
             labelled.add(label)
             if r["err_ms"] == r["err_ms"] and r["err_ms"] > 0:
                 ax.errorbar(x[i] + 0.18, bottom + h, yerr=r["err_ms"], color="#333333", capsize=2, lw=0.9, fmt="none")
