@@ -70,6 +70,11 @@ def test_efficiency_is_speedup_over_n(runs):
     line = ax.get_lines()[0]
     np.testing.assert_allclose(line.get_ydata(), [100, 90, 75])
     assert "ideal (100%)" in _texts(fig)
+    # error bars: each rate's relative error and the base's, in quadrature (1000 ± 10, 1800 ± 20, 3000 ± 40)
+    bars = ax.containers[0].lines[2][0].get_segments()
+    spans = [seg[1][1] - seg[0][1] for seg in bars]
+    np.testing.assert_allclose(spans, [0, 2 * 90 * math.hypot(20 / 1800, 0.01), 2 * 75 * math.hypot(40 / 3000, 0.01)])
+    assert "standard error" in fig._supxlabel.get_text()
 
 
 def test_step_breakdown_stacks_milliseconds(runs):

@@ -123,6 +123,12 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
         base_n, base = float(agg["replicas"].iloc[0]), float(agg["ips"].iloc[0])
         eff = agg["ips"] / (base * agg["replicas"].to_numpy(dtype=float) / base_n) * 100
         ax.plot(agg["replicas"], eff.values, marker="o", color=f"C{k}", lw=1.8, label=name or "measured")
+        # Each point's standard error: both rates' relative errors, added in quadrature (the base point is exact).
+        rel = np.sqrt((agg["err"] / agg["ips"]) ** 2 + (float(agg["err"].iloc[0]) / base) ** 2)
+        err = (eff * rel).where(agg["replicas"] != base_n, 0.0)
+        if err.notna().any():
+            ax.errorbar(agg["replicas"], eff.values, yerr=err.fillna(0.0).values, fmt="none", color=f"C{k}",
+                        capsize=3, lw=1.0)
     ax.axhline(100, **IDEAL_STYLE, label="ideal (100%)")
     replicas_axis(ax, data["replicas"])
     ax.set_ylim(0, max(110, ax.get_ylim()[1]))
@@ -130,9 +136,8 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_title("Scaling efficiency = speed-up / N")
     ax.legend(loc="lower left")
-    note = device_note(data)
-    if note:
-        footnote(fig, note.strip(" ()"))
+    note = device_note(data).strip(" ()")
+    footnote(fig, "error bars: 1 standard error of the throughput ratio" + (f"; {note}" if note else ""))
     return fig
 
 
