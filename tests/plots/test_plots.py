@@ -180,6 +180,19 @@ def test_final_accuracy_vs_batch_has_a_line_per_rule_and_diverged_marks():
     assert any(t.get_text() == "linear: diverged" for t in ax.texts)  # ...but marked and named
 
 
+def test_final_accuracy_carries_its_standard_error():
+    _, _, finals = _training_frames()
+    finals = finals.assign(val_examples=1000)
+    # one run a point: the binomial error of its evaluation; two seeds at one point: their spread / sqrt(2)
+    seeds = pd.concat([finals, finals.iloc[[0]].assign(val_accuracy=0.74)], ignore_index=True)
+    err = training.accuracy_errors(seeds[seeds["lr_rule"] == "none"])
+    assert err[64] == pytest.approx(np.std([0.7, 0.74], ddof=1) / math.sqrt(2))
+    assert err[512] == pytest.approx(math.sqrt(0.7 * 0.3 / 1000))
+    fig = training.plot_final_accuracy_vs_batch(finals)
+    assert len(fig.axes[0].containers) == 3  # one set of error bars per rule line
+    assert "standard error" in fig._supxlabel.get_text()
+
+
 @pytest.fixture
 def allreduce_table() -> pd.DataFrame:
     rows = []

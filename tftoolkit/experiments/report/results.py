@@ -213,7 +213,12 @@ def batch_frames(res: Results) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             return frame
         return frame[[(s, r) in keys for s, r in zip(frame["source"], frame["run"])]]
 
-    return pick(res.steps), pick(res.evals), runs
+    evals = pick(res.evals)
+    if not evals.empty and {"val_examples", "step"} <= set(evals.columns):
+        # The examples the last evaluation counted: what a final accuracy's binomial error needs.
+        last = (evals.sort_values("step").groupby(["source", "run"], as_index=False)["val_examples"].last())
+        runs = runs.drop(columns=["val_examples"], errors="ignore").merge(last, on=["source", "run"], how="left")
+    return pick(res.steps), evals, runs
 
 
 def discover(paths, out_dir) -> list[Path]:
