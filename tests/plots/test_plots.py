@@ -294,3 +294,13 @@ def test_predicted_vs_measured_never_calls_a_reported_step_measured():
     assert {"measured step", "reported step (not measured by tftoolkit)"} <= labels
     hand = predict_plots.predicted_vs_measured(frame.assign(measured_by_tftoolkit=False))
     assert "measured step" not in set(hand.axes[0].get_legend_handles_labels()[1])
+
+
+def test_allreduce_figures_carry_each_size_s_error(allreduce_table):
+    table = allreduce_table.assign(time_err_s=allreduce_table["time_s"] * 0.1)
+    for fig in (comm.plot_allreduce_time(table), comm.plot_busbw(table)):
+        bars = fig.axes[0].containers
+        assert len(bars) == 2  # one set per implementation measured
+        seg = bars[0].lines[2][0].get_segments()[0]
+        assert seg[1][1] - seg[0][1] == pytest.approx(2 * 0.1 * seg[:, 1].mean(), rel=1e-6)  # ±10% of the value
+        _render(fig)

@@ -105,6 +105,9 @@ def plot_allreduce_time(df: pd.DataFrame) -> Figure:
         if not buf.empty:
             ax.plot(buf["size_bytes"], buf["time_s"] * scale, marker=IMPL_MARKERS.get(impl, "o"), ms=4, lw=1.6,
                     color=colour, label=_label(impl, n, many))
+            if "time_err_s" in buf.columns and buf["time_err_s"].notna().any():  # each size's standard error
+                ax.errorbar(buf["size_bytes"], buf["time_s"] * scale, yerr=buf["time_err_s"].fillna(0.0) * scale,
+                            fmt="none", color=colour, capsize=2, lw=0.9)
         for _, g in grads.iterrows():
             ax.plot([g["size_bytes"]], [g["time_s"] * scale], marker="*", ms=13, color=colour, mec="black", mew=0.5,
                     ls="")
@@ -151,6 +154,11 @@ def plot_busbw(df: pd.DataFrame, rated_GBps: float | None = None) -> Figure:
         if not buf.empty:
             ax.plot(buf["size_bytes"], buf["busbw_GBps"], marker=IMPL_MARKERS.get(impl, "o"), ms=4, lw=1.6,
                     color=f"C{k}", label=_label(impl, n, many))
+            if {"time_err_s", "time_s"} <= set(buf.columns) and buf["time_err_s"].notna().any():
+                # bandwidth = size / time: its relative error is the time's
+                rel = (buf["time_err_s"] / buf["time_s"]).fillna(0.0)
+                ax.errorbar(buf["size_bytes"], buf["busbw_GBps"], yerr=buf["busbw_GBps"] * rel, fmt="none",
+                            color=f"C{k}", capsize=2, lw=0.9)
         for _, g in grads.iterrows():
             ax.plot([g["size_bytes"]], [g["busbw_GBps"]], marker="*", ms=13, color=f"C{k}", mec="black", mew=0.5, ls="")
             grad_sets[str(g["payload"]).split(":", 1)[1]] = g
