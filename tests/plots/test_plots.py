@@ -297,8 +297,9 @@ def test_predicted_vs_measured_never_calls_a_reported_step_measured():
 
 
 def test_allreduce_figures_carry_each_size_s_error(allreduce_table):
-    table = allreduce_table.assign(time_err_s=allreduce_table["time_s"] * 0.1)
+    table = allreduce_table.assign(time_err_s=allreduce_table["time_s"] * 0.1, device_kind="CPU-simulated")
     for fig in (comm.plot_allreduce_time(table), comm.plot_busbw(table)):
+        assert "CPU-simulated" in fig._supxlabel.get_text() and "nccl" in fig._supxlabel.get_text().lower()
         bars = fig.axes[0].containers
         assert len(bars) == 2  # one set per implementation measured
         seg = bars[0].lines[2][0].get_segments()[0]

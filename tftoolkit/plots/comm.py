@@ -59,8 +59,12 @@ def _series(df: pd.DataFrame):
 
 def _skipped_note(fig, df: pd.DataFrame) -> None:
     """A footnote for what the figure leaves out: implementations not measured (with the reason) and sizes whose
-    time the call's noise swallowed (unresolved rows, with the bound they set)."""
+    time the call's noise swallowed (unresolved rows, with the bound they set); and, when the rows' ``device_kind``
+    says so, that the replicas were CPU-simulated."""
+    note = device_note(df).strip(" ()")
     if "status" not in df.columns:
+        if note:
+            footnote(fig, note)
         return
     status = df["status"].fillna("ok")
     skipped = df[~status.isin(["ok", "unresolved"])].drop_duplicates("impl")
@@ -71,8 +75,10 @@ def _skipped_note(fig, df: pd.DataFrame) -> None:
     if not loose.empty:
         sizes = ", ".join(f"{IMPL_LABELS.get(i, i)} {_sizes(g)}" for i, g in loose.groupby("impl", sort=False))
         text += ("; " if text else "") + f"within the call's noise, not drawn: {sizes}"
+    text = text[:200] + ("..." if len(text) > 200 else "")
+    text = "; ".join(t for t in (text, note) if t)
     if text:
-        footnote(fig, text[:200] + ("..." if len(text) > 200 else ""))
+        footnote(fig, text)
 
 
 def _sizes(rows: pd.DataFrame) -> str:

@@ -142,7 +142,9 @@ def load(paths) -> Results:
         for ar in sorted(src.rglob("allreduce.csv")):
             t = _csv(ar)
             if not t.empty:
-                allreduce.append(t.assign(source=src.name, file=str(ar)))
+                # bench.json beside it says what the replicas were: the figures say so when they were simulated
+                kind = _read_json(ar.parent / "bench.json").get("device_kind")
+                allreduce.append(t.assign(source=src.name, file=str(ar), device_kind=kind))
     runs_df = pd.DataFrame(runs)
     res = Results(sources, pd.concat(points, ignore_index=True) if points else pd.DataFrame(), runs_df,
                   _with_run_info(pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), runs_df),
