@@ -115,6 +115,8 @@ def test_a_breakdown_step_other_than_training_s_is_said():
     assert measure.against_training(b, same) == {"breakdown_step_matches_training": True}
     other = measure.against_training(b, {**same, "step_time_s": b["breakdown_step_time_s"] / 2})
     assert other["breakdown_step_matches_training"] is False and "+100%" in other["breakdown_note"]
+    shorter = measure.against_training(b, {**same, "step_time_s": b["breakdown_step_time_s"] / 2}, 1, 10)
+    assert "in calls of 1 step(s) (training's: 10" in shorter["breakdown_note"]
     assert measure.against_training(b, {})["breakdown_step_matches_training"] is None
 
 

@@ -412,7 +412,7 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
         try:
             out.update(breakdown(parts["step_all_s"], parts["no_input_all_s"], parts["compute_all_s"],
                                  setup.replicas, accumulate=config.accumulate))
-            out.update(against_training(out, summary))
+            out.update(against_training(out, summary, parts.get("steps_per_call", 0), config.steps_per_loop))
         except Exception as e:  # noqa: BLE001
             errors.append(f"step breakdown: {type(e).__name__}: {e}")
     t1 = time.perf_counter()
@@ -444,7 +444,7 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
     return out
 
 
-def against_training(fields: dict, summary: dict) -> dict:
+def against_training(fields: dict, summary: dict, steps_per_call: int = 0, steps_per_loop: int = 0) -> dict:
     """Whether the step the parts split is training's step (``breakdown_step_matches_training``): within
     NOISE_SIGMAS of their combined error (training's from images_per_sec's). When not, the note says by how much:
     the rounds ran after training, at another moment of a shared machine (or with shorter calls), and the parts are
@@ -459,8 +459,10 @@ def against_training(fields: dict, summary: dict) -> dict:
     same = abs(step - train) <= max(NOISE_SIGMAS * both, ADD_UP_FLOOR_S)
     if same:
         return {"breakdown_step_matches_training": True}
+    calls = (f" in calls of {steps_per_call} step(s) (training's: {steps_per_loop}, so a call's fixed cost weighs "
+             "differently)" if 0 < steps_per_call < steps_per_loop else "")
     note = (f"; its step ({step * 1e3:.2f} ms) is not training's ({train * 1e3:.2f} ms, {step / train - 1:+.0%}): "
-            "timed after training, at another moment, so read the parts as shares of their own step")
+            f"timed after training, at another moment{calls}, so read the parts as shares of their own step")
     return {"breakdown_step_matches_training": False, "breakdown_note": fields.get("breakdown_note", "") + note}
 
 
