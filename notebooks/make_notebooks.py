@@ -381,10 +381,13 @@ smoke: bool = False  # no effect: the report only reads files (kept so every not
 %matplotlib inline
 from IPython.display import Markdown
 from tftoolkit.experiments import findings, notebook as nb
-from tftoolkit.experiments.report import results, sections, tables
+from tftoolkit.experiments.report import header, results, sections, tables
 
 out = nb.start(out_dir)
 res = results.load(results.discover(nb.as_list(sweep_dirs, str, "sweep_dirs") if sweep_dirs else [], out))
+"""),
+    code("""
+Markdown(header.markdown(res))
 """),
     code("""
 Markdown(findings.markdown(res))

@@ -178,24 +178,34 @@ _ALL = (
         ("micro_step_time_s", "s", "compute_time_s / accumulate, derived, not timed apart: one micro-batch's forward "
                                    "and backward pass (with its share of the update); an optimizer step is accumulate "
                                    "of them and one all-reduce"),
-        ("allreduce_time_s", "s", "median over rounds of (step without input - compute), >= 0: the all-reduce the "
-                                  "step pays"),
+        ("allreduce_time_s", "s", "median over rounds of (step without input - compute): the all-reduce the step "
+                                  "pays; NaN when the part failed (allreduce_time_status)"),
         ("allreduce_direct_time_s", "s", "the gradient all-reduce timed alone (nothing to overlap with)"),
-        ("input_wait_s", "s", "median over rounds of (step - step without input), >= 0: waiting for input"),
+        ("input_wait_s", "s", "median over rounds of (step - step without input): waiting for input; NaN when the "
+                              "part failed (input_wait_status)"),
         ("other_time_s", "s", "breakdown_step_time_s - the medians of compute, all-reduce and input wait (medians do "
-                              "not add), >= 0: near 0 within its uncertainty"),
+                              "not add): zero within 3 of its errors when the parts add up"),
         ("compute_time_uncertainty_s", "s", "bootstrap standard error of compute_time_s (rounds resampled)"),
         ("allreduce_time_uncertainty_s", "s", "bootstrap standard error of allreduce_time_s"),
         ("allreduce_direct_time_uncertainty_s", "s", "standard error of allreduce_direct_time_s (the paired "
                                                      "differences of the call with and without the all-reduce)"),
         ("input_wait_uncertainty_s", "s", "bootstrap standard error of input_wait_s"),
         ("other_time_uncertainty_s", "s", "bootstrap standard error of other_time_s"),
+        ("compute_time_status", "", "measured | within noise (under 2 standard errors of zero: its size is not known, "
+                                    "drawn hollow, never a finding) | failed (negative beyond its noise: the value "
+                                    "is NaN; a time cannot be negative)"),
+        ("allreduce_time_status", "", "the all-reduce's status, as compute_time_status"),
+        ("input_wait_status", "", "the input wait's status, as compute_time_status"),
+        ("other_time_status", "", "within noise (the parts add up) or measured (they do not)"),
         ("breakdown_rounds", "1", "interleaved rounds the parts are medians of"),
-        ("breakdown_adds_up", "", "the invariant: compute + all-reduce + input wait + other = breakdown_step_time_s "
-                                  "within 2 times their combined uncertainty (false only when clipping a part that "
-                                  "came out negative beyond its noise moved the sum)"),
-        ("breakdown_note", "", "which parts are within noise (under 2 standard errors of zero) and whether the parts "
-                               "add up to the step"),
+        ("breakdown_adds_up", "", "true when no part failed, compute is not longer than the step beyond the noise "
+                                  "of their difference, and other_time_s is zero within 3 of its errors (the medians "
+                                  "of the rounds' differences agree with the difference of their medians)"),
+        ("breakdown_note", "", "which parts are within noise or failed, whether the parts add up to the step, and "
+                               "whether that step is training's"),
+        ("breakdown_step_matches_training", "", "breakdown_step_time_s equals step_time_s within 2 of their combined "
+                                                "errors; false: the rounds saw another machine state, the parts are "
+                                                "shares of their own step (null: not comparable)"),
         ("input_wait_fraction", "1", "input_wait_s / breakdown_step_time_s"),
         ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s)"),
         ("communication_note", "", "one sentence: compute-bound or communication-bound, with the times"),

@@ -461,3 +461,47 @@ def test_one_unreadable_run_is_listed_as_such_and_the_others_reported(sweeps, tm
     (plain / "b" / "summary.json").write_text(bad)
     ov = tables.overview(results.load([plain])).set_index("run")
     assert ov.loc["a", "status"] == "ok" and ov.loc["b", "status"] == "unreadable" and "summary.json" in ov.loc["b", "error"]
+
+
+def test_the_report_opens_with_what_ran_where_and_when(sweeps):
+    from tftoolkit.experiments.report import header
+
+    scaling, batch = sweeps
+    run = scaling / "runs" / "00_replicas-1" / "runs" / "r"
+    (run / "env.json").write_text(json.dumps({
+        "collected_at": "2026-12-04T17:26:50+00:00", "host": {"hostname": "gpu-box", "cpu_model": "Xeon",
+                                                              "cpu_logical_cores": 32},
+        "gpus": [{"name": "NVIDIA H200"}], "tensorflow": {"version": "2.21.0"},
+        "tftoolkit": {"device_kind": "GPU", "version": "0.1.0"}}))
+    text = header.markdown(results.load([scaling, batch]))
+    for part in ("**What was measured:** data-parallel scaling (3 runs at 1, 2, 4 replicas); batch size and "
+                 "learning rate (3 runs)", "**Devices:** GPU (NVIDIA H200)", "gpu-box (Xeon, 32 logical cores)",
+                 "2026-12-04 17:26 UTC", "tftoolkit 0.1.0 measured", "TensorFlow 2.21.0", "scaling, batch_lr"):
+        assert part in text, part
+    bare = header.facts(results.load([batch]))  # runs without env.json: said, not invented
+    assert bare["machines"] == "not recorded" and bare["toolkit"] == "not recorded by these runs"
+
+
+def test_chance_level_accuracy_of_a_throughput_run_is_labelled_expected(tmp_path):
+    points = [(f"0{i}_replicas-{n}", {"replicas": n},
+               {"status": "ok", "replicas": n, "global_batch": 64 * n, "train_examples": 6400, "steps": 60,
+                "images_per_sec": 1000.0 * n, "device_kind": "CPU-simulated", "num_classes": 10, "val_accuracy": acc})
+              for i, (n, acc) in enumerate([(1, 0.098), (2, 0.158), (4, 0.62)])]
+    res = results.load([_sweep(tmp_path / "scaling", "01_data_parallel_scaling.ipynb", points)])
+    cells = tables.overview(res)["val accuracy"].tolist()
+    assert cells == ["9.8%" + tables.CHANCE_LABEL, "15.8%" + tables.CHANCE_LABEL, "62.0%"]
+    notes = " ".join(sections._section_notes(res, "scaling"))
+    assert "2 scaling run(s) ended at chance-level validation accuracy (9.8%-15.8%; chance is 10.0%) after 60 steps" \
+        in notes and "expected of a throughput run" in notes
+    assert tables.near_chance(0.55, 2) and not tables.near_chance(0.8, 2) and not tables.near_chance(float("nan"), 10)
+
+
+def test_a_breakdown_of_another_step_than_training_s_is_said_in_the_report(tmp_path):
+    points = [(f"0{i}_replicas-{n}", {"replicas": n},
+               {"status": "ok", "replicas": n, "global_batch": 64 * n, "train_examples": 6400, "steps": 60,
+                "images_per_sec": 1000.0 * n, "device_kind": "CPU-simulated", "step_time_s": 0.020,
+                "breakdown_step_time_s": step, "breakdown_step_matches_training": step == 0.020})
+              for i, (n, step) in enumerate([(1, 0.020), (2, 0.040)])]
+    res = results.load([_sweep(tmp_path / "scaling", "01_data_parallel_scaling.ipynb", points)])
+    notes = " ".join(sections._section_notes(res, "scaling"))
+    assert "In 1 run(s) the step-time breakdown timed a step other than training's (2.00-2.00x" in notes

@@ -70,6 +70,11 @@ def test_efficiency_is_speedup_over_n(runs):
     line = ax.get_lines()[0]
     np.testing.assert_allclose(line.get_ydata(), [100, 90, 75])
     assert "ideal (100%)" in _texts(fig)
+    # error bars: each rate's relative error and the base's, in quadrature (1000 ± 10, 1800 ± 20, 3000 ± 40)
+    bars = ax.containers[0].lines[2][0].get_segments()
+    spans = [seg[1][1] - seg[0][1] for seg in bars]
+    np.testing.assert_allclose(spans, [0, 2 * 90 * math.hypot(20 / 1800, 0.01), 2 * 75 * math.hypot(40 / 3000, 0.01)])
+    assert "standard error" in fig._supxlabel.get_text()
 
 
 def test_step_breakdown_stacks_milliseconds(runs):
@@ -82,6 +87,30 @@ def test_step_breakdown_stacks_milliseconds(runs):
     assert max(tops) == pytest.approx(82.0)
     with pytest.raises(DataError, match="measure off"):
         scaling.plot_step_breakdown(runs.assign(compute_time_s=math.nan, allreduce_time_s=math.nan))
+
+
+def test_step_breakdown_draws_errors_noise_and_failures_as_measured(runs):
+    data = runs.assign(device_kind="CPU-simulated", compute_time_uncertainty_s=0.002,
+                       allreduce_time_s=[0.0, 0.001, math.nan], allreduce_time_uncertainty_s=[0.0, 0.002, 0.004],
+                       allreduce_time_status=["measured", "within noise", "failed"], input_wait_uncertainty_s=0.0005,
+                       breakdown_step_time_s=[0.052, 0.053, 0.060], breakdown_step_time_uncertainty_s=0.001,
+                       step_time_s=[0.052, 0.053, 0.030])
+    long = scaling.breakdown_frame(data)
+    at = long.set_index(["replicas", "part"])
+    assert at.loc[(2, "gradient all-reduce"), "status"] == "within noise"
+    assert at.loc[(4, "gradient all-reduce"), "status"] == "failed"
+    assert at.loc[(2, "compute"), "err_ms"] == pytest.approx(2.0)
+    fig = scaling.plot_step_breakdown(data)
+    ax = fig.axes[0]
+    hollow = [p for p in ax.patches if p.get_hatch() == "//"]
+    assert len(hollow) == 1 and hollow[0].get_facecolor()[3] == 0  # never a solid bar
+    assert "gradient all-reduce (within noise: hollow)" in _texts(fig)
+    assert any("failed" in t.get_text() for t in ax.texts)  # the failed part is said, not drawn
+    assert len(ax.patches) == 3 + 3 + 2  # compute and input wait everywhere, the all-reduce where it did not fail
+    assert len(ax.containers) >= 6  # error bars on the parts and on the step
+    assert {"the step the parts split", "training's step (timed earlier)"} <= _texts(fig)
+    assert "CPU-simulated" in fig._supxlabel.get_text() and "standard error" in fig._supxlabel.get_text()
+    _render(fig)
 
 
 def test_images_per_replica_draws_one_bar_per_replica(runs):
@@ -151,6 +180,19 @@ def test_final_accuracy_vs_batch_has_a_line_per_rule_and_diverged_marks():
     assert any(t.get_text() == "linear: diverged" for t in ax.texts)  # ...but marked and named
 
 
+def test_final_accuracy_carries_its_standard_error():
+    _, _, finals = _training_frames()
+    finals = finals.assign(val_examples=1000)
+    # one run a point: the binomial error of its evaluation; two seeds at one point: their spread / sqrt(2)
+    seeds = pd.concat([finals, finals.iloc[[0]].assign(val_accuracy=0.74)], ignore_index=True)
+    err = training.accuracy_errors(seeds[seeds["lr_rule"] == "none"])
+    assert err[64] == pytest.approx(np.std([0.7, 0.74], ddof=1) / math.sqrt(2))
+    assert err[512] == pytest.approx(math.sqrt(0.7 * 0.3 / 1000))
+    fig = training.plot_final_accuracy_vs_batch(finals)
+    assert len(fig.axes[0].containers) == 3  # one set of error bars per rule line
+    assert "standard error" in fig._supxlabel.get_text()
+
+
 @pytest.fixture
 def allreduce_table() -> pd.DataFrame:
     rows = []
@@ -197,6 +239,22 @@ def test_comm_vs_compute_has_both_panels_and_the_crossover_line(runs):
     assert {"compute (no all-reduce)", "all-reduce paid in the step", "gradient all-reduce timed alone"} <= _texts(fig)
 
 
+def test_comm_vs_compute_carries_errors_noise_and_the_simulated_note(runs):
+    data = runs.assign(device_kind="CPU-simulated", compute_time_uncertainty_s=0.002,
+                       allreduce_time_uncertainty_s=[0.0, 0.008, 0.004])  # the 2-replica all-reduce: 10 ± 8 ms
+    table = comm.comm_frame(data)
+    assert table["allreduce_within_noise"].tolist() == [False, True, False]
+    assert table["compute_time_err_s"].tolist() == pytest.approx([0.002] * 3)
+    fig = comm.plot_comm_vs_compute(data)
+    left, right = fig.axes
+    assert len(left.containers) >= 2  # error bars on compute and on the all-reduce
+    assert "within noise (hollow)" in _texts(fig)
+    hollow = [ln for ln in right.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [2]
+    assert "CPU-simulated" in fig._supxlabel.get_text()
+    _render(fig)
+
+
 def test_save_figure_writes_png_and_svg_atomically(tmp_path, runs):
     paths = theme.save_figure(scaling.plot_throughput(runs), tmp_path / "figs", "throughput")
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
@@ -236,3 +294,14 @@ def test_predicted_vs_measured_never_calls_a_reported_step_measured():
     assert {"measured step", "reported step (not measured by tftoolkit)"} <= labels
     hand = predict_plots.predicted_vs_measured(frame.assign(measured_by_tftoolkit=False))
     assert "measured step" not in set(hand.axes[0].get_legend_handles_labels()[1])
+
+
+def test_allreduce_figures_carry_each_size_s_error(allreduce_table):
+    table = allreduce_table.assign(time_err_s=allreduce_table["time_s"] * 0.1, device_kind="CPU-simulated")
+    for fig in (comm.plot_allreduce_time(table), comm.plot_busbw(table)):
+        assert "CPU-simulated" in fig._supxlabel.get_text() and "nccl" in fig._supxlabel.get_text().lower()
+        bars = fig.axes[0].containers
+        assert len(bars) == 2  # one set per implementation measured
+        seg = bars[0].lines[2][0].get_segments()[0]
+        assert seg[1][1] - seg[0][1] == pytest.approx(2 * 0.1 * seg[:, 1].mean(), rel=1e-6)  # ±10% of the value
+        _render(fig)

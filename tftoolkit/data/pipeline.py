@@ -185,11 +185,14 @@ def _deterministic(config) -> bool:
 
 
 def train_input(strategy, source: DataSource, config, start_step: int = 0, placement: str = "host",
-                with_ids: bool = False):
-    """Per-replica training input from ``start_step`` on, over every remaining epoch (a distributed dataset)."""
+                with_ids: bool = False, replay: bool = False):
+    """Per-replica training input from ``start_step`` on, over every remaining epoch (a distributed dataset).
+    ``replay``: the first step's elements, cached and repeated (``replayed``), for measure.breakdown's step without
+    input: the same iterator type as training's, so the training loop's trace serves it."""
     store = source.store("train")
     shard = source.worker_shard
     examples = source.train_examples // shard[1] if shard else None
+    wrap = (lambda fn: replayed(config, fn)) if replay else (lambda fn: served(config, fn))
     if not store.in_memory:
         # Streamed from the files (data/stream.py): one pipeline per worker yields its replicas' per-replica
         # batches in turn, which TensorFlow hands round-robin to the worker's devices (and, on GPUs, prefetches
@@ -201,11 +204,26 @@ def train_input(strategy, source: DataSource, config, start_step: int = 0, place
                               "batches only; use --last-batch drop (or a --data-memory-gb it fits in)")
         # All workers' examples: train_dataset takes this worker's share itself (under file sharding).
         examples = source.train_examples
-        return strategy.distribute_datasets_from_function(served(config, lambda ctx: store.train_dataset(
+        return strategy.distribute_datasets_from_function(wrap(lambda ctx: store.train_dataset(
             config, _layout(ctx), start_step, examples, _deterministic(config), shard)))
     return strategy.distribute_datasets_from_function(
-        served(config, lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples)),
+        wrap(lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples)),
         input_options(strategy))
+
+
+def replayed(config, dataset_fn):
+    """``dataset_fn``, cut to one step's elements (each local replica's, times --accumulate), cached and repeated:
+    after the first step, every step's input is already in memory. Autotuning is off: deleting an iterator waits for
+    tf.data's autotuning threads, which took from 0.3 s to over a minute on a loaded 2-core machine."""
+    import tensorflow as tf
+
+    def fn(ctx):
+        _, local, _ = _layout(ctx)
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return dataset_fn(ctx).take(local * config.accumulate).cache().repeat().with_options(options)
+
+    return fn
 
 
 def served(config, dataset_fn):

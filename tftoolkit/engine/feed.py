@@ -146,8 +146,8 @@ class Feed:
             images = pipeline.augment(images, pipeline.augment_keys(indices, epoch, self.seed))
         return images, tf.gather(labels, indices)
 
-    def train_input(self, strategy, source, config, start_step: int = 0):
-        return pipeline.train_input(strategy, source, config, start_step, placement=self.placement)
+    def train_input(self, strategy, source, config, start_step: int = 0, replay: bool = False):
+        return pipeline.train_input(strategy, source, config, start_step, placement=self.placement, replay=replay)
 
     def replay(self, strategy, source, config):
         """One element per replica already on the devices (measure.breakdown's input-free step): the first examples

@@ -7,7 +7,8 @@ and ``OUT/scaling.csv`` has one row per count:
 
   replicas, mode, global_batch, per_replica_batch, images_per_sec, uncertainty, speedup,
   speedup_uncertainty, efficiency, baseline_replicas, step_time_s, compute_time_s, allreduce_time_s,
-  input_wait_s, communication_fraction, input_wait_fraction, imbalance, mfu, status, run_dir
+  input_wait_s, communication_fraction, input_wait_fraction, imbalance, mfu, breakdown_step_time_s (+ its
+  uncertainty), each part's uncertainty and status, breakdown_adds_up, device_kind, status, run_dir
 
 - weak scaling keeps the per-replica batch (the global batch grows with N): the usual data-parallel use;
 - strong scaling keeps the global batch (``--global-batch``, or per-replica batch x the smallest N), so each
@@ -35,16 +36,21 @@ from ..measure import stats
 
 log = logging.getLogger("tftoolkit")
 
+# Each breakdown part travels with its error and status (measure.breakdown: measured, within noise, failed), and the
+# step the parts split with training's: a figure drawn from scaling.csv alone says what the run directories say.
+BREAKDOWN_COLUMNS = ["breakdown_step_time_s", "breakdown_step_time_uncertainty_s", "compute_time_uncertainty_s",
+                     "allreduce_time_uncertainty_s", "input_wait_uncertainty_s", "compute_time_status",
+                     "allreduce_time_status", "input_wait_status", "breakdown_adds_up", "device_kind"]
 COLUMNS = ["replicas", "mode", "global_batch", "per_replica_batch", "images_per_sec", "uncertainty", "speedup",
            "speedup_uncertainty", "efficiency", "baseline_replicas", "step_time_s", "compute_time_s",
            "allreduce_time_s", "input_wait_s", "communication_fraction", "input_wait_fraction", "imbalance", "mfu",
-           "status", "run_dir"]
+           *BREAKDOWN_COLUMNS, "status", "run_dir"]
 # summary.json field -> scaling.csv column, for the per-run figures copied as they are.
 _FROM_SUMMARY = {"images_per_sec": "images_per_sec", "images_per_sec_uncertainty": "uncertainty",
                  "step_time_s": "step_time_s", "compute_time_s": "compute_time_s",
                  "allreduce_time_s": "allreduce_time_s", "input_wait_s": "input_wait_s",
                  "communication_fraction": "communication_fraction", "input_wait_fraction": "input_wait_fraction",
-                 "imbalance": "imbalance", "mfu": "mfu", "status": "status"}
+                 "imbalance": "imbalance", "mfu": "mfu", **{c: c for c in BREAKDOWN_COLUMNS}, "status": "status"}
 summary_schema.names(*_FROM_SUMMARY)
 
 

@@ -92,6 +92,14 @@ def parse_build_info(text: str) -> dict:
     return {}
 
 
+def toolkit_version() -> str:
+    """The installed tftoolkit's version, from its distribution's metadata (env.json and the report's header)."""
+    try:
+        return importlib.metadata.version("tftoolkit")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _tensorflow(tf_info: dict | None, errors: list) -> dict:
     info = {"installed": False, "version": None, "distribution": None, "cuda_version": None, "cudnn_version": None,
             "is_cuda_build": None, "is_rocm_build": None, "cuda_compute_capabilities": None, "source": None}

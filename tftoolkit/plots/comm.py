@@ -14,6 +14,8 @@ rated bandwidth, given as ``rated_GBps``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -21,7 +23,7 @@ from matplotlib.lines import Line2D
 
 from ..errors import DataError
 from .scaling import configurations
-from .theme import IDEAL_STYLE, bytes_axis, footnote, format_bytes, new_figure, replicas_axis, require, themed
+from .theme import IDEAL_STYLE, bytes_axis, device_note, footnote, format_bytes, new_figure, replicas_axis, require, themed
 
 IMPL_LABELS = {
     "nccl": "NCCL",
@@ -57,8 +59,12 @@ def _series(df: pd.DataFrame):
 
 def _skipped_note(fig, df: pd.DataFrame) -> None:
     """A footnote for what the figure leaves out: implementations not measured (with the reason) and sizes whose
-    time the call's noise swallowed (unresolved rows, with the bound they set)."""
+    time the call's noise swallowed (unresolved rows, with the bound they set); and, when the rows' ``device_kind``
+    says so, that the replicas were CPU-simulated."""
+    note = device_note(df).strip(" ()")
     if "status" not in df.columns:
+        if note:
+            footnote(fig, note)
         return
     status = df["status"].fillna("ok")
     skipped = df[~status.isin(["ok", "unresolved"])].drop_duplicates("impl")
@@ -69,8 +75,10 @@ def _skipped_note(fig, df: pd.DataFrame) -> None:
     if not loose.empty:
         sizes = ", ".join(f"{IMPL_LABELS.get(i, i)} {_sizes(g)}" for i, g in loose.groupby("impl", sort=False))
         text += ("; " if text else "") + f"within the call's noise, not drawn: {sizes}"
+    text = text[:200] + ("..." if len(text) > 200 else "")
+    text = "; ".join(t for t in (text, note) if t)
     if text:
-        footnote(fig, text[:200] + ("..." if len(text) > 200 else ""))
+        footnote(fig, text)
 
 
 def _sizes(rows: pd.DataFrame) -> str:
@@ -103,6 +111,9 @@ def plot_allreduce_time(df: pd.DataFrame) -> Figure:
         if not buf.empty:
             ax.plot(buf["size_bytes"], buf["time_s"] * scale, marker=IMPL_MARKERS.get(impl, "o"), ms=4, lw=1.6,
                     color=colour, label=_label(impl, n, many))
+            if "time_err_s" in buf.columns and buf["time_err_s"].notna().any():  # each size's standard error
+                ax.errorbar(buf["size_bytes"], buf["time_s"] * scale, yerr=buf["time_err_s"].fillna(0.0) * scale,
+                            fmt="none", color=colour, capsize=2, lw=0.9)
         for _, g in grads.iterrows():
             ax.plot([g["size_bytes"]], [g["time_s"] * scale], marker="*", ms=13, color=colour, mec="black", mew=0.5,
                     ls="")
@@ -149,6 +160,11 @@ def plot_busbw(df: pd.DataFrame, rated_GBps: float | None = None) -> Figure:
         if not buf.empty:
             ax.plot(buf["size_bytes"], buf["busbw_GBps"], marker=IMPL_MARKERS.get(impl, "o"), ms=4, lw=1.6,
                     color=f"C{k}", label=_label(impl, n, many))
+            if {"time_err_s", "time_s"} <= set(buf.columns) and buf["time_err_s"].notna().any():
+                # bandwidth = size / time: its relative error is the time's
+                rel = (buf["time_err_s"] / buf["time_s"]).fillna(0.0)
+                ax.errorbar(buf["size_bytes"], buf["busbw_GBps"], yerr=buf["busbw_GBps"] * rel, fmt="none",
+                            color=f"C{k}", capsize=2, lw=0.9)
         for _, g in grads.iterrows():
             ax.plot([g["size_bytes"]], [g["busbw_GBps"]], marker="*", ms=13, color=f"C{k}", mec="black", mew=0.5, ls="")
             grad_sets[str(g["payload"]).split(":", 1)[1]] = g
@@ -173,18 +189,29 @@ COMM_COLUMNS = ("compute_time_s", "allreduce_time_s", "allreduce_direct_time_s")
 
 def comm_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration (``group``, as ``plots.scaling.configurations`` labels it) and replica count: the
-    mean compute, all-reduce paid in the step and (when measured) all-reduce timed alone, in seconds, and
-    ``communication_share`` = all-reduce / (compute + all-reduce) in percent."""
+    mean compute, all-reduce paid in the step and (when measured) all-reduce timed alone, in seconds, each with its
+    standard error (``*_err_s``, from the runs' own uncertainties), ``communication_share`` = all-reduce / (compute +
+    all-reduce) in percent, and ``allreduce_within_noise``: the all-reduce within 2 errors of zero (drawn hollow)."""
     require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "communication vs compute plot")
     cols = [c for c in COMM_COLUMNS if c in df.columns]
     parts = []
     for name, runs in configurations(df):
-        agg = runs.groupby("replicas")[cols].mean().sort_index().reset_index()
-        parts.append(agg.assign(group=name))
-    out = pd.concat(parts, ignore_index=True)[["group", "replicas", *cols]]
+        rows = []
+        for n, g in runs.groupby("replicas"):
+            row = {"group": name, "replicas": n}
+            for c in cols:
+                e = c[:-2] + "_uncertainty_s"
+                row[c] = float(g[c].astype(float).mean())
+                row[c[:-2] + "_err_s"] = (float(np.sqrt((g[e].astype(float) ** 2).sum(min_count=1))) / len(g)
+                                          if e in g.columns else math.nan)
+            rows.append(row)
+        parts.append(pd.DataFrame(rows).sort_values("replicas"))
+    out = pd.concat(parts, ignore_index=True)
     if out[["compute_time_s", "allreduce_time_s"]].isna().all().all():
         raise DataError("communication vs compute plot: compute_time_s / allreduce_time_s are empty (measure off?)")
     out["communication_share"] = out["allreduce_time_s"] / (out["compute_time_s"] + out["allreduce_time_s"]) * 100
+    err = out["allreduce_time_err_s"]
+    out["allreduce_within_noise"] = (err.notna() & (out["allreduce_time_s"].abs() < 2 * err)).astype(bool)
     return out
 
 
@@ -212,11 +239,22 @@ def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
             # One colour per configuration when there are several (named in the right panel's legend); else the
             # compute and all-reduce colours of the step breakdown.
             colour = f"C{k}" if many else ("#4c72b0" if col == "compute_time_s" else "#dd8452")
+            err = agg[col[:-2] + "_err_s"] * 1e3 if col[:-2] + "_err_s" in agg.columns else None
             ax.plot(n, agg[col] * 1e3, marker=marker, lw=lw, ls=ls, color=colour,
                     label=f"{label} ({name})" if many else label)
+            if err is not None and err.notna().any():
+                ax.errorbar(n, agg[col] * 1e3, yerr=err.fillna(0.0), fmt="none", color=colour, capsize=3, lw=1.0)
             drawn.add(col)
-        ax2.plot(n, agg["communication_share"].values, marker="o", lw=1.8, color=f"C{k}" if many else "#dd8452",
+        noisy = agg["allreduce_within_noise"].to_numpy()
+        if noisy.any():  # hollow: within noise of zero, its size not known
+            ax.plot(n[noisy], agg["allreduce_time_s"].to_numpy()[noisy] * 1e3, "s", mfc="white", ms=7,
+                    color=f"C{k}" if many else "#dd8452", label=None if "noisy" in drawn else "within noise (hollow)")
+            drawn.add("noisy")
+        colour = f"C{k}" if many else "#dd8452"
+        ax2.plot(n, agg["communication_share"].values, lw=1.8, color=colour,
                  label=name if many else "all-reduce / (compute + all-reduce)")
+        ax2.plot(n[~noisy], agg["communication_share"].to_numpy()[~noisy], "o", color=colour)
+        ax2.plot(n[noisy], agg["communication_share"].to_numpy()[noisy], "o", mfc="white", color=colour)
     replicas_axis(ax, table["replicas"])
     peak = float(np.nanmax(table[[c for c in COMM_COLUMNS if c in table.columns]].to_numpy(dtype=float))) * 1e3
     ax.set_ylim(0, peak * 1.4 if peak > 0 else 1)  # headroom for the legend above the lines
@@ -235,4 +273,7 @@ def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
     ax2.set_ylabel("communication share of the step (%)")
     ax2.set_title("Communication fraction")
     ax2.legend(loc="upper left", fontsize=8)
+    note = device_note(df).strip(" ()")
+    footnote(fig, "error bars: 1 standard error; hollow: the all-reduce is within 2 errors of zero"
+             + (f"; {note}" if note else ""))
     return fig

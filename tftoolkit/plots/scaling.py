@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..errors import DataError
-from .theme import IDEAL_STYLE, footnote, new_figure, replica_colours, replicas_axis, require, themed
+from .theme import IDEAL_STYLE, device_note, footnote, new_figure, replica_colours, replicas_axis, require, themed
 
 BREAKDOWN_PARTS = (("compute_time_s", "compute"), ("allreduce_time_s", "gradient all-reduce"),
                    ("input_wait_s", "input wait"))
@@ -69,13 +69,6 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
-def _device_note(df: pd.DataFrame) -> str:
-    kinds = sorted(set(df["device_kind"].dropna().astype(str))) if "device_kind" in df.columns else []
-    if kinds == ["CPU-simulated"]:
-        return " (CPU-simulated replicas share the host's cores: no speed-up is expected)"
-    return f" ({', '.join(kinds)})" if kinds else ""
-
-
 @themed
 def plot_throughput(df: pd.DataFrame) -> Figure:
     """Images/sec against replicas, with error bars, the ideal-scaling line and each point's efficiency."""
@@ -110,7 +103,7 @@ def plot_throughput(df: pd.DataFrame) -> Figure:
     ax.set_xlabel("replicas (N)")
     ax.set_ylabel("throughput (images/s)")
     ax.set_title("Training throughput vs replicas")
-    footnote(fig, "percentages: scaling efficiency = speed-up / (N/N₀)" + _device_note(data))
+    footnote(fig, "percentages: scaling efficiency = speed-up / (N/N₀)" + device_note(data))
     ax.legend(loc="upper left")
     return fig
 
@@ -130,6 +123,12 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
         base_n, base = float(agg["replicas"].iloc[0]), float(agg["ips"].iloc[0])
         eff = agg["ips"] / (base * agg["replicas"].to_numpy(dtype=float) / base_n) * 100
         ax.plot(agg["replicas"], eff.values, marker="o", color=f"C{k}", lw=1.8, label=name or "measured")
+        # Each point's standard error: both rates' relative errors, added in quadrature (the base point is exact).
+        rel = np.sqrt((agg["err"] / agg["ips"]) ** 2 + (float(agg["err"].iloc[0]) / base) ** 2)
+        err = (eff * rel).where(agg["replicas"] != base_n, 0.0)
+        if err.notna().any():
+            ax.errorbar(agg["replicas"], eff.values, yerr=err.fillna(0.0).values, fmt="none", color=f"C{k}",
+                        capsize=3, lw=1.0)
     ax.axhline(100, **IDEAL_STYLE, label="ideal (100%)")
     replicas_axis(ax, data["replicas"])
     ax.set_ylim(0, max(110, ax.get_ylim()[1]))
@@ -137,15 +136,22 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_title("Scaling efficiency = speed-up / N")
     ax.legend(loc="lower left")
-    note = _device_note(data)
-    if note:
-        footnote(fig, note.strip(" ()"))
+    note = device_note(data).strip(" ()")
+    footnote(fig, "error bars: 1 standard error of the throughput ratio" + (f"; {note}" if note else ""))
     return fig
 
 
+PART_STATUS = {"compute": "compute_time_status", "gradient all-reduce": "allreduce_time_status",
+               "input wait": "input_wait_status"}
+NOISE_SIGMAS = 2.0  # as measure.breakdown's: a mean within this many errors of zero is within noise
+
+
 def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Long frame (group, replicas, part, ms) of compute / all-reduce / input wait per step, averaged over the runs
-    of one configuration (``configurations``: its label is ``group``) at one replica count."""
+    """Long frame (group, replicas, part, ms, err_ms, status, step_ms, step_err_ms, training_step_ms) of compute /
+    all-reduce / input wait per step, averaged over the runs of one configuration (``configurations``: its label is
+    ``group``) at one replica count. ``status``: measured, within noise (the mean within 2 errors of 0) or failed
+    (a run's part failed: negative beyond its noise); ``step_ms`` is the step the parts split, ``training_step_ms``
+    training's own."""
     require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "step-time breakdown")
     data = df.copy()
     if "input_wait_s" not in data.columns:
@@ -153,52 +159,106 @@ def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
             data["input_wait_s"] = data["input_wait_fraction"] * data["step_time_s"]
         else:
             data["input_wait_s"] = 0.0
+
+    def mean_ms(g, col):  # (mean, its standard error from the runs' own errors) in ms
+        v = g[col].astype(float) if col in g.columns else pd.Series(np.nan, index=g.index)
+        e_col = col[:-2] + "_uncertainty_s"
+        e = g[e_col].astype(float) if e_col in g.columns else pd.Series(np.nan, index=g.index)
+        return float(v.mean()) * 1e3, float(np.sqrt((e ** 2).sum(min_count=1)) / len(g)) * 1e3
+
     rows = []
     for name, runs in configurations(data):
         for n, g in runs.groupby("replicas"):
+            step, step_err = mean_ms(g, "breakdown_step_time_s")
+            train = float(g["step_time_s"].astype(float).mean()) * 1e3 if "step_time_s" in g.columns else math.nan
             for col, part in BREAKDOWN_PARTS:
-                v = g[col].astype(float).mean()
-                rows.append({"group": name, "replicas": int(n), "part": part,
-                             "ms": float(v) * 1e3 if v == v else math.nan})
-    out = pd.DataFrame(rows, columns=["group", "replicas", "part", "ms"])
-    if out.loc[out["part"] != "input wait", "ms"].isna().all():
+                ms, err = mean_ms(g, col)
+                statuses = set(g[PART_STATUS[part]].dropna()) if PART_STATUS[part] in g.columns else set()
+                if "failed" in statuses or (ms != ms and statuses):
+                    status = "failed"
+                elif err == err and abs(ms) < NOISE_SIGMAS * err:
+                    status = "within noise"
+                else:
+                    status = "measured"
+                rows.append({"group": name, "replicas": int(n), "part": part, "ms": ms, "err_ms": err,
+                             "status": status, "step_ms": step, "step_err_ms": step_err, "training_step_ms": train})
+    out = pd.DataFrame(rows, columns=["group", "replicas", "part", "ms", "err_ms", "status", "step_ms", "step_err_ms",
+                                      "training_step_ms"])
+    if out.loc[out["part"] != "input wait", "ms"].isna().all() and not (out["status"] == "failed").any():
         raise DataError("step-time breakdown: compute_time_s / allreduce_time_s are empty (runs made with measure off?)")
     return out
 
 
 @themed
 def plot_step_breakdown(df: pd.DataFrame) -> Figure:
-    """Stacked bars: milliseconds per step spent computing, all-reducing gradients and waiting for input; one set of
-    bars per configuration (named under its bars when there are several)."""
+    """Stacked bars: milliseconds per step spent computing, all-reducing gradients and waiting for input, each with its
+    error bar; a part within noise is drawn hollow and hatched (its size is not known, only that it is small), a
+    failed part is written "failed" and not drawn. A black tick marks the step the parts split (with its error), a
+    dashed one training's own step where it differs. One set of bars per configuration."""
     long = breakdown_frame(df)
-    wide = long.pivot_table(index=["group", "replicas"], columns="part", values="ms", sort=False).fillna(0.0)
+    keys = list(dict.fromkeys(zip(long["group"], long["replicas"])))
     groups = list(dict.fromkeys(long["group"]))
-    wide = wide.reindex(pd.MultiIndex.from_tuples(
-        [(g, n) for g in groups for n in sorted(wide.loc[g].index)], names=["group", "replicas"]))
+    keys = [(g, n) for g in groups for n in sorted(n for gg, n in keys if gg == g)]
     # A gap of one bar between configurations, so that each one's bars read as a set.
-    x = np.array([i + groups.index(g) for i, (g, _) in enumerate(wide.index)], dtype=float)
-    fig, ax = new_figure(width=max(6.0, 0.9 * len(x) + 2.0), height=4.0)
-    bottom = np.zeros(len(wide))
-    for _, part in BREAKDOWN_PARTS:
-        vals = wide[part].to_numpy() if part in wide.columns else np.zeros(len(wide))
-        ax.bar(x, vals, bottom=bottom, width=0.6, label=part, color=BREAKDOWN_COLOURS[part])
-        bottom += vals
-    for xi, total in zip(x, bottom):
-        ax.annotate(f"{total:.1f} ms", (xi, total), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+    x = np.array([i + groups.index(g) for i, (g, _) in enumerate(keys)], dtype=float)
+    fig, ax = new_figure(width=max(6.0, 0.9 * len(x) + 2.0), height=4.2)
+    top = np.zeros(len(keys))
+    labelled = set()
+    for i, key in enumerate(keys):
+        at = long[(long["group"] == key[0]) & (long["replicas"] == key[1])].set_index("part")
+        bottom, failed = 0.0, []
+        for _, part in BREAKDOWN_PARTS:
+            if part not in at.index:
+                continue
+            r = at.loc[part]
+            if r["status"] == "failed":
+                failed.append(part)
+                continue
+            h = max(float(r["ms"]), 0.0) if r["ms"] == r["ms"] else 0.0
+            noisy = r["status"] == "within noise"
+            label = part + (" (within noise: hollow)" if noisy else "")
+            if h == 0 and not noisy:  # a zero bar (one replica's all-reduce): no legend entry for what is not drawn
+                label = "zero"
+            colour = BREAKDOWN_COLOURS[part]
+            ax.bar(x[i], h, bottom=bottom, width=0.6, color="none" if noisy else colour, edgecolor=colour,
+                   hatch="//" if noisy else None, lw=1.2, label=None if label in labelled | {"zero"} else label)
+            labelled.add(label)
+            if r["err_ms"] == r["err_ms"] and r["err_ms"] > 0:
+                ax.errorbar(x[i] + 0.18, bottom + h, yerr=r["err_ms"], color="#333333", capsize=2, lw=0.9, fmt="none")
+            bottom += h
+        step, step_err, train = (float(at[c].iloc[0]) for c in ("step_ms", "step_err_ms", "training_step_ms"))
+        if step == step:
+            ax.errorbar(x[i] - 0.34, step, yerr=step_err if step_err == step_err else None, fmt="_", color="black",
+                        ms=12, capsize=2, label=None if "step" in labelled else "the step the parts split")
+            labelled.add("step")
+        if train == train and step == step and abs(train - step) > NOISE_SIGMAS * (step_err if step_err == step_err
+                                                                                    else 0.0):
+            ax.plot([x[i] - 0.34], [train], marker="_", ms=12, color="black", ls="none", alpha=0.5,
+                    label=None if "train" in labelled else "training's step (timed earlier)")
+            labelled.add("train")
+        text = (f"step {step:.1f}" + (f" ± {step_err:.1f}" if step_err == step_err else "") + " ms" if step == step
+                else f"{bottom:.1f} ms")
+        text += "\n" + ", ".join(failed) + " failed" if failed else ""
+        ax.annotate(text, (x[i], bottom), textcoords="offset points", xytext=(0, 4), ha="center",
+                    fontsize=8, color="#b22222" if failed else "black")
+        total = step if step == step else bottom
+        top[i] = max(bottom, total, train if train == train else 0.0)
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{n}" for _, n in wide.index])
+    ax.set_xticklabels([f"{n}" for _, n in keys])
     if len(groups) > 1:
         for g in groups:
-            at = x[[k for k, (gg, _) in enumerate(wide.index) if gg == g]]
+            at = x[[k for k, (gg, _) in enumerate(keys) if gg == g]]
             ax.annotate(g, (float(at.mean()), 0), xycoords=("data", "axes fraction"), xytext=(0, -28),
                         textcoords="offset points", ha="center", va="top", fontsize=8)
         ax.xaxis.labelpad = 18
     ax.set_xlabel("replicas (N)")
     ax.set_ylabel("time per training step (ms)")
-    ax.set_ylim(0, bottom.max() * 1.15 if bottom.max() > 0 else 1)
+    ax.set_ylim(0, top.max() * 1.25 if top.max() > 0 else 1)
     ax.set_title("Where each step's time goes")
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", fontsize=8)
     ax.grid(axis="x", visible=False)
+    note = device_note(df).strip(" ()")
+    footnote(fig, "error bars: 1 standard error (bootstrap over interleaved rounds)" + (f"; {note}" if note else ""))
     return fig
 
 

@@ -87,6 +87,17 @@ def footnote(fig: Figure, text: str) -> None:
     fig.supxlabel(text, x=0.01, ha="left", fontsize=7.5, color="0.35")
 
 
+def device_note(df) -> str:
+    """What the figure's rows ran on, for its footnote: " (CPU-simulated replicas ...)" when every row was measured
+    on simulated replicas (the figure must say so itself: it is copied out of the report without its text)."""
+    kinds = sorted(set(df["device_kind"].dropna().astype(str))) if "device_kind" in df.columns else []
+    if kinds == ["CPU-simulated"]:
+        return " (CPU-simulated replicas share the host's cores: no speed-up is expected)"
+    if "CPU-simulated" in kinds:
+        return f" ({', '.join(kinds)}: the CPU-simulated rows share the host's cores)"
+    return f" ({', '.join(kinds)})" if kinds else ""
+
+
 def require(df, columns, what: str) -> None:
     """Raise a DataError naming the missing columns (plots take tidy frames with known column names)."""
     if df is None or len(df) == 0:

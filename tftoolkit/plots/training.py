@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..errors import DataError
-from .theme import DIVERGED_COLOUR, batch_axis, new_figure, ordered_colours, require, rule_colour, themed
+from .theme import DIVERGED_COLOUR, batch_axis, footnote, new_figure, ordered_colours, require, rule_colour, themed
 
 RULE_ORDER = ("none", "linear", "sqrt")
 WARMUP_STYLES = ("-", "--", ":", "-.")
@@ -167,6 +167,22 @@ def plot_val_accuracy_curves(evals: pd.DataFrame, runs: pd.DataFrame | None = No
 
 
 @themed
+def accuracy_errors(runs: pd.DataFrame) -> pd.Series:
+    """Per global batch, the standard error of the mean final accuracy: the runs' spread / sqrt(n) when there are
+    several (seeds), else the binomial error of one evaluation, sqrt(p (1 - p) / val_examples), when it is known."""
+    out = {}
+    for batch, g in runs.groupby("global_batch"):
+        acc = g["val_accuracy"].astype(float).dropna()
+        if len(acc) > 1:
+            out[batch] = float(acc.std(ddof=1) / math.sqrt(len(acc)))
+        elif len(acc) == 1 and "val_examples" in g.columns and float(g["val_examples"].iloc[0]) > 0:
+            p = float(acc.iloc[0])
+            out[batch] = math.sqrt(p * (1 - p) / float(g["val_examples"].iloc[0]))
+        else:
+            out[batch] = math.nan
+    return pd.Series(out, dtype=float)
+
+
 def plot_final_accuracy_vs_batch(finals: pd.DataFrame) -> Figure:
     """Final validation accuracy against global batch, one line per LR rule (and warmup length).
 
@@ -185,11 +201,16 @@ def plot_final_accuracy_vs_batch(finals: pd.DataFrame) -> Figure:
                 sel = sel[sel["warmup_epochs"].fillna(0.0).astype(float) == w]
             if sel.empty:
                 continue
-            good = sel[~sel["_status"].isin(BAD)].groupby("global_batch")["val_accuracy"].mean().sort_index()
+            ok = sel[~sel["_status"].isin(BAD)]
+            good = ok.groupby("global_batch")["val_accuracy"].mean().sort_index()
             label = f"{rule}" + (f", warmup {w:g} ep" if len(warmups) > 1 else "")
             (line,) = ax.plot(good.index, good.values * 100, marker="o", color=rule_colour(rule),
                               ls=_warmup_style(w, warmups), lw=1.8, label=label)
             handles.append(line)
+            err = accuracy_errors(ok).reindex(good.index) * 100
+            if err.notna().any():
+                ax.errorbar(good.index, good.values * 100, yerr=err.fillna(0.0).values, fmt="none",
+                            color=rule_colour(rule), capsize=3, lw=1.0)
     bad = df[df["_status"].isin(BAD)]
     if not bad.empty:
         ax.scatter(bad["global_batch"], np.zeros(len(bad)), marker="X", s=90, color=DIVERGED_COLOUR, zorder=5,
@@ -210,6 +231,7 @@ def plot_final_accuracy_vs_batch(finals: pd.DataFrame) -> Figure:
     ax.set_ylabel("final validation accuracy (%)")
     ax.set_title("Final accuracy vs global batch, per LR-scaling rule")
     ax.legend(handles=handles, title="LR rule", loc="lower left")
+    footnote(fig, "error bars: 1 standard error (the seeds' spread, or one evaluation's binomial error)")
     if math.isnan(df["val_accuracy"].astype(float).max()) and bad.empty:
         raise DataError("final accuracy vs batch: no run has a validation accuracy (evaluation off?)")
     return fig

@@ -24,7 +24,8 @@ def write_env(out: Path, kind: str, device_names) -> None:
     import tensorflow as tf  # deferred: session.start times TensorFlow's import (see training/run.py)
 
     env = hardware.collect(tf_info={"version": tf.__version__, **tf.sysconfig.get_build_info()})
-    env["tftoolkit"] = {"device_kind": kind, "devices": list(device_names), "threads": devices.thread_settings()}
+    env["tftoolkit"] = {"device_kind": kind, "devices": list(device_names), "threads": devices.thread_settings(),
+                        "version": hardware.toolkit_version()}  # the report's header says which toolkit measured
     fileio.write_json(out / "env.json", env)
 
 

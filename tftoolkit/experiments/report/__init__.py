@@ -10,6 +10,7 @@
     figures   one function per figure, each with its caption
     tables    the overview, points.csv, runs.csv, scaling.csv, what each point recorded
     sections  the report's sections shown in a notebook (IPython)
+    header    its opening lines: what was measured, on which devices and machine, when, by which toolkit version
 
 Only files are read (results.csv, summary.json, config.json, steps.csv, evals.csv, scaling.csv, allreduce.csv,
 monitor.csv): no TensorFlow, so a report renders on a laptop from results copied off a GPU server.

@@ -152,7 +152,9 @@ def load(paths) -> Results:
         for ar in sorted(src.rglob("allreduce.csv")):
             t = _csv(ar)
             if not t.empty:
-                allreduce.append(t.assign(source=src.name, file=str(ar)))
+                # bench.json beside it says what the replicas were: the figures say so when they were simulated
+                kind = _read_json(ar.parent / "bench.json").get("device_kind")
+                allreduce.append(t.assign(source=src.name, file=str(ar), device_kind=kind))
     runs_df = pd.DataFrame(runs)
     res = Results(sources, pd.concat(points, ignore_index=True) if points else pd.DataFrame(), runs_df,
                   _with_run_info(pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(), runs_df),
@@ -235,7 +237,12 @@ def batch_frames(res: Results) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             return frame
         return frame[[(s, r) in keys for s, r in zip(frame["source"], frame["run"])]]
 
-    return pick(res.steps), pick(res.evals), runs
+    evals = pick(res.evals)
+    if not evals.empty and {"val_examples", "step"} <= set(evals.columns):
+        # The examples the last evaluation counted: what a final accuracy's binomial error needs.
+        last = (evals.sort_values("step").groupby(["source", "run"], as_index=False)["val_examples"].last())
+        runs = runs.drop(columns=["val_examples"], errors="ignore").merge(last, on=["source", "run"], how="left")
+    return pick(res.steps), evals, runs
 
 
 def discover(paths, out_dir) -> list[Path]:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from ...errors import DataError
 from ...plots.theme import rc_params
 from .figures import CAPTIONS, figure, recorded_figure
 from .results import Results, batch_runs, scaling_runs
-from .tables import recorded
+from .tables import near_chance, recorded
 
 
 # The report's sections, in order: a title and the figures that belong to it. A section whose figures have no data
@@ -35,6 +36,24 @@ def _section_notes(res: Results, name: str) -> list[str]:
         if not runs.empty and (runs.get("device_kind") == "CPU-simulated").any():
             notes.append("These replicas were simulated on CPU and share the host's cores, so no speed-up is "
                          "expected: the figures show the method; run the scaling sweep on GPUs for the real curve.")
+        if not runs.empty and {"val_accuracy", "num_classes"} <= set(runs.columns):
+            chance = runs[[near_chance(v, c) for v, c in zip(runs["val_accuracy"], runs["num_classes"])]]
+            if len(chance):
+                steps = sorted({int(s) for s in chance.get("steps", pd.Series(dtype=float)).dropna()})
+                acc = chance["val_accuracy"].astype(float)
+                notes.append(f"{len(chance)} scaling run(s) ended at chance-level validation accuracy "
+                             f"({acc.min():.1%}-{acc.max():.1%}; chance is {1 / chance['num_classes'].max():.1%})"
+                             + (f" after {'-'.join(map(str, steps[::max(1, len(steps) - 1)]))} steps" if steps
+                                else "") + ": expected of a throughput run, which trains only long enough to time "
+                             "its steps. Their accuracy says nothing about the method; the batch-size runs do.")
+        if not runs.empty and "breakdown_step_matches_training" in runs.columns:
+            off = runs[runs["breakdown_step_matches_training"].eq(False)]
+            if len(off):
+                ratio = (off["breakdown_step_time_s"] / off["step_time_s"]).astype(float)
+                notes.append(f"In {len(off)} run(s) the step-time breakdown timed a step other than training's "
+                             f"({ratio.min():.2f}-{ratio.max():.2f}x the step behind the throughput figures): its "
+                             "rounds ran after training, at another moment of a shared machine. Its bars are the "
+                             "shares of that step (black tick); the faint tick is training's.")
     if name == "batch":
         runs = batch_runs(res)
         if not runs.empty and {"final_loss_mean10", "num_classes"} <= set(runs.columns):

@@ -14,7 +14,7 @@ import pandas as pd
 from ... import fileio
 from ...measure import scaling
 from ... import summary as summary_schema
-from .results import Results, scaling_frame
+from .results import Results, scaling_frame, scaling_runs
 
 # Summary fields points.csv puts first, in this order, where present (every other column follows them).
 KEY_FIGURES = ["replicas", "global_batch", "lr_rule", "learning_rate", "images_per_sec", "images_per_sec_uncertainty",
@@ -109,6 +109,19 @@ def _headroom(r) -> str:
     return f"{h:.2f} ({verdict})" if isinstance(verdict, str) and verdict else f"{h:.2f}"
 
 
+def near_chance(val_accuracy, num_classes) -> bool:
+    """Whether a validation accuracy is at chance level: under twice 1/classes, and under halfway from 1/classes to
+    1 (for few classes). A scaling run trains a few dozen steps to time them; it is expected to end there."""
+    try:
+        acc, c = float(val_accuracy), float(num_classes)
+    except (TypeError, ValueError):
+        return False
+    return acc == acc and c >= 2 and acc < min(2 / c, (1 + 1 / c) / 2)
+
+
+CHANCE_LABEL = " (chance: expected of a throughput run)"
+
+
 def overview(res: Results) -> pd.DataFrame:
     """One row per sweep point (or per run when the sources are not sweeps) with what a reader compares: the
     parameters that varied, status, the error where there is one, images/sec (± its standard error), validation
@@ -141,8 +154,12 @@ def overview(res: Results) -> pd.DataFrame:
     for col, fmt in (("images/sec", _rate), ("input headroom", _headroom)):
         out[col] = [fmt(r) for r in rows]
     if "val_accuracy" in full.columns:
+        # A scaling study's runs train a few dozen steps to time them: chance-level accuracy is expected, and said.
+        timing = set(scaling_runs(res).get("source", pd.Series(dtype=str)))
+        classes = full["num_classes"] if "num_classes" in full.columns else pd.Series(math.nan, index=full.index)
         out.insert(len(out.columns) - 1, "val accuracy",
-                   [f"{v:.1%}" if _finite(v) else "" for v in full["val_accuracy"]])
+                   [f"{v:.1%}" + (CHANCE_LABEL if src in timing and near_chance(v, c) else "") if _finite(v) else ""
+                    for v, c, src in zip(full["val_accuracy"], classes, full["source"])])
     # Another task's figures (engine/losses.py): its validation loss and its given metrics, val_<name>.
     given = [c for c in full.columns if c.startswith("val_") and c not in ("val_accuracy", "val_examples")
              and pd.to_numeric(full[c], errors="coerce").notna().any()]
