@@ -149,14 +149,11 @@ def step_time(compute_s: float, allreduce_s: float, overlap: float | None = 0.0,
 
 
 
-def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = None,
-             algorithm: str = "ring") -> tuple[Link, dict]:
-    """(α, B) of the ring (or star) model fitted to ``allreduce.csv`` rows by least squares on relative error.
-
-    Ring: t = α·2(N−1) + (1/B)·2(N−1)/N·S; star: t = α·2(N−1) + (1/B)·2(N−1)·S; over every usable row (status ok, N > 1, finite time; single buffers
-    when the table has them) of one implementation (``impl``, default: the one with the highest median busbw). Returns the link and a dict
-    with the fit's rows and its median absolute relative error.
-    """
+def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``tftoolkit bench allreduce``'s allreduce.csv a link can be read from: status ok, more than one
+    replica, a size and a finite positive time (as numbers), and single buffers when the table has them: one buffer
+    per size is the S/B + alpha shape, while a model's gradient set (payload grads:NAME) adds a cost per tensor that
+    the model does not have (compare it with the prediction instead: check_gradient_sets)."""
     need = ["impl", "replicas", "size_bytes", "time_s"]
     missing = [c for c in need if c not in frame.columns]
     if missing:
@@ -165,13 +162,24 @@ def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = No
     if "status" in df.columns:
         df = df[df["status"].fillna("ok") == "ok"]
     if "payload" in df.columns and (df["payload"] == "buffer").any():
-        # One buffer per size: the S/B + alpha shape. A model's gradient set (payload grads:NAME) adds a cost
-        # per tensor that the model does not have; compare it with the prediction instead (check_gradient_sets).
         df = df[df["payload"] == "buffer"]
-    df = df[(pd.to_numeric(df["replicas"], errors="coerce") > 1)]
-    df = df[np.isfinite(pd.to_numeric(df["time_s"], errors="coerce")) & (pd.to_numeric(df["size_bytes"], errors="coerce") > 0)]
+    for col in ("replicas", "size_bytes", "time_s"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df[(df["replicas"] > 1) & (df["size_bytes"] > 0) & np.isfinite(df["time_s"]) & (df["time_s"] > 0)]
     if df.empty:
         raise DataError("allreduce.csv has no usable rows (status ok, replicas > 1, a finite time)")
+    return df
+
+
+def fit_link(frame: pd.DataFrame, impl: str | None = None, name: str | None = None,
+             algorithm: str = "ring") -> tuple[Link, dict]:
+    """(α, B) of the ring (or star) model fitted to ``allreduce.csv`` rows by least squares on relative error.
+
+    Ring: t = α·2(N−1) + (1/B)·2(N−1)/N·S; star: t = α·2(N−1) + (1/B)·2(N−1)·S; over every usable row (status ok, N > 1, finite time; single buffers
+    when the table has them) of one implementation (``impl``, default: the one with the highest median busbw). Returns the link and a dict
+    with the fit's rows and its median absolute relative error.
+    """
+    df = usable_rows(frame)
     if impl is None:
         busbw = df["busbw_GBps"] if "busbw_GBps" in df.columns else df["size_bytes"] / df["time_s"]
         impl = str(df.assign(_b=busbw).groupby("impl")["_b"].median().idxmax())
@@ -203,21 +211,7 @@ def busbw_by_replicas(frame: pd.DataFrame, impl: str | None = None) -> tuple[dic
     """({GPU count: bus bandwidth in GB/s}, implementation) from ``tftoolkit bench allreduce``'s allreduce.csv rows
     (one file per GPU count, read together): per count, the busbw (nccl-tests': algbw x 2(n-1)/n) of the largest
     buffer timed, where the bandwidth term dominates; of ``impl`` (default: the one with the highest median)."""
-    need = ["impl", "replicas", "size_bytes", "time_s"]
-    missing = [c for c in need if c not in frame.columns]
-    if missing:
-        raise DataError(f"allreduce.csv lacks column(s) {', '.join(missing)}; write it with `tftoolkit bench allreduce`")
-    df = frame.copy()
-    if "status" in df.columns:
-        df = df[df["status"].fillna("ok") == "ok"]
-    if "payload" in df.columns and (df["payload"] == "buffer").any():
-        df = df[df["payload"] == "buffer"]
-    df["replicas"] = pd.to_numeric(df["replicas"], errors="coerce")
-    df["size_bytes"] = pd.to_numeric(df["size_bytes"], errors="coerce")
-    df["time_s"] = pd.to_numeric(df["time_s"], errors="coerce")
-    df = df[(df["replicas"] > 1) & (df["size_bytes"] > 0) & np.isfinite(df["time_s"]) & (df["time_s"] > 0)]
-    if df.empty:
-        raise DataError("allreduce.csv has no usable rows (status ok, replicas > 1, a finite time)")
+    df = usable_rows(frame)
     n = df["replicas"]
     df["_busbw"] = df["size_bytes"] / df["time_s"] / 1e9 * 2 * (n - 1) / n
     if impl is None:
