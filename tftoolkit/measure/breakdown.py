@@ -53,6 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .stats import NOISE_SIGMAS  # a part within this many standard errors of zero is within noise
+
 log = logging.getLogger("tftoolkit")
 
 # Rounds of three interleaved calls of steps_per_loop steps each, after a warm-up call each: the real training step
@@ -73,7 +75,6 @@ FIELDS = ("breakdown_step_time_s", "step_time_no_input_s", "compute_time_s", "mi
           "breakdown_step_matches_training",
           "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
           "forward_flops_per_example", "flops_source", "achieved_flops", "peak_flops", "peak_flops_source", "mfu")
-NOISE_SIGMAS = 2.0  # a part within this many standard errors of zero is reported as within noise
 PARTS = (("compute", "compute_time_s"), ("all-reduce", "allreduce_time_s"), ("input wait", "input_wait_s"),
          ("other", "other_time_s"))
 
