@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 import threading
 from typing import Callable
 
@@ -305,10 +307,8 @@ def build(name, input_shape, num_classes: int, classifier: bool = True):
         model = _REGISTRY[name](tuple(input_shape), num_classes)
     elif name in APPLICATIONS:
         model = _application(name, input_shape, num_classes)
-    elif ":" in name:
-        model = _from_import_path(name, input_shape, num_classes)
     else:
-        raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
+        model = _call(resolve(name), name, input_shape, num_classes)
     if not isinstance(model, keras.Model):
         raise ModelError(f"model {label!r} returned {type(model).__name__}, not a keras.Model")
     if classifier:
@@ -359,13 +359,26 @@ def _call(fn, label: str, input_shape, num_classes):
                          f"{type(e).__name__}: {e}") from None
 
 
-def _from_import_path(path: str, input_shape, num_classes):
-    module_name, _, fn_name = path.partition(":")
+def resolve(name) -> Callable | None:
+    """Check that model ``name`` exists before anything is read or set up: a registered or keras.applications
+    name, or a callable (None: built by name); ``package.module:function`` is imported and its function returned.
+
+    The import looks in the working folder first, as ``python -m`` would: the ``tftoolkit`` console script's own
+    folder is what Python puts on the path, so a user's ``mypackage/`` beside their data would not be found."""
+    if callable(name) or name in _REGISTRY or name in APPLICATIONS:
+        return None
+    if ":" not in name:
+        raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
+    module_name, _, fn_name = name.partition(":")
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's module, reported in one line
-        raise ModelError(f"cannot import {module_name!r} for --model {path}: {type(e).__name__}: {e}") from None
+        raise ModelError(f"cannot import {module_name!r} for --model {name}: {type(e).__name__}: {e} (looked in "
+                         f"the working folder {cwd} and the installed packages)") from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise ModelError(f"{module_name} has no function {fn_name!r} (from --model {path})")
-    return _call(fn, path, input_shape, num_classes)
+        raise ModelError(f"{module_name} has no function {fn_name!r} (from --model {name})")
+    return fn

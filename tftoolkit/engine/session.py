@@ -22,7 +22,7 @@ from ..config import RunConfig
 from ..errors import ConfigError, address_space_limit
 from ..data import catalog, service
 from ..data.source import SYNTHETIC_TRAIN, SYNTHETIC_VAL
-from . import devices, feed
+from . import devices, feed, models
 from .models import qualified_name
 from .step import jit_effective
 
@@ -171,6 +171,8 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     from .strategy import check_allreduce_dtype, effective_cross_device_ops, make_strategy
 
     config = resolve(config)
+    if model is None:
+        models.resolve(config.model)  # a model that cannot be imported stops the run before any data is read
     if config.data_service is not None:
         service.check_reachable(config.data_service)  # before the data is read and anything trains
     if model is not None:
