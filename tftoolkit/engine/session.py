@@ -12,7 +12,6 @@ devices and the strategy in: ``start(config, setup=..., strategy=(strategy, impl
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -164,7 +163,7 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     data.catalog.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
     """
     started = time.time()
-    importlib.import_module("tensorflow")  # timed apart: every TensorFlow program pays it, not this run's work
+    devices.import_tensorflow()  # timed apart: every TensorFlow program pays it, not this run's work
 
     import_s = time.time() - started
     # Deferred: it imports TensorFlow, after the import timed above.
