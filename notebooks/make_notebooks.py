@@ -428,7 +428,13 @@ the largest batch that fits, measures the noise scale, turns it into a recommend
 predicts speedup and efficiency for 1…64 GPUs. The same steps on the command line: `tftoolkit find-lr`,
 `find-batch`, `train --noise-scale`, `advise` and `predict`.
 
-""" + run_hint("05_batch_science")),
+What smoke mode shows (the command below, and this notebook's page in the docs): every step runs, on 30 steps of
+random images, so the noise scale is honestly **NOT RELIABLE** (a run at chance has no gradient signal to measure)
+and the advice says why it recommends nothing; the forecast takes `compute_ms` (50 ms, a stand-in for one GPU's
+step, since simulated CPU replicas measure the CPU). A real answer is the notebook with `smoke=False` (shapes16k,
+300 steps: minutes on 4 CPU replicas) or a run on GPUs, where the forecast takes the run's own compute.
+
+""" + run_hint("05_batch_science", " -p compute_ms 50")),
     params("""
 replicas: int = 4  # data-parallel replicas: the first N GPUs, or N simulated CPU devices
 per_replica_batch: int = 32  # examples per replica per step (the global batch is this x replicas)

@@ -248,9 +248,15 @@ PAGES = {"index.md": lambda: site_copy("README.md", "index.md"),
 def on_config(config):
     extend_nav(config["nav"], "Notebooks", [f"notebooks/{nb.name}" for nb in notebook_files()])
     docs = Path(config["docs_dir"])
-    extend_nav(config["nav"], "Benchmarks", [f"benchmarks/{p.name}" for p in sorted((docs / "benchmarks").glob("*.md"))
-                                             if p.name != "index.md"])
+    topics = [p for p in sorted((docs / "benchmarks").glob("*.md")) if p.name != "index.md"]
+    extend_nav(config["nav"], "Benchmarks", [f"benchmarks/{p.name}" for p in topics if p.stem not in FOR_DEVELOPERS])
+    extend_nav(config["nav"], "Developers", [f"benchmarks/{p.name}" for p in topics if p.stem in FOR_DEVELOPERS])
     return config
+
+
+# Benchmark topics about the toolkit's own code and tests (what a change cost, what the suite takes, what holds on
+# GPUs), shown under Developers; every other topic answers a user's question and stays under Benchmarks.
+FOR_DEVELOPERS = ("house", "suite-time", "overheads", "breakdown-cost", "measurement", "equivalence", "gpu-truth")
 
 
 @event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages

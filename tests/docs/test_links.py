@@ -39,3 +39,14 @@ def test_every_link_leads_to_a_file_of_the_repository(where, target):
     # Failed before the fix: 27 links to docs/benchmarks/index.md and reference/summary.md, pages that exist only
     # once the site is built.
     assert ((ROOT / where).parent / target).exists(), f"{where}: {target} is not in the repository"
+
+
+def test_the_pages_need_no_network_to_show_their_figures():
+    # Failed before the fix: the design diagram was a mermaid block, drawn by a script the theme loads from a CDN
+    # (raw source offline and from file://). It is a committed SVG now.
+    for page in documents():
+        assert "```mermaid" not in page.read_text(), page
+    assert "mermaid" not in (ROOT / "mkdocs.yml").read_text().replace("no mermaid", "")
+    assert "](images/design.svg)" in (ROOT / "docs" / "design.md").read_text()
+    svg = (ROOT / "docs" / "images" / "design.svg").read_text()
+    assert svg.startswith("<svg") and "RunConfig" in svg and "RUN_DIR/" in svg

@@ -25,3 +25,17 @@ def test_a_link_to_a_file_the_site_shows_becomes_the_link_to_its_page():
     assert reference.site_links(page, "docs/guides/x.md", "guides/x.md") == (
         "[a](../benchmarks/index.md) [b](../reference/summary.md) [c](../training.md) [d](../benchmarks/index.md)")
     assert "](benchmarks/index.md)" in reference.site_copy("README.md", "index.md")
+
+
+def test_the_benchmarks_nav_holds_the_users_topics_and_developers_get_their_own():
+    # Failed before the fix: 20 topics under Benchmarks, the test suite's time and refactors among them.
+    import yaml
+
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["nav"]
+    reference.on_config({"nav": nav, "docs_dir": str(ROOT / "docs")})
+    sections = {k: v for entry in nav if isinstance(entry, dict) for k, v in entry.items()}
+    users, developers = sections["Benchmarks"], sections["Developers"]
+    assert "benchmarks/suite-time.md" in developers and "benchmarks/house.md" in developers
+    assert "benchmarks/planner.md" in users and "benchmarks/recipes.md" in users
+    topics = {f"benchmarks/{p.name}" for p in (ROOT / "docs" / "benchmarks").glob("*.md")}
+    assert set(users[1:]) | set(developers[1:]) == topics and not set(users) & set(developers)
