@@ -1,5 +1,6 @@
 """Every shell command in README.md and the docs' code blocks that starts with ``tftoolkit`` parses with the CLI's
-own parsers: a dry parse of its options (nothing runs), so a renamed or removed option cannot linger in the docs."""
+own parsers: a dry parse of its options (nothing runs), so a renamed or removed option cannot linger in the docs.
+Then every complete one runs, as written, on CPU (smoke sizes), and the README's quick start works in a new shell."""
 
 import contextlib
 import io
@@ -214,6 +215,7 @@ def test_every_complete_command_runs_as_written_on_cpu(tmp_path):
             assert (table["status"] == "ok").all() and table["images_per_sec"].map(math.isfinite).all(), table
 
 
+@pytest.mark.slow  # a subprocess
 def test_the_readme_s_commands_work_in_a_new_shell_after_make_demo(tmp_path):
     # Failed before the fix: the README's next command, `tftoolkit --help`, was "command not found" in a new shell
     # (make demo installs into .venv, and the README never said to activate it).
