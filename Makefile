@@ -54,7 +54,7 @@ SMOKE  := --dataset synthetic --image-size 16 --train-images 512 --model small_c
 
 test-oldest:
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
-	$(OLDEST)/bin/python -m pip install --quiet -c constraints/oldest.txt -e ".[dev]"
+	$(OLDEST)/bin/python -m pip install --quiet -c constraints/oldest.txt -e ".[dev,lab]"
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" --ignore=tests/docs
 	rm -rf runs/oldest
 	$(OLDEST)/bin/tftoolkit train --replicas 2 $(SMOKE) --out runs/oldest/train
