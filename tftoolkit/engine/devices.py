@@ -69,7 +69,8 @@ def _tf():
 STARTUP_NOISE = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
                            r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]"
                            r"|E\d{4} .*failed call to cuInit"
-                           r"|\S+ \S+: [IWE] \S+\] (Unable to register cu\w+ factory|.*cuInit|oneDNN custom operations))")
+                           r"|\S+ \S+: [IWE] \S+\] "
+                           r"(Unable to register cu\w+ factory|.*cuInit|oneDNN custom operations))")
 
 
 def startup_noise(line: str) -> bool:
