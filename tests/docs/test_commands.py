@@ -182,8 +182,8 @@ for where, words in json.load(open(sys.argv[1])):
 """
 
 
-@pytest.mark.slow  # one interpreter, 18 commands: ~20 min on 2 cores at load 10 (2026-12-04); tasks.md's resnet20
-# scale at 1, 2, 4 and 8 replicas took 7 of them
+@pytest.mark.slow  # one interpreter, 18 commands: 370 s on the 2 shared cores at load ~10 (2026-12-04), tasks.md's
+# resnet20 scale at 1, 2, 4 and 8 replicas the longest
 def test_every_complete_command_runs_as_written_on_cpu(tmp_path):
     # Failed before the fixes: predict on the CPU-simulated runs/r4 exited 2, --model mypackage.models:build from
     # the working folder exited 2 (ModuleNotFoundError), and every shrunk training reported images/sec NaN as "ok".
