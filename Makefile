@@ -6,12 +6,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lab bench docs clean help
+.PHONY: venv demo test test-fast test-oldest lab bench docs clean help
 
 help:
 	@echo "make demo   run the main job (data, scaling + batch/LR sweeps, report) and print where results are"
 	@echo "make test   run the whole test suite (CPU, simulated replicas)"
 	@echo "make test-fast  the unit tests only (about 1.5 min on 2 cores)"
+	@echo "make test-oldest  the unit tests and a short train, scale and predict on the oldest supported TensorFlow"
 	@echo "make lab    open JupyterLab on notebooks/ with the project's kernel"
 	@echo "make docs   build the documentation site into site/ (strict; notebooks executed in smoke mode)"
 	@echo "make bench  run the benchmarks in benchmarks/ (figures go to BENCHMARKS.md by hand)"
@@ -44,6 +45,23 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -n 2 -m "not slow"
 
+# The oldest versions the package allows (constraints/oldest.txt: TensorFlow 2.16, Keras 3.13, NumPy 1.26), in a venv
+# of their own: the unit tests, then a short train, scale and predict through the console script. CI runs it after
+# `make test` (.ci/run).
+OLDEST := .venv-oldest
+SMOKE  := --dataset synthetic --image-size 16 --train-images 512 --model small_cnn --per-replica-batch 32 --steps 8 \
+          --steps-per-loop 2 --timing-warmup-steps 2 --warmup-epochs 0 --schedule constant --quiet
+
+test-oldest:
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet -c constraints/oldest.txt -e ".[dev,lab]"
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" --ignore=tests/docs
+	rm -rf runs/oldest
+	$(OLDEST)/bin/tftoolkit train --replicas 2 $(SMOKE) --out runs/oldest/train
+	$(OLDEST)/bin/tftoolkit scale --replica-counts 1,2 $(SMOKE) --out runs/oldest/scale
+	$(OLDEST)/bin/tftoolkit predict --model resnet50 --per-replica-batch 256 --gpu a100-sxm4-80 \
+	    --interconnect dgx-a100 --replica-counts 1,8
+
 # Jupyter refuses to start as root unless told; containers and CI often run as root.
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
@@ -59,4 +77,4 @@ bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf runs .pytest_cache site build/docs
+	rm -rf runs .pytest_cache site build/docs .venv-oldest

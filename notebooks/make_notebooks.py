@@ -160,12 +160,13 @@ config = nb.training_config(smoke, model=model, dataset=dataset, per_replica_bat
                             global_batch=global_batch, steps=steps, timing_warmup_steps=timing_warmup_steps,
                             steps_per_loop=steps_per_loop, measure=measure, seed=seed, data_service=data_service,
                             loss=loss, metrics=metrics)
+config["measure"] = measure  # smoke keeps it: where each step's time goes is half of what this notebook shows
 nb.prepare_data(config["dataset"])
 config
 """),
     md("## Train at each replica count"),
     code("""
-table = scale.scale(config, replicas, out, mode=mode, quiet=True)
+table = scale.scale(config, replicas, out, mode=mode)
 table
 """),
     md("""
@@ -345,7 +346,7 @@ Each run is timed three ways after training: the full step, the step without the
 config = nb.training_config(smoke, model=model, per_replica_batch=per_replica_batch, steps=steps, dataset=dataset)
 config["measure"] = True  # the breakdown is what this notebook is about, smoke or not
 nb.prepare_data(config["dataset"])
-steps_table = scale.scale(config, nb.smoke_values(replicas, smoke, "replicas"), out / "compute", quiet=True)
+steps_table = scale.scale(config, nb.smoke_values(replicas, smoke, "replicas"), out / "compute")
 steps_table[["replicas", "step_time_s", "compute_time_s", "allreduce_time_s", "communication_fraction"]]
 """),
     code("""
@@ -430,7 +431,13 @@ the largest batch that fits, measures the noise scale, turns it into a recommend
 predicts speedup and efficiency for 1…64 GPUs. The same steps on the command line: `tftoolkit find-lr`,
 `find-batch`, `train --noise-scale`, `advise` and `predict`.
 
-""" + run_hint("05_batch_science")),
+What smoke mode shows (the command below, and this notebook's page in the docs): every step runs, on 30 steps of
+random images, so the noise scale is honestly **NOT RELIABLE** (a run at chance has no gradient signal to measure)
+and the advice says why it recommends nothing; the forecast takes `compute_ms` (50 ms, a stand-in for one GPU's
+step, since simulated CPU replicas measure the CPU). A real answer is the notebook with `smoke=False` (shapes16k,
+300 steps: minutes on 4 CPU replicas) or a run on GPUs, where the forecast takes the run's own compute.
+
+""" + run_hint("05_batch_science", " -p compute_ms 50")),
     params("""
 replicas: int = 4  # data-parallel replicas: the first N GPUs, or N simulated CPU devices
 per_replica_batch: int = 32  # examples per replica per step (the global batch is this x replicas)

@@ -1,4 +1,5 @@
-"""tftoolkit.logs' progress bars: a terminal gets tqdm's text bar, a notebook open in JupyterLab its widget, papermill none."""
+"""tftoolkit.logs' progress bars: a terminal gets tqdm's text bar, a notebook open in JupyterLab its widget, papermill
+lines."""
 
 import sys
 import types
@@ -20,8 +21,20 @@ def kernel(monkeypatch):
     monkeypatch.delenv(logs.SESSION_ENV, raising=False)
 
 
-def test_a_notebook_open_in_jupyterlab_gets_the_widget_and_papermill_gets_none(kernel, monkeypatch):
-    assert logs.progress_kind() is None  # papermill / nbclient: a kernel with no server session
+def test_a_notebook_run_by_papermill_gets_progress_as_lines(kernel, capsys):
+    # Failed before the fix: no progress at all in a notebook papermill (or a sweep) ran.
+    assert logs.progress_kind() == "lines"  # papermill / nbclient: a kernel with no server session
+    bar = logs.progress_bar(3, unit="step", leave=False)
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n")
+    lines = err.splitlines()
+    assert 1 <= len(lines) <= 3 and "0/3" in lines[0] and "3/3" in lines[-1]  # the start, and the end kept
+
+
+def test_a_notebook_open_in_jupyterlab_gets_the_widget(kernel, monkeypatch):
     monkeypatch.setenv(logs.SESSION_ENV, "/home/me/notebooks/01.ipynb")  # what jupyter_server sets
     assert logs.progress_kind() == "notebook" and logs.progress_kind(quiet=True) is None
     from tqdm.notebook import tqdm as widget_bar

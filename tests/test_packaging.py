@@ -58,3 +58,30 @@ def test_the_docs_tools_are_installed_alike_by_pip_conda_and_make():
     assert install and "docs" in install.group(1).split(",")
     mkdocs_yml = (ROOT / "mkdocs.yml").read_text()
     assert "name: material" in mkdocs_yml and "- mkdocstrings:" in mkdocs_yml and "- mkdocs-jupyter:" in mkdocs_yml
+
+
+def _pins(path) -> dict:
+    return {_name(line): line.split("==")[1].strip() for line in path.read_text().splitlines()
+            if "==" in line and not line.lstrip().startswith("#")}
+
+
+def test_the_oldest_supported_versions_are_the_floors_and_ci_tests_them():
+    """constraints/oldest.txt names the oldest TensorFlow, Keras, NumPy and TensorBoard the package allows: each pin
+    satisfies pyproject.toml's requirement and sits on its floor, so pip can keep a server's TensorFlow 2.16 and CI
+    (.ci/run, through `make test-oldest`) tests what that server runs."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = {_name(r): Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    pins = _pins(ROOT / "constraints" / "oldest.txt")
+    assert {"tensorflow", "keras", "numpy", "tensorboard"} <= set(pins)
+    for name, version in pins.items():
+        assert required[name].specifier.contains(version), f"{name}=={version} is outside {required[name]}"
+    for name in ("tensorflow", "keras", "numpy", "tensorboard"):
+        floor = next(s.version for s in required[name].specifier if s.operator == ">=")
+        assert pins[name].split(".")[:2] == floor.split(".")[:2], f"{name}: floor {floor}, oldest tested {pins[name]}"
+    assert required["tensorflow"].specifier.contains("2.21.0")  # and the newest still
+    gpu = Requirement(project["optional-dependencies"]["gpu"][0])
+    assert gpu.specifier == required["tensorflow"].specifier, "the gpu extra allows the same TensorFlow releases"
+    assert "make test-oldest" in (ROOT / ".ci" / "run").read_text()
+    assert "constraints/oldest.txt" in (ROOT / "Makefile").read_text()

@@ -4,8 +4,9 @@ progress bars where someone is watching.
 A text bar (tqdm) goes to a terminal's stderr. In a notebook kernel that a Jupyter server started for an open
 notebook (JupyterLab, Jupyter Notebook: the server sets ``JPY_SESSION_NAME`` in the kernel's environment) the bar is
 tqdm's notebook widget (ipywidgets, in the ``lab`` extra). A kernel started by papermill or nbclient has no such
-session and no one watching its cells: no bar, so executed notebooks carry no progress output. ``TFTOOLKIT_PROGRESS``
-decides when set: ``0`` never, ``1`` always.
+session and no widget to draw: it gets the bar as plain lines, one every ``LINES_EVERY_S`` seconds and one at the end,
+so an executed notebook (and the log papermill streams) shows how far each training got without a line per step.
+``TFTOOLKIT_PROGRESS`` decides when set: ``0`` never, ``1`` always.
 """
 
 from __future__ import annotations
@@ -45,8 +46,24 @@ def progress_kind(quiet: bool = False) -> str | None:
     if quiet or forced == "0":
         return None
     if _in_kernel():
-        return "notebook" if forced == "1" or os.environ.get(SESSION_ENV) else None
+        return "notebook" if forced == "1" or os.environ.get(SESSION_ENV) else "lines"
     return "text" if forced == "1" or sys.stderr.isatty() else None
+
+
+LINES_EVERY_S = 30.0  # a notebook run by papermill: a progress line this often (a few per training, not per step)
+
+
+class _Lines:
+    """A file for tqdm that turns each redraw (a carriage return, then the bar) into a line of its own: a stored
+    notebook output keeps every character written, and carriage returns would pile up as one long line."""
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            sys.stderr.write(text + "\n")
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def progress_bar(total: int | None, *, quiet: bool = False, **kw):
@@ -61,4 +78,8 @@ def progress_bar(total: int | None, *, quiet: bool = False, **kw):
             pass
     from tqdm import tqdm  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
+    if shown == "lines":
+        # leave: the last state stays as the run's last progress line (a short run's only one after the first)
+        return tqdm(total=total, file=_Lines(), mininterval=LINES_EVERY_S, ncols=80, ascii=True,
+                    **{**kw, "leave": True})
     return tqdm(total=total, disable=shown is None, dynamic_ncols=True, **kw)

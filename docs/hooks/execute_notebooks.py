@@ -3,8 +3,9 @@
 Each runs as its own first cell tells a user to smoke-run it (``papermill notebooks/NAME.ipynb out.ipynb -p smoke
 True ...``), from the repository root, with ``out_dir`` set to OUT/runs/NAME; the executed copy goes to
 OUT/notebooks/NAME.ipynb, where docs/hooks/reference.py picks it up (TFTOOLKIT_DOCS_EXECUTED=OUT). A copy newer
-than its notebook is kept, so a second ``make docs`` only builds the site. TensorFlow's C++ start-up lines, which
-no setting silences in 2.21, are dropped from the copies' stderr: a reader would take them for errors.
+than its notebook is kept, so a second ``make docs`` only builds the site. The copies are shown as papermill wrote
+them, exactly what a user gets: nothing is stripped (tests/docs/test_site.py checks they hold none of TensorFlow's
+start-up lines, which tftoolkit.engine.devices.import_tensorflow keeps out at the cause).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
-TF_STARTUP = ("WARNING: All log messages before absl", "I0000 ", "W0000 ", "E0000 ")
 
 
 def smoke_args(notebook: Path) -> list[str]:
@@ -28,22 +28,6 @@ def smoke_args(notebook: Path) -> list[str]:
     if not m:
         raise SystemExit(f"{notebook}: its first cell gives no smoke command (papermill ... -p smoke True)")
     return shlex.split(m.group(1))
-
-
-def drop_tf_startup(path: Path) -> None:
-    nb = nbformat.read(str(path), as_version=4)
-    for cell in nb.cells:
-        outputs = []
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "stream" and o.get("name") == "stderr":
-                kept = [l for l in o["text"].splitlines(keepends=True) if not l.startswith(TF_STARTUP)]
-                if not "".join(kept).strip():
-                    continue
-                o["text"] = "".join(kept)
-            outputs.append(o)
-        if cell.cell_type == "code":
-            cell.outputs = outputs
-    nbformat.write(nb, str(path))
 
 
 def execute(notebook: Path, out: Path) -> subprocess.CompletedProcess:
@@ -57,8 +41,6 @@ def execute(notebook: Path, out: Path) -> subprocess.CompletedProcess:
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if done.returncode:
         executed.unlink(missing_ok=True)
-    else:
-        drop_tf_startup(executed)
     return done
 
 

@@ -39,6 +39,7 @@ from tftoolkit.config import RunConfig, cli_fields, field_types
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
+CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
 def cell(text) -> str:
@@ -67,6 +68,11 @@ def option_rows(group) -> list[str]:
             value = a.metavar or (a.choices and "{" + ",".join(map(str, a.choices)) + "}") or a.dest.upper()
             names += f" `{value}`"  # in code: attr_list would take {a,b} for attributes
         default = "" if a.default in (None, argparse.SUPPRESS, False) or a.required else f"`{a.default}`"
+        if a.default == argparse.SUPPRESS and a.dest in CONFIG_DEFAULTS:
+            # RunConfig's options are SUPPRESS in argparse (a run directory's config.json fills what is not given),
+            # so their default is RunConfig's: None there means "decided at run time", which the help says.
+            value = CONFIG_DEFAULTS[a.dest]
+            default = "" if value is None else f"`{str(value).lower() if isinstance(value, bool) else value}`"
         if a.required:
             default = "required"
         rows.append(f"| {names} | {default} | {cell((a.help or '').replace('%%', '%'))} |")
@@ -149,23 +155,41 @@ def extend_nav(nav: list, title: str, pages: list[str]) -> None:
 LINK = re.compile(r"(\]\(|src=\")([^)\"#:]+)")  # a relative link or image target in Markdown or HTML
 
 
-def site_copy(source: str, uri: str) -> str:
-    """The Markdown of repository file ``source`` as the site's page ``uri``: targets under docs/ made relative to
-    the page, BENCHMARKS.md and README.md as the pages that show them."""
-    as_page = {"BENCHMARKS.md": "benchmarks/index.md", "README.md": "index.md"}
-    here = posixpath.dirname(uri)
+# Repository files that the site shows as pages of its own: a page links the file (so the link leads somewhere on
+# the code host too) and the site's copy of the page links the page made from it.
+SITE_PAGES = {"README.md": "index.md", "BENCHMARKS.md": "benchmarks/index.md", "docs/benchmarks": "benchmarks/index.md",
+              "tftoolkit/cli": "reference/cli.md",
+              "tftoolkit/config.py": "reference/config.md", "tftoolkit/summary.py": "reference/summary.md",
+              "tftoolkit/catalogue": "reference/hardware.md"}
+
+
+def site_uri(repo_path: str) -> str | None:
+    """The site's page for a file of the repository (a path from its root), or None where the site has none."""
+    repo_path = repo_path.rstrip("/")
+    if repo_path in SITE_PAGES:
+        return SITE_PAGES[repo_path]
+    if repo_path.startswith("docs/"):
+        return repo_path[len("docs/"):]
+    if repo_path.startswith("notebooks/") and repo_path.endswith(".ipynb"):
+        return repo_path
+    return None
+
+
+def site_links(markdown: str, source: str, uri: str) -> str:
+    """``markdown`` of repository file ``source`` as the site's page ``uri``: each relative link to a file the site
+    shows (SITE_PAGES, docs/, notebooks/) made the link to that page, relative to ``uri``."""
+    here, there = posixpath.dirname(source), posixpath.dirname(uri)
 
     def fix(m):
-        target = m.group(2)
-        if target in as_page:
-            target = as_page[target]
-        elif target.startswith("docs/"):
-            target = target[len("docs/"):]
-        else:
-            return m.group(0)
-        return m.group(1) + posixpath.relpath(target, here or ".")
+        target = site_uri(posixpath.normpath(posixpath.join(here, m.group(2))))
+        return m.group(0) if target is None else m.group(1) + posixpath.relpath(target, there or ".")
 
-    return LINK.sub(fix, (ROOT / source).read_text())
+    return LINK.sub(fix, markdown)
+
+
+def site_copy(source: str, uri: str) -> str:
+    """The Markdown of repository file ``source`` as the site's page ``uri`` (site_links)."""
+    return site_links((ROOT / source).read_text(), source, uri)
 
 
 def _fig(value, unit: str = "") -> str:
@@ -224,9 +248,15 @@ PAGES = {"index.md": lambda: site_copy("README.md", "index.md"),
 def on_config(config):
     extend_nav(config["nav"], "Notebooks", [f"notebooks/{nb.name}" for nb in notebook_files()])
     docs = Path(config["docs_dir"])
-    extend_nav(config["nav"], "Benchmarks", [f"benchmarks/{p.name}" for p in sorted((docs / "benchmarks").glob("*.md"))
-                                             if p.name != "index.md"])
+    topics = [p for p in sorted((docs / "benchmarks").glob("*.md")) if p.name != "index.md"]
+    extend_nav(config["nav"], "Benchmarks", [f"benchmarks/{p.name}" for p in topics if p.stem not in FOR_DEVELOPERS])
+    extend_nav(config["nav"], "Developers", [f"benchmarks/{p.name}" for p in topics if p.stem in FOR_DEVELOPERS])
     return config
+
+
+# Benchmark topics about the toolkit's own code and tests (what a change cost, what the suite takes, what holds on
+# GPUs), shown under Developers; every other topic answers a user's question and stays under Benchmarks.
+FOR_DEVELOPERS = ("house", "suite-time", "overheads", "breakdown-cost", "measurement", "equivalence", "gpu-truth")
 
 
 @event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
@@ -298,6 +328,8 @@ MARKERS = {"<!-- contracts -->": contracts_markdown, "<!-- notebook-parameters -
 
 
 def on_page_markdown(markdown, page, config, files):
+    if not page.file.generated_by:  # docs/<uri>; the generated pages were made with their links (site_copy)
+        markdown = site_links(markdown, f"docs/{page.file.src_uri}", page.file.src_uri)
     for marker, make in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, make())

@@ -1,5 +1,8 @@
 """Device selection: simulated CPU replicas here, and the GPU paths against a stand-in for tf.config."""
 
+import os
+import subprocess
+import sys
 import types
 
 import pytest
@@ -179,3 +182,31 @@ def test_tensorflow_s_interactive_info_default_is_quieted_and_other_levels_are_k
         logger = logging.Logger("stand-in", level)
         devices.quiet_tensorflow_info(logger, interactive)
         assert logger.level == want, (interactive, level)
+
+
+@pytest.mark.parametrize("line, noise", [
+    ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n", True),
+    ("I0000 00:00:1796405209.322451   12612 port.cc:153] oneDNN custom operations are on. You may see\n", True),
+    ("I0000 00:00:1796405209.323106   12612 cudart_stub.cc:31] Could not find cuda drivers on your machine\n", True),
+    ("E0000 00:00:1796405209.947178   12612 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: "
+     "Failed call to cuInit: UNKNOWN ERROR (303)\n", True),
+    ("2026-12-04 17:24:15.227230: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:10575] Unable to "
+     "register cuDNN factory: Attempting to register factory for plugin cuDNN when one has already been registered\n",
+     True),  # TensorFlow 2.16's
+    ("E0000 00:00:1796405209.947178   12612 gpu_device.cc:2] out of memory allocating 4 GiB\n", False),
+    ("tftoolkit: 2 replicas simulated as CPU devices\n", False),
+    ("Traceback (most recent call last):\n", False),
+])
+def test_tensorflow_start_up_lines_are_told_from_the_rest(line, noise):
+    assert devices.startup_noise(line) is noise
+
+
+@pytest.mark.slow  # a fresh interpreter that imports TensorFlow (~5-10 s)
+def test_setting_up_devices_prints_none_of_tensorflow_s_start_up_lines():
+    # Failed before the fix: 4-7 lines on stderr (absl writes them before TF_CPP_MIN_LOG_LEVEL is read), in every
+    # notebook's first cell and before every command's first line.
+    done = subprocess.run([sys.executable, "-c", "import sys, tftoolkit; tftoolkit.init_devices(2); "
+                           "print('said after', file=sys.stderr)"], capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "said after\n", done.stderr

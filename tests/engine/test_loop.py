@@ -62,3 +62,22 @@ def test_nothing_to_do():
     assert loop.drive(_fake_loop(calls), lambda start: None, start=30, total=30, steps_per_epoch=10,
                       steps_per_loop=4) == 30
     assert calls == []
+
+
+def test_calls_counts_drive_s_cuts_ahead():
+    # 16 steps in epochs of 16, 10 per call: 10 + 6; across epochs of 5: 5+5+5+1; a checkpoint every 4 cuts too.
+    assert loop.calls(0, 16, 16, 10) == 2
+    assert loop.calls(0, 16, 5, 10) == 4
+    assert loop.calls(0, 16, 16, 10, every=4) == 4
+    assert loop.calls(16, 16, 16, 10) == 0
+
+
+@pytest.mark.parametrize("warmup, per_call, n_calls, warm", [
+    (10, 10, 5, 1), (10, 4, 5, 3),    # the warm-up fits: it is kept
+    (10, 4, 3, 1), (20, 10, 2, 1),    # it would cover every call: two stay timed, or one of two
+    (40, 10, 4, 2), (0, 10, 1, 1),    # never less than the first call, which traces the step
+])
+def test_a_run_shorter_than_its_timing_warm_up_still_times_its_last_calls(warmup, per_call, n_calls, warm):
+    # Failed before the fix: a strong-scaling run of 2 calls with a 10-step warm-up in calls of 10 timed nothing
+    # (images/sec NaN beside status ok).
+    assert loop.warm_calls(warmup, per_call, n_calls) == warm

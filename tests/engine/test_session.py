@@ -5,7 +5,7 @@ import pytest
 
 from tftoolkit.config import RunConfig
 from tftoolkit.engine import session
-from tftoolkit.errors import ConfigError
+from tftoolkit.errors import ConfigError, ModelError
 
 SMALL = dict(dataset="synthetic", image_size=8, train_images=64, per_replica_batch=8)
 
@@ -111,3 +111,39 @@ def test_an_address_space_limit_is_named_at_set_up_with_what_it_risks(cpu_device
     with caplog.at_level(logging.WARNING, logger="tftoolkit"):
         session.start(RunConfig(replicas=1, **SMALL))
     assert not [r for r in caplog.records if "ulimit -v" in r.getMessage()]
+
+
+def test_a_model_package_in_the_working_folder_is_found_and_a_bad_one_stops_before_the_data(
+        tmp_path, monkeypatch, cpu_devices):
+    # As a user types it: `tftoolkit train --model mypackage.models:build` beside mypackage/. The console script
+    # puts its own folder on sys.path, not the working folder (failed before the fix: ModuleNotFoundError).
+    (tmp_path / "mypackage").mkdir()
+    (tmp_path / "mypackage" / "__init__.py").write_text("")
+    (tmp_path / "mypackage" / "models.py").write_text("def build(input_shape, num_classes):\n    return 'built'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(__import__("sys").modules, "mypackage", raising=False)
+    from tftoolkit.engine import models
+
+    assert models.resolve("mypackage.models:build")((8, 8, 3), 10) == "built"
+
+    def read(*args, **kwargs):
+        raise AssertionError("the data was read before the model was checked")
+
+    monkeypatch.setattr(session.catalog, "load_source", read)
+    with pytest.raises(ModelError, match=r"cannot import 'nopackage.models' .*looked in the working folder"):
+        session.start(RunConfig(replicas=1, model="nopackage.models:build", **SMALL))
+    with pytest.raises(ModelError, match="mypackage.models has no function 'nobuild'"):
+        session.start(RunConfig(replicas=1, model="mypackage.models:nobuild", **SMALL))
+
+
+def test_every_model_name_the_toolkit_lists_passes_the_check_before_the_data():
+    # models.resolve runs at set-up, before any data is read: a name models.names() offers (a headless
+    # keras.applications variant included) must pass it, and an unknown one must not.
+    from tftoolkit.engine import models
+    from tftoolkit.errors import ModelError
+
+    for name in models.names():
+        assert models.resolve(name) is None, name
+    with pytest.raises(ModelError, match="unknown model 'vgg17'"):
+        models.resolve("vgg17")

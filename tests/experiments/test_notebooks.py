@@ -350,6 +350,26 @@ def test_04_with_nothing_to_report_says_so_and_does_not_raise(tmp_path):
     assert "Nothing to report yet" in text and "run notebooks 01-03" in text.lower()
 
 
+NOISE = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} \d\d:\d\d:|.*triggered tf\.function retracing)", re.M)
+TRAINS = ("scale.scale(", "grid.train_grid(", "tftoolkit.train(")
+
+
+@pytest.mark.slow  # the notebooks test_01 and test_02 ran (one papermill run each per session)
+@pytest.mark.parametrize("name", ["01_data_parallel_scaling", "02_batch_and_lr_scaling"])
+def test_an_executed_notebook_shows_progress_and_none_of_tensorflow_s_noise(out_root, name):
+    # Failed before the fix: the first cell held TensorFlow's start-up lines (I0000 ... E0000 failed call to cuInit),
+    # and the cells that train showed nothing while they trained.
+    _, nb = _execute(name, out_root)
+    streams = [(c, o.get("text", "")) for c in _code_cells(nb) for o in c.get("outputs", [])
+               if o.get("output_type") == "stream"]
+    noise = [m.group(0) for _, text in streams for m in [NOISE.search(text)] if m]
+    assert not noise, noise
+    for cell in _code_cells(nb):
+        if any(call in cell.source for call in TRAINS):
+            said = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stderr")
+            assert re.search(r"\| +\d+/\d+ \[", said), f"{name}: no progress in\n{cell.source}\n{said[-500:]}"
+
+
 MINE = ("00_environment", "01_data_parallel_scaling", "02_batch_and_lr_scaling", "03_communication", "04_report",
         "06_your_fit", "07_choosing_hardware")
 

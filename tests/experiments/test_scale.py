@@ -113,3 +113,12 @@ def test_scale_cli_bad_replica_list_is_one_line_and_exit_2(tmp_path, capsys, rep
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "scaling.csv").exists()
+
+
+def test_a_count_that_timed_no_step_is_unmeasured_not_ok(caplog):
+    # Failed before the fix: such a row read "ok" with images/sec NaN, and `tftoolkit scale` exited 0.
+    with caplog.at_level("WARNING", logger="tftoolkit"):
+        assert scale.row_status({"status": "ok", "timed_steps": 0}, "runs/r4") == "unmeasured"
+    assert "runs/r4: images/sec not measured" in caplog.text and "--steps-per-loop" in caplog.text
+    assert scale.row_status({"status": "ok", "timed_steps": 12}) == "ok"
+    assert scale.row_status({"status": "diverged", "timed_steps": 0}) == "diverged"

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from .. import gpus as visibility
@@ -53,9 +55,58 @@ def host_cores() -> int:
 
 
 def _tf():
+    if "tensorflow" not in sys.modules:
+        import_tensorflow()
     import tensorflow as tf  # deferred: importing tftoolkit must not import TensorFlow
 
     return tf
+
+
+# What TensorFlow's C++ side prints while it loads and first looks for GPUs, before absl logging is initialised:
+# absl writes those lines to stderr whatever TF_CPP_MIN_LOG_LEVEL says (it is read only after), so every notebook's
+# first cell showed them ("oneDNN custom operations are on", "Could not find cuda drivers", and on a machine without
+# a GPU "failed call to cuInit ... (303)"; TensorFlow 2.16-2.17 also "Unable to register cuDNN factory").
+STARTUP_NOISE = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
+                           r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]"
+                           r"|E\d{4} .*failed call to cuInit"
+                           r"|\S+ \S+: [IWE] \S+\] "
+                           r"(Unable to register cu\w+ factory|.*cuInit|oneDNN custom operations))")
+
+
+def startup_noise(line: str) -> bool:
+    """Whether ``line`` is one of TensorFlow's start-up lines that TF_CPP_MIN_LOG_LEVEL >= 2 means to hide."""
+    return bool(STARTUP_NOISE.match(line))
+
+
+def import_tensorflow() -> None:
+    """Import TensorFlow and let it look for GPUs, with its start-up lines held back where TF_CPP_MIN_LOG_LEVEL is 2
+    or more (tftoolkit/__init__.py's default; a user who sets 0 or 1 sees them all). The process's stderr (file
+    descriptor 2, where the C++ side writes) goes to a file for that time; every other line is written back."""
+    if "tensorflow" in sys.modules:
+        return
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("2", "3"):
+        import tensorflow as tf
+
+        tf.config.list_physical_devices("GPU")
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices("GPU")  # where cuInit runs
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not startup_noise(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
 
 
 def quiet_tensorflow_info(logger, interactive: bool | None = None) -> None:

@@ -18,6 +18,7 @@ Hooks run between calls, never inside the compiled loop, so nothing they do is i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -63,6 +64,23 @@ def chunk_steps(step: int, position: int, steps_per_epoch: int, total: int, step
         if step < b:
             n = min(n, b - step)
     return n
+
+
+def calls(start: int, total: int, steps_per_epoch: int, steps_per_loop: int, every: int = 0, breaks=()) -> int:
+    """How many calls ``drive`` makes from step ``start`` to ``total`` (chunk_steps' cuts, counted ahead)."""
+    step, n_calls = start, 0
+    while step < total:
+        step += chunk_steps(step, step % steps_per_epoch, steps_per_epoch, total, steps_per_loop, every, breaks)
+        n_calls += 1
+    return n_calls
+
+
+def warm_calls(warmup_steps: int, steps_per_loop: int, n_calls: int) -> int:
+    """Calls left out of the timing: those ``warmup_steps`` cover, at least the first (it traces the step). A run too
+    short for that warm-up keeps two calls timed where it has three or more, one where it has two, so it still
+    measures a rate instead of reporting none; only a run of one call has none to time."""
+    wanted = max(1, math.ceil(warmup_steps / steps_per_loop))
+    return wanted if wanted < n_calls else max(1, n_calls - 2)
 
 
 def drive(loop_fn: Callable, make_iterator: Callable[[int], Any], *, start: int, total: int,

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 import threading
 from typing import Callable
 
 from ..errors import ModelError
+from .applications import APPLICATIONS, HEADLESS, application, build_application, describe  # noqa: F401
 from .collectives import all_sum
 
 _REGISTRY: dict[str, Callable] = {}
@@ -25,44 +28,8 @@ def register(name: str):
     return deco
 
 
-# keras.applications models usable as --model NAME, always built from scratch (weights=None: no downloads), whole:
-# with the classifier head keras.applications gives them (include_top=True), as published rows ran them (VGG16's
-# three dense layers are 124M of its 138M parameters, and most of what its all-reduce moves). NAME_headless is the
-# network without that head: global average pooling and one Dense layer (VGG16: 15.2M parameters).
-HEADLESS = "_headless"
-APPLICATIONS = {
-    "resnet50": "ResNet50",
-    "resnet101": "ResNet101",
-    "resnet152": "ResNet152",
-    "inceptionv3": "InceptionV3",
-    "resnet50v2": "ResNet50V2",
-    "mobilenet_v2": "MobileNetV2",
-    "mobilenet_v3_small": "MobileNetV3Small",
-    "efficientnet_b0": "EfficientNetB0",
-    "densenet121": "DenseNet121",
-    "vgg16": "VGG16",
-}
-
-
 def names() -> list[str]:
     return sorted(list(_REGISTRY) + list(APPLICATIONS) + [n + HEADLESS for n in APPLICATIONS])
-
-
-def application(name) -> str | None:
-    """The keras.applications class a registry name builds (``vgg16`` and ``vgg16_headless`` -> VGG16), or None."""
-    return APPLICATIONS.get(name.removesuffix(HEADLESS)) if isinstance(name, str) else None
-
-
-def describe(name) -> str:
-    """What a keras.applications name builds, in words (empty for other models): with or without its classifier."""
-    cls, whole = application(name), str(name).removesuffix(HEADLESS)
-    if cls is None:
-        return ""
-    if name != whole:
-        return (f"keras.applications {cls} without its classifier head (include_top=False): global average pooling "
-                f"and one Dense layer; {whole} is the whole network")
-    return (f"keras.applications {cls} whole, with its classifier head (include_top=True), as published rows ran "
-            f"it; {name}{HEADLESS} is the network without that head")
 
 
 _LAYERS: dict = {}
@@ -292,26 +259,6 @@ def resnet20(input_shape, num_classes):
     return keras.Model(inputs, outputs, name="resnet20")
 
 
-def _application(name, input_shape, num_classes):
-    import keras  # deferred: the model registry imports without Keras
-
-    cls, headless = getattr(keras.applications, application(name)), name.endswith(HEADLESS)
-    try:
-        # Batch norm in these models keeps per-replica statistics (Keras' default), so N replicas match
-        # one device only approximately; resnet20 and small_cnn match exactly.
-        if headless:
-            base = cls(weights=None, include_top=False, input_shape=tuple(input_shape), pooling="avg")
-        else:  # logits: the loss takes them (from_logits=True), so the head's softmax is left out
-            base = cls(weights=None, include_top=True, input_shape=tuple(input_shape), classes=num_classes,
-                       classifier_activation=None)
-    except ValueError as e:  # e.g. input too small for the architecture
-        raise ModelError(f"model {name} cannot take input shape {tuple(input_shape)}: {e}") from None
-    # float32 logits under mixed precision too (the whole network's own head computes in the policy's dtype)
-    outputs = (keras.layers.Dense(num_classes, dtype="float32") if headless
-               else keras.layers.Activation("linear", dtype="float32"))(base.output)
-    return keras.Model(base.input, outputs, name=name)
-
-
 def qualified_name(fn: Callable) -> str:
     """How a model callable is recorded in a config (``module.qualname``; ``__main__.f`` for a notebook cell's)."""
     return f"{getattr(fn, '__module__', None) or '<unknown>'}.{getattr(fn, '__qualname__', type(fn).__name__)}"
@@ -333,11 +280,9 @@ def build(name, input_shape, num_classes: int, classifier: bool = True):
     elif name in _REGISTRY:
         model = _REGISTRY[name](tuple(input_shape), num_classes)
     elif application(name):
-        model = _application(name, input_shape, num_classes)
-    elif ":" in name:
-        model = _from_import_path(name, input_shape, num_classes)
+        model = build_application(name, input_shape, num_classes)
     else:
-        raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
+        model = _call(resolve(name), name, input_shape, num_classes)
     if not isinstance(model, keras.Model):
         raise ModelError(f"model {label!r} returned {type(model).__name__}, not a keras.Model")
     if classifier:
@@ -388,13 +333,26 @@ def _call(fn, label: str, input_shape, num_classes):
                          f"{type(e).__name__}: {e}") from None
 
 
-def _from_import_path(path: str, input_shape, num_classes):
-    module_name, _, fn_name = path.partition(":")
+def resolve(name) -> Callable | None:
+    """Check that model ``name`` exists before anything is read or set up: a registered or keras.applications
+    name, or a callable (None: built by name); ``package.module:function`` is imported and its function returned.
+
+    The import looks in the working folder first, as ``python -m`` would: the ``tftoolkit`` console script's own
+    folder is what Python puts on the path, so a user's ``mypackage/`` beside their data would not be found."""
+    if callable(name) or name in _REGISTRY or application(name):
+        return None
+    if ":" not in name:
+        raise ModelError(f"unknown model {name!r}; use one of {', '.join(names())} or package.module:function")
+    module_name, _, fn_name = name.partition(":")
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's module, reported in one line
-        raise ModelError(f"cannot import {module_name!r} for --model {path}: {type(e).__name__}: {e}") from None
+        raise ModelError(f"cannot import {module_name!r} for --model {name}: {type(e).__name__}: {e} (looked in "
+                         f"the working folder {cwd} and the installed packages)") from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise ModelError(f"{module_name} has no function {fn_name!r} (from --model {path})")
-    return _call(fn, path, input_shape, num_classes)
+        raise ModelError(f"{module_name} has no function {fn_name!r} (from --model {name})")
+    return fn

@@ -12,7 +12,6 @@ devices and the strategy in: ``start(config, setup=..., strategy=(strategy, impl
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from ..config import RunConfig
 from ..errors import ConfigError, address_space_limit
 from ..data import catalog, service
 from ..data.source import SYNTHETIC_TRAIN, SYNTHETIC_VAL
-from . import devices, feed
+from . import devices, feed, models
 from .models import qualified_name
 from .step import jit_effective
 
@@ -164,13 +163,15 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     data.catalog.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
     """
     started = time.time()
-    importlib.import_module("tensorflow")  # timed apart: every TensorFlow program pays it, not this run's work
+    devices.import_tensorflow()  # timed apart: every TensorFlow program pays it, not this run's work
 
     import_s = time.time() - started
     # Deferred: it imports TensorFlow, after the import timed above.
     from .strategy import check_allreduce_dtype, effective_cross_device_ops, make_strategy
 
     config = resolve(config)
+    if model is None:
+        models.resolve(config.model)  # a model that cannot be imported stops the run before any data is read
     if config.data_service is not None:
         service.check_reachable(config.data_service)  # before the data is read and anything trains
     if model is not None:

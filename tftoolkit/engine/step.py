@@ -93,6 +93,27 @@ def pad_empty(images, labels):
     return images, labels, weights
 
 
+class PerRunTracing(logging.Filter):
+    """Drops TensorFlow's "triggered tf.function retracing" warning for the functions build_engine makes.
+
+    Each run (each point of a grid, each replica count of a scaling study, the breakdown's extra engines) builds its
+    model and so its own tf.functions, traced once each: a new function, not a retrace. TensorFlow counts traces by
+    the Python function's code object (``Function._get_key_for_call_stats``), which every run's closures share, so
+    from the sixth run in one process it warned that ``build_engine.<locals>.train_loop`` retraces (8 blocks in
+    notebook 02). A signature that changes within one function still warns, and any other function's does too."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("triggered tf.function retracing" in text and "build_engine.<locals>." in text)
+
+
+def quiet_per_run_tracing() -> None:
+    """Install PerRunTracing on TensorFlow's logger, once."""
+    tf_log = logging.getLogger("tensorflow")
+    if not any(isinstance(f, PerRunTracing) for f in tf_log.filters):
+        tf_log.addFilter(PerRunTracing())
+
+
 def build_engine(config, strategy, source, train_examples: int, allreduce: bool = True,
                  schedule=None, model=None, feed=None, loss=None, metrics=None) -> Engine:
     """Build everything that lives on the devices. ``allreduce=False`` trains each replica on its own
@@ -109,6 +130,7 @@ def build_engine(config, strategy, source, train_examples: int, allreduce: bool 
     from . import noise as noise_mod, schedules  # these import TensorFlow too
     from .optimizers import make_optimizer
 
+    quiet_per_run_tracing()
     feed = feed if feed is not None else feed_mod.host()
     replicas = strategy.num_replicas_in_sync
     global_batch = config.global_batch_size

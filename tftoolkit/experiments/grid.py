@@ -38,7 +38,7 @@ def run_names(points: list[dict], keys: list[str]) -> list[str]:
 
 
 def train_grid(base: dict, grid: dict, out, *, paired: dict | None = None, force: bool = False,
-               quiet: bool = True):
+               quiet: bool = False):
     """Train ``base`` updated with every combination of ``grid`` (crossed) and ``paired`` (zipped); returns the
     results frame (also written to ``out/results.csv`` after every run)."""
     # Deferred: training (TensorFlow's side) starts only when a run does; importing this module must not.

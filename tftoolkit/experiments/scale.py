@@ -120,6 +120,19 @@ def table(rows: list[dict], mode: str):
     return frame[COLUMNS].sort_values("replicas").reset_index(drop=True)
 
 
+def row_status(summary: dict, run_dir="a run") -> str:
+    """A replica count's status in scaling.csv: the run's, except that a run which trained but timed no step (all
+    of it one call of the loop, which traces the step) is "unmeasured": a scaling table measures, so the command
+    exits non-zero rather than show "ok" beside a missing rate."""
+    status = summary.get("status", "failed")
+    if status == "ok" and not summary.get("timed_steps"):
+        log.warning("%s: images/sec not measured: every step fell in one call of the loop, which traces the step; "
+                    "train more steps (--train-images, --epochs) or fewer per call (--steps-per-loop)",
+                    run_dir)
+        return "unmeasured"
+    return status
+
+
 def scale(config: RunConfig | dict, replicas, out, mode: str = "weak", *, force: bool = False,
           quiet: bool = False):
     """Run ``config`` at each replica count into ``out/runs/r<N>`` and write ``out/scaling.csv``; returns it."""
@@ -143,6 +156,7 @@ def scale(config: RunConfig | dict, replicas, out, mode: str = "weak", *, force:
         row = {"replicas": cfg.replicas, "global_batch": cfg.global_batch_size,
                "per_replica_batch": cfg.per_replica_batch_size, "run_dir": str(run_dir.relative_to(out))}
         row.update({col: summary.get(key, math.nan) for key, col in _FROM_SUMMARY.items()})
+        row["status"] = row_status(summary, run_dir)
         rows.append(row)
         # Written after every run, so a long study that stops half-way keeps what it measured.
         fileio.write_csv(out / "scaling.csv", table(rows, mode))

@@ -190,7 +190,15 @@ class Run:
         config, eng, st = self.config, self.engine, self.state
         spe, total = self.derived["steps_per_epoch"], self.derived["total_steps"]
         start = int(st["step"].numpy())
-        self.warm_loops_left = max(1, math.ceil(config.timing_warmup_steps / config.steps_per_loop))
+        span = config.profile_range()
+        n_calls = loop.calls(start, total, spe, config.steps_per_loop, config.checkpoint_every,
+                             (span[0] - 1, span[1]) if span else ())
+        self.warm_loops_left = loop.warm_calls(config.timing_warmup_steps, config.steps_per_loop, n_calls)
+        if self.warm_loops_left * config.steps_per_loop < config.timing_warmup_steps and n_calls > 1:
+            log.warning("the timing warm-up (--timing-warmup-steps %d) would cover all %d loop calls of this run: "
+                        "images/sec is timed over its last %d call(s) instead (after %d untimed); more steps give "
+                        "a steadier rate", config.timing_warmup_steps, n_calls, n_calls - self.warm_loops_left,
+                        self.warm_loops_left)
         bar = logs.progress_bar(total, quiet=self.quiet, initial=start, unit="step", leave=False)
         self.dist_val = None
         self.epoch_start_count = {}
