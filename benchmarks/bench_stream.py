@@ -2,6 +2,7 @@
 
     python benchmarks/bench_stream.py throughput [--rounds 5] [--seconds 15] [--images 8192]
     python benchmarks/bench_stream.py rss [--images 2048] [--seconds 12]
+    python benchmarks/bench_stream.py readahead [--sizes 256K 1M 4M 8M] [--rounds 3] [--seconds 10]
 
 Data: ImageNet-layout TFRecords as build_imagenet_data.py writes them (tests/formats.py), JPEGs of 256-512 px a
 side with texture (about ImageNet's bytes per pixel), 16 training shards, made once into the data home
@@ -19,6 +20,15 @@ throughput: four processes per round, alternated, each pulled through the same 2
 The pipelines alone (rows 2 and 3) compare the input paths with nothing else on the cores; rows 1 and 4 add the
 float conversion that on a GPU server runs on the GPUs (here, on the same 2 cores). Prints medians, the per-round
 ratios, and the fraction of the decode-only ceiling each reaches.
+
+readahead: the toolkit's pipeline alone (``pipeline-run``) with each read-ahead per open shard (data/stream.py's
+READ_BUFFER), alternated, one process each: images/sec, images per CPU-second and peak RSS against the size (the
+shards here are ~31 MB, so every buffer fills), and the peak RSS of the shards alone read once as a stream reads them (``reader-run``: what the
+read-ahead itself holds, without the decode's and the shuffle blocks' larger and noisier memory).
+
+Both pipelines run on exactly REPLICAS logical CPU devices (``_strategy``): a plain MirroredStrategy() mirrors over
+every logical CPU device, and how many devices.init creates has changed (4 at least, until it made exactly the
+replicas asked for), which changed what the two sides distribute over between runs of this script.
 
 rss: peak resident memory (the process's ru_maxrss) of ``tftoolkit bench input`` streaming ``--images`` and 4x as
 many images for at least one epoch each, and of the same read into memory, for contrast.
@@ -99,7 +109,7 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     devices.init(REPLICAS)
     import tensorflow as tf
 
-    strategy = tf.distribute.MirroredStrategy()
+    strategy = _strategy()
     files = sorted(str(f) for f in data.glob("train-*"))
     autotune = tf.data.AUTOTUNE
 
@@ -149,6 +159,13 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     _pull_for(strategy, dist, seconds, to_float=uint8)
 
 
+def _strategy():
+    """A MirroredStrategy over exactly REPLICAS logical CPU devices, however many the process has."""
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(REPLICAS)])
+
+
 def _pull_for(strategy, dist, seconds: float, to_float: bool) -> None:
     """Pull ``dist`` through ``strategy`` for ``seconds`` (20 steps a call, as the training loop's while_loop);
     print images/sec and cores busy (this process's CPU seconds per second) as JSON. Each replica touches its
@@ -182,21 +199,23 @@ def _pull_for(strategy, dist, seconds: float, to_float: bool) -> None:
                       "cores_busy": (time.process_time() - cpu0) / wall}))
 
 
-def pipeline_run(data: Path, seconds: float) -> None:
+def pipeline_run(data: Path, seconds: float, read_ahead: int | None = None) -> None:
     """The toolkit's streamed training input alone, pulled exactly as the reference is (replicas touch the uint8
-    batch, no float conversion): the two input pipelines compared with nothing else on the cores."""
+    batch, no float conversion): the two input pipelines compared with nothing else on the cores. ``read_ahead``:
+    bytes each open shard reads ahead, in place of data/stream.py's READ_BUFFER."""
     from tftoolkit.engine import devices
 
     devices.init(REPLICAS)
-    import tensorflow as tf
-
     from tftoolkit import RunConfig
-    from tftoolkit.data import catalog, pipeline
+    from tftoolkit.data import catalog, pipeline, stream
+
+    if read_ahead is not None:
+        stream.READ_BUFFER = read_ahead
 
     cfg = RunConfig(dataset=str(data), replicas=REPLICAS, global_batch=GLOBAL_BATCH, image_size=SIZE, augment=True,
                     data_memory_gb=0.001, deterministic=True)
     source = catalog.load(cfg)
-    strategy = tf.distribute.MirroredStrategy()
+    strategy = _strategy()
     _pull_for(strategy, pipeline.train_input(strategy, source, cfg, 0), seconds, to_float=False)
 
 
@@ -252,6 +271,65 @@ def rss(images: int, seconds: float) -> None:
               f"{peak_mem / 1e6:.0f} |")
 
 
+def reader_run(data: Path, read_ahead: int) -> None:
+    """The shards alone, read as a stream reads them (data/stream.py: MAX_CYCLE open at once, record by record) with
+    ``read_ahead`` bytes each, one pass: prints the records read per second (wall and CPU); the parent reads the
+    peak RSS."""
+    import tensorflow as tf
+
+    from tftoolkit.data import stream
+
+    files = sorted(str(f) for f in data.glob("train-*"))
+    cycle = min(len(files), stream.MAX_CYCLE)
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        lambda f: tf.data.TFRecordDataset(f, buffer_size=read_ahead), cycle_length=cycle, block_length=1,
+        num_parallel_calls=min(cycle, stream.cores()))
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    n = int(ds.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    print(json.dumps({"records": n, "records_per_sec": n / wall, "records_per_cpu_sec": n / cpu}))
+
+
+def _bytes(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+
+
+def readahead(sizes: list[str], rounds: int, seconds: float, images: int) -> None:
+    data = dataset(images)
+    base = "1M" if "1M" in sizes else sizes[0]
+    rows = {s: [] for s in sizes}  # (images/sec, images per CPU-second, peak RSS bytes) per round
+    for r in range(rounds):
+        order = sizes[r % len(sizes):] + sizes[:r % len(sizes)]
+        for s in order:
+            out, peak = _run([sys.executable, __file__, "pipeline-run", "--data", str(data), "--seconds", str(seconds),
+                              "--read-ahead", str(_bytes(s))])
+            reader, reader_peak = _run([sys.executable, __file__, "reader-run", "--data", str(data), "--read-ahead",
+                                        str(_bytes(s))])
+            rows[s].append((out["images_per_sec"], out["images_per_sec"] / out["cores_busy"], peak, reader_peak,
+                            reader["records_per_cpu_sec"]))
+        print(f"round {r + 1} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+            f"{s} {rows[s][-1][0]:.0f}/s {rows[s][-1][1]:.0f}/cpu-s {rows[s][-1][2] / 1e6:.0f} MB" for s in order),
+            file=sys.stderr)
+    mb = sum(f.stat().st_size for f in data.glob("train-*")) / 16e6
+    print(f"{images} JPEGs in 16 shards of ~{mb:.0f} MB (every buffer fills), {rounds} rounds of {seconds:g} s, "
+          f"per-round ratios against {base}")
+    print(f"| read-ahead per open shard | images/sec (median) | / {base} per round (median) | images per CPU-second "
+          f"(median) | / {base} (median) | peak RSS MB (median) | - {base} | shards alone: peak RSS MB | - {base} | "
+          "shards alone: records per CPU-second |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    med = statistics.median
+    for s in sizes:
+        wall = [a[0] / b[0] for a, b in zip(rows[s], rows[base])]
+        cpu = [a[1] / b[1] for a, b in zip(rows[s], rows[base])]
+        peak = med(x[2] for x in rows[s]) / 1e6
+        print(f"| {s} | {med(x[0] for x in rows[s]):.0f} | {', '.join(f'{x:.2f}' for x in wall)} ({med(wall):.2f}) | "
+              f"{med(x[1] for x in rows[s]):.0f} | {', '.join(f'{x:.2f}' for x in cpu)} ({med(cpu):.2f}) | "
+              f"{peak:.0f} | {peak - med(x[2] for x in rows[base]) / 1e6:+.0f} | {med(x[3] for x in rows[s]) / 1e6:.0f} | "
+              f"{(med(x[3] for x in rows[s]) - med(x[3] for x in rows[base])) / 1e6:+.0f} | "
+              f"{med(x[4] for x in rows[s]):.0f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -265,9 +343,18 @@ def main() -> None:
     m = sub.add_parser("rss")
     m.add_argument("--images", type=int, default=2048)
     m.add_argument("--seconds", type=float, default=12.0)
+    h = sub.add_parser("readahead")
+    h.add_argument("--sizes", nargs="+", default=["256K", "1M", "4M", "8M"])
+    h.add_argument("--rounds", type=int, default=3)
+    h.add_argument("--seconds", type=float, default=10.0)
+    h.add_argument("--images", type=int, default=8192)
     a = sub.add_parser("pipeline-run")
     a.add_argument("--data", type=Path, required=True)
     a.add_argument("--seconds", type=float, default=15.0)
+    a.add_argument("--read-ahead", type=int, default=None)
+    d = sub.add_parser("reader-run")
+    d.add_argument("--data", type=Path, required=True)
+    d.add_argument("--read-ahead", type=int, required=True)
     r = sub.add_parser("reference-run")
     r.add_argument("--data", type=Path, required=True)
     r.add_argument("--seconds", type=float, default=15.0)
@@ -277,8 +364,12 @@ def main() -> None:
         throughput(args.rounds, args.seconds, args.images)
     elif args.what == "rss":
         rss(args.images, args.seconds)
+    elif args.what == "readahead":
+        readahead(args.sizes, args.rounds, args.seconds, args.images)
+    elif args.what == "reader-run":
+        reader_run(args.data, args.read_ahead)
     elif args.what == "pipeline-run":
-        pipeline_run(args.data, args.seconds)
+        pipeline_run(args.data, args.seconds, args.read_ahead)
     else:
         reference_run(args.data, args.seconds, args.uint8)
 

@@ -58,7 +58,8 @@ from .pixels import augment_keys, to_float
 # (through training) and must not import TensorFlow (tftoolkit/__init__.py).
 
 SHUFFLE_RECORDS = 4096   # training records shuffled together (a TFRecord split; encoded ~0.45 GB on ImageNet)
-READ_BUFFER = 1 << 20     # bytes each open shard reads ahead (TFRecordDataset buffer_size): at most MAX_CYCLE x this
+READ_BUFFER = 1 << 20     # bytes each open shard reads ahead (TFRecordDataset buffer_size): at most MAX_CYCLE x this;
+                          # 4 or 8 MB held 16 x more and read no faster (docs/benchmarks/streaming.md's curve)
 MAX_CYCLE = 16            # shards open at once while training
 
 
