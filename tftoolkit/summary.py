@@ -206,8 +206,10 @@ _ALL = (
         ("breakdown_step_matches_training", "", "breakdown_step_time_s equals step_time_s within 2 of their combined "
                                                 "errors; false: the rounds saw another machine state, the parts are "
                                                 "shares of their own step (null: not comparable)"),
-        ("input_wait_fraction", "1", "input_wait_s / breakdown_step_time_s"),
-        ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s)"),
+        ("input_wait_fraction", "1", "input_wait_s / breakdown_step_time_s; null unless input_wait_status is measured (a part "
+                                     "within noise has no known share)"),
+        ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s); null unless both were "
+                                        "measured"),
         ("communication_note", "", "one sentence: compute-bound or communication-bound, with the times"),
         ("imbalance", "1", "max / mean of examples_per_replica (1.0 = every replica did the same work)"),
         ("measure_time_s", "s", "time the measurement took, after training (the breakdown's rounds included)"),

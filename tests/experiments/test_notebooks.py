@@ -210,7 +210,11 @@ def test_03_communication_smoke(out_root):
     table = pd.read_csv(out / "allreduce.csv")
     assert table["payload"].astype(str).str.startswith("grads:small_cnn").any()  # the model's own gradients
     compute = pd.read_csv(out / "compute" / "scaling.csv")
-    assert compute["compute_time_s"].gt(0).all() and compute["allreduce_time_s"].ge(0).all()
+    assert compute["compute_time_s"].gt(0).all()
+    # Each all-reduce time is what it was measured as: a time (>= 0), within noise (either sign: not known), or a
+    # failed measurement (NaN), as its status says.
+    a, status = compute["allreduce_time_s"], compute["allreduce_time_status"]
+    assert ((status.eq("measured") & a.ge(0)) | status.eq("within noise") | (status.eq("failed") & a.isna())).all()
     _figures(out, "allreduce_time", "busbw", "comm_vs_compute")
 
 
