@@ -9,6 +9,7 @@ notebook: in the first cell, or restart the kernel).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -78,10 +79,32 @@ def startup_noise(line: str) -> bool:
     return bool(STARTUP_NOISE.match(line))
 
 
+@contextlib.contextmanager
+def holding_stderr(drop):
+    """Hold file descriptor 2 (where TensorFlow's C++ side writes, out of Python's reach) while the block runs, then
+    write back every held line for which ``drop(line)`` is false. The one place the toolkit holds stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if line.strip() and not drop(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def import_tensorflow() -> None:
     """Import TensorFlow and let it look for GPUs, with its start-up lines held back where TF_CPP_MIN_LOG_LEVEL is 2
-    or more (tftoolkit/__init__.py's default; a user who sets 0 or 1 sees them all). The process's stderr (file
-    descriptor 2, where the C++ side writes) goes to a file for that time; every other line is written back."""
+    or more (tftoolkit/__init__.py's default; a user who sets 0 or 1 sees them all): ``holding_stderr`` for that
+    time, every other line written back."""
     if "tensorflow" in sys.modules:
         return
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("2", "3"):
@@ -89,24 +112,10 @@ def import_tensorflow() -> None:
 
         tf.config.list_physical_devices("GPU")
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            import tensorflow as tf
+    with holding_stderr(startup_noise):
+        import tensorflow as tf
 
-            tf.config.list_physical_devices("GPU")  # where cuInit runs
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
-                    if not startup_noise(line)]
-            if kept:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
+        tf.config.list_physical_devices("GPU")  # where cuInit runs
 
 
 def quiet_tensorflow_info(logger, interactive: bool | None = None) -> None:

@@ -16,10 +16,8 @@ import contextlib
 import functools
 import os
 import re
-import sys
-import tempfile
 
-from ..engine import models
+from ..engine import devices, models
 from ..errors import ConfigError
 from .memory import OPTIMIZER
 
@@ -41,26 +39,13 @@ def check_image_size(image_size) -> int:
 
 @contextlib.contextmanager
 def quiet_native_stderr():
-    """Hold file descriptor 2 (where TensorFlow's C++ logging writes) while the block runs; afterwards write every
-    held line that is not a native TensorFlow log line back to stderr. TFTOOLKIT_DEBUG=1 holds nothing."""
+    """Every native TensorFlow log line held back while the block runs, every other line passed on
+    (engine.devices.holding_stderr). TFTOOLKIT_DEBUG=1 holds nothing."""
     if os.environ.get("TFTOOLKIT_DEBUG"):
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = [line for line in held.read().decode("utf-8", "replace").splitlines()
-                    if line.strip() and not _NATIVE.match(line)]
-            if kept:
-                sys.stderr.write("\n".join(kept) + "\n")
+    with devices.holding_stderr(_NATIVE.match):
+        yield
 
 
 @functools.cache
