@@ -37,3 +37,8 @@ def tiny_conv_bn(input_shape, num_classes):
     x = keras.layers.ReLU()(models._sync_bn_layer()(momentum=0.9)(x))
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(i, keras.layers.Dense(num_classes)(x))
+
+
+def broken(input_shape, num_classes):
+    """A builder that exists but fails while the run is set up (after its config is recorded)."""
+    raise RuntimeError("a builder that fails")

@@ -281,9 +281,15 @@ def test_an_empty_out_is_refused_and_the_working_folder_left_alone(tmp_path, mon
 def test_a_run_that_stopped_at_set_up_does_not_block_the_corrected_command(tmp_path, caplog):
     from tftoolkit.errors import ModelError
 
-    out = tmp_path / "run"
+    # A misspelt model name is refused before the run directory is written (models.resolve at set-up)...
     with pytest.raises(ModelError, match="unknown model 'small_vg'"):
-        tftoolkit.train(RunConfig(**{**TINY, "model": "small_vg"}), out, quiet=True)
+        tftoolkit.train(RunConfig(**{**TINY, "model": "small_vg"}), tmp_path / "typo", quiet=True)
+    assert not (tmp_path / "typo" / "config.json").exists()
+
+    # ...and a builder that fails while the run is set up stops after the config is recorded.
+    out = tmp_path / "run"
+    with pytest.raises(ModelError, match="a builder that fails"):
+        tftoolkit.train(RunConfig(**{**TINY, "model": "models_for_tests:broken"}), out, quiet=True)
     assert (out / "config.json").exists()  # it got as far as recording its config
     with caplog.at_level("INFO", logger="tftoolkit"):
         s = tftoolkit.train(RunConfig(**TINY), out)  # no --force needed

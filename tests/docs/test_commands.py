@@ -109,6 +109,8 @@ NOT_RUN = {
     "tensorboard": "a server that runs until it is stopped",
     "doctor": "its checks run in notebook 00's test (tests/experiments/test_notebooks.py)",
     "bench": "the all-reduce bench runs in notebooks 00 and 03's tests",
+    "--allreduce-csv": "reads the all-reduce bench's files, and the bench is not run here (tests/science/test_predict.py "
+                       "forecasts from hand-made ones)",
     "find-batch": "bisects the memory over many trainings (tests/science/ test it)",
     "sweep": "a sweep runs notebooks (tests/experiments/test_sweep.py); its --dry-run is run here",
     "needs GPUs": "the page says it needs GPUs, and gives the CPU variant beside it",
@@ -120,7 +122,8 @@ def _why_not_run(line: str, words: list[str]) -> str | None:
         return NOT_RUN["needs GPUs"]
     if words[0] == "sweep" and "--dry-run" in words and "--backend" not in words:
         return None
-    for key in ("--backend", "data-service", "launch", "tensorboard", "doctor", "bench", "find-batch", "sweep"):
+    for key in ("--backend", "data-service", "launch", "tensorboard", "doctor", "bench", "find-batch", "sweep",
+                "--allreduce-csv"):
         if key in words[:1] or (key.startswith("--") and key in words):
             return NOT_RUN[key]
     return None
