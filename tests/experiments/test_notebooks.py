@@ -310,8 +310,9 @@ def test_the_report_page_in_a_real_browser_shows_findings_and_figures_and_no_cod
     assert "Figure: Images per second against replicas" in text
     code_areas = chromium.evaluate("document.querySelectorAll('.jp-CodeCell .jp-InputArea, .jp-CodeMirrorEditor, "
                                    ".input_area').length")
-    first = chromium.evaluate("document.querySelector('h1, h2').innerText")
-    assert first.startswith("What we found"), first  # the page opens with the findings
+    headings = chromium.evaluate("Array.from(document.querySelectorAll('h1, h2')).map(h => h.innerText)")
+    # The page opens with what ran where (devices, machine, date, version), then the findings.
+    assert headings[0].startswith("What ran where") and headings[1].startswith("What we found"), headings
     stderr = chromium.evaluate("document.querySelectorAll('[data-mime-type=\"application/vnd.jupyter.stderr\"]').length")
     assert code_areas == 0 and stderr == 0
     assert "import tftoolkit" not in text and "from tftoolkit" not in text
