@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .stats import NOISE_SIGMAS  # a part within this many standard errors of zero is within noise
+from .stats import NOISE_SIGMAS, within_noise  # the one rule for what is within noise
 
 BOOTSTRAP = 1000  # resamples of the rounds for each median's standard error
 PARTS = (("compute", "compute_time_s"), ("all-reduce", "allreduce_time_s"), ("input wait", "input_wait_s"),
@@ -41,7 +41,7 @@ class Part:
         bound = NOISE_SIGMAS * self.uncertainty if self.uncertainty == self.uncertainty else 0.0
         if not self.raw == self.raw or self.raw < -bound or (self.raw < 0 and bound == 0):
             return FAILED
-        return WITHIN_NOISE if abs(self.raw) < bound else MEASURED
+        return WITHIN_NOISE if within_noise(self.raw, self.uncertainty) else MEASURED
 
     @property
     def within_noise(self) -> bool:

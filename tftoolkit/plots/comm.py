@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..errors import DataError
+from ..measure.stats import within_noise
 from .scaling import configurations
 from .theme import IDEAL_STYLE, bytes_axis, device_note, footnote, format_bytes, new_figure, replicas_axis, require, themed
 
@@ -210,8 +211,8 @@ def comm_frame(df: pd.DataFrame) -> pd.DataFrame:
     if out[["compute_time_s", "allreduce_time_s"]].isna().all().all():
         raise DataError("communication vs compute plot: compute_time_s / allreduce_time_s are empty (measure off?)")
     out["communication_share"] = out["allreduce_time_s"] / (out["compute_time_s"] + out["allreduce_time_s"]) * 100
-    err = out["allreduce_time_err_s"]
-    out["allreduce_within_noise"] = (err.notna() & (out["allreduce_time_s"].abs() < 2 * err)).astype(bool)
+    out["allreduce_within_noise"] = [bool(within_noise(v, e)) for v, e in
+                                     zip(out["allreduce_time_s"], out["allreduce_time_err_s"])]
     return out
 
 
