@@ -44,7 +44,9 @@ def quiet_native_stderr():
     if os.environ.get("TFTOOLKIT_DEBUG"):
         yield
         return
-    with devices.holding_stderr(_NATIVE.match):
+    # TensorFlow 2.16 writes its start-up lines in the C++ format (a date, then "E external/..."), later ones in
+    # absl's; either is held back.
+    with devices.holding_stderr(lambda line: bool(_NATIVE.match(line)) or devices.startup_noise(line)):
         yield
 
 
