@@ -16,6 +16,10 @@ import warnings  # noqa: E402
 # tf.data warns that options are "not known at graph construction time" whenever a distributed dataset
 # reads them; it is about serialisation, not about this toolkit's pipelines (options are set eagerly).
 warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data options")
+# Keras 3.13 (the oldest supported, constraints/oldest.txt) probes `np.object` on import, which NumPy 1.26 answers with
+# a FutureWarning on every command: a line about Keras' own code that a user cannot act on.
+warnings.filterwarnings("ignore", message="In the future `np.object` will be defined", category=FutureWarning,
+                        module=r"keras\.")
 
 from .config import RunConfig  # noqa: E402
 from .errors import ConfigError, DataError, DeviceError, ModelError, RunDirError, ToolkitError  # noqa: E402
