@@ -122,13 +122,16 @@ def _images(browser) -> list:
     return browser.evaluate("Array.from(document.images).map(i => [i.naturalWidth, i.naturalHeight, i.alt])")
 
 
-def test_the_index_and_a_notebook_page_render_with_their_images_in_a_real_browser(site, chromium):
+def test_the_index_the_design_page_and_a_notebook_page_render_with_their_images_in_a_real_browser(site, chromium):
     chromium.open((site / "index.html").as_uri())
     images = [i for i in _images(chromium) if i[2]]  # the README's figure (the theme's logo has no alt text)
     assert len(images) >= 2 and all(w > 100 and h > 100 for w, h, _ in images), images
     nav = chromium.evaluate("Array.from(document.querySelectorAll('.md-nav__link')).map(a => a.innerText.trim())")
     for section in ("Getting started", "Common tasks", "Notebooks", "Guides", "Reference", "Design", "Benchmarks"):
         assert section in nav, (section, nav)
+    chromium.open((site / "design.html").as_uri())
+    diagram = [(w, h) for w, h, alt in _images(chromium) if alt.startswith("parameters go into a RunConfig")]
+    assert diagram and all(w > 500 and h > 400 for w, h in diagram), diagram  # docs/images/design.svg, 780 x 594
     chromium.open((site / "notebooks" / f"{EXECUTED}.html").as_uri())
     figures = [(w, h) for w, h, _ in _images(chromium) if w > 100 and h > 100]
     assert len(figures) >= 2, figures  # the notebook's two figures, embedded by the executed copy
