@@ -19,7 +19,7 @@ On GPUs the out-of-memory error is the authority, and the peak memory TensorFlow
 replica's GPU is recorded. ``memory_limit_mb`` then caps it further (say, to leave room for evaluation).
 On CPU replicas there is no device memory to run out of (the host swaps, or the kernel kills the process),
 so ``memory_limit_mb`` is required and means: a batch fits when the *estimated* training memory of one
-replica stays under it (``estimate_memory``: weights, gradients and optimizer slots, plus twice every
+replica stays under it (``memory.estimate_memory``: weights, gradients and optimizer slots, plus twice every
 layer's output per example: kept for the backward pass, and its gradient). Batches under the limit still
 run one real step, which catches a MemoryError from the host.
 
@@ -41,7 +41,7 @@ import pandas as pd
 from ..config import RunConfig, accumulation_plan
 from ..errors import ConfigError, ModelError
 from .choices import BLOWUP, LR_MAX, LR_MIN, LR_STEPS, MAX_BATCH  # noqa: F401 - finders' names too
-from .memory import OPTIMIZER_SLOTS
+from .memory import estimate_memory
 
 log = logging.getLogger("tftoolkit")
 
@@ -245,42 +245,6 @@ def find_lr(config: RunConfig | dict, out, *, lr_min: float = LR_MIN, lr_max: fl
 
 
 # --- batch finder ----------------------------------------------------------------------------------------
-def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: str = "float32",
-                    accumulate: int = 1) -> dict:
-    """Rough training memory of one replica in bytes: {"fixed", "per_example", "total", "accumulator"}.
-
-    fixed = trainable bytes x (weights + gradients + optimizer slots) + non-trainable bytes, + the accumulator
-    when ``accumulate`` > 1 (the float32 sum of the micro-batches' gradients the step carries: 4 bytes per
-    trainable element); per_example = 2 x Σ layer output elements x activation bytes (kept for the backward
-    pass, plus the gradient flowing back through it). Framework workspace and allocator fragmentation are not
-    counted.
-    """
-    trainable = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.trainable_variables)
-    accumulator = 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables) if accumulate > 1 else 0
-    frozen = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.non_trainable_variables)
-    act_bytes = 2 if precision.startswith("mixed") else 4
-    elements = 0
-    try:
-        shapes = [model.input_shape] + [_shape(layer.output) for layer in model.layers
-                                        if type(layer).__name__ != "InputLayer"]
-    except (AttributeError, ValueError):  # a subclassed model has no symbolic layer outputs
-        log.warning("memory estimate counts only inputs and outputs: %s is not a functional model", model.name)
-        shapes = [model.input_shape, model.output_shape]
-    for shape in shapes:
-        for s in (shape if isinstance(shape, list) else [shape]):
-            elements += int(np.prod([d for d in s[1:] if d is not None]))
-    per_example = 2 * elements * act_bytes
-    fixed = trainable * (2 + OPTIMIZER_SLOTS.get(optimizer, 2)) + frozen + accumulator
-    return {"fixed": fixed, "per_example": per_example, "total": fixed + per_example * per_replica_batch,
-            "accumulator": accumulator}
-
-
-def _shape(tensor):
-    if isinstance(tensor, (list, tuple)):
-        return [tuple(t.shape) for t in tensor]
-    return tuple(tensor.shape)
-
-
 def _is_oom(e: BaseException) -> bool:
     import tensorflow as tf
 
