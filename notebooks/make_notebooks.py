@@ -461,7 +461,8 @@ out_dir: str = "runs/05_batch_science"  # where the finders' folders, train/, th
 %matplotlib inline
 import tftoolkit
 from tftoolkit.experiments import notebook as nb
-from tftoolkit.science import advise, finders, predict
+from tftoolkit.planner import predict
+from tftoolkit.tuning import advise, finders
 from tftoolkit.plots import batch as batch_plots
 from tftoolkit.plots import predict as predict_plots
 from tftoolkit.plots.theme import save_figure
@@ -659,7 +660,7 @@ or your own: a GPU and a link, with a 1-GPU rate where you have one), the planne
 throughput, scaling efficiency and time per epoch against GPU count, each with its interval from the published
 validation rows (the band), and the energy per epoch from the GPUs' TDP; with prices, the cost per epoch. A
 candidate whose GPU cannot hold the per-GPU batch (weights, gradients, optimizer slots and activations:
-tftoolkit/science/memory.py) is marked `fits = False`, with the largest per-GPU batch that would fit.
+tftoolkit/planner/memory.py) is marked `fits = False`, with the largest per-GPU batch that would fit.
 
 """ + run_hint("07_choosing_hardware")),
     params("""
@@ -678,7 +679,7 @@ from tftoolkit import fileio
 from tftoolkit.experiments import notebook as nb
 from tftoolkit.plots import predict as predict_plots
 from tftoolkit.plots.theme import save_figure
-from tftoolkit.science import candidates as cand
+from tftoolkit.planner import candidates as cand
 
 out = nb.start(out_dir)
 """),

@@ -113,7 +113,7 @@ def test_the_allreduce_bench_times_every_call_in_a_region(monkeypatch, cpu_devic
 @pytest.mark.slow
 def test_a_find_batch_trial_is_a_synchronised_region(monkeypatch, tmp_path):
     from tftoolkit.config import RunConfig
-    from tftoolkit.science import finders
+    from tftoolkit.tuning import finders
 
     calls = []
     real = timer.timed

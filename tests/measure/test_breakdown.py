@@ -139,7 +139,7 @@ def test_the_rounds_fit_the_budget_and_never_fall_under_the_floor():
 def test_predict_calibrates_on_the_run_s_own_step():
     # The figures of a run on a loaded host: training's step 388 ms; the breakdown, timed later beside its own step
     # of 576 ms, found 546 ms of compute. The calibration keeps compute's share of that step, on training's clock.
-    from tftoolkit.science import calibration
+    from tftoolkit.planner import calibration
 
     s = {"replicas": 4, "per_replica_batch": 100, "gradient_bytes": 4e6, "step_time_s": 0.388,
          "breakdown_step_time_s": 0.576, "step_time_no_input_s": 0.570, "compute_time_s": 0.546, "accumulate": 1}

@@ -11,7 +11,7 @@ from .common import add_config_options, add_quiet, config_from_args
 
 def add(sub) -> None:
     # choices and links are light (no NumPy, no pandas): --help builds without the planner or the finders
-    from ..science import choices, links
+    from ..planner import choices, links
 
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
@@ -48,7 +48,7 @@ def add(sub) -> None:
 
     for name, fn, helptext in (("find-lr", find_lr_command, "exponential learning-rate sweep under the strategy"),
                                ("find-batch", find_batch_command, "largest per-replica batch that fits in device memory")):
-        p = sub.add_parser(name, help=helptext, description=helptext + " (see tftoolkit.finders).")
+        p = sub.add_parser(name, help=helptext, description=helptext + " (see tftoolkit.tuning.finders).")
         p.add_argument("--out", required=True, help="directory for the finder's table, JSON and figure")
         add_quiet(p)
         if name == "find-lr":
@@ -179,7 +179,7 @@ def _add_plan_options(p) -> None:
 
 def _add_layout(p) -> None:
     """--max-replicas and --gpus-per-host, with one default each for advise and predict."""
-    from ..science import choices
+    from ..planner import choices
 
     p.add_argument("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS,
                    help=f"most GPUs to consider (default: {DEFAULT_MAX_REPLICAS})")
@@ -196,7 +196,7 @@ def _add_host_cores(p) -> None:
 
 
 def advise_command(args) -> int:
-    from ..science import advise
+    from ..tuning import advise
 
     result = advise.advise(args.run_dir, args.out, per_replica_batch=args.per_replica_batch,
                            max_replicas=args.max_replicas, interconnect=args.interconnect, inter_host=args.inter_host,
@@ -221,7 +221,7 @@ FINDER_SKIP = {"find-lr": _NOT_FOR_FINDERS,
 
 
 def find_lr_command(args) -> int:
-    from ..science import finders
+    from ..tuning import finders
 
     r = finders.find_lr(config_from_args(args, skip=FINDER_SKIP["find-lr"]), args.out, lr_min=args.lr_min, lr_max=args.lr_max, steps=args.lr_steps,
                         blowup=args.blowup, quiet=args.quiet)
@@ -235,7 +235,7 @@ def find_lr_command(args) -> int:
 
 
 def find_batch_command(args) -> int:
-    from ..science import finders
+    from ..tuning import finders
 
     r = finders.find_batch(config_from_args(args, skip=FINDER_SKIP["find-batch"]), args.out, memory_limit_mb=args.memory_limit_mb,
                            max_batch=args.max_batch, quiet=args.quiet, target_global_batch=args.target_global_batch)
@@ -251,7 +251,7 @@ def find_batch_command(args) -> int:
 
 
 def predict_command(args) -> int:
-    from ..science import predict
+    from ..planner import predict
 
     if args.replicas is not None and "," in str(args.replicas):
         raise ConfigError(f"--replicas is one GPU count; for a list write --replica-counts {args.replicas}")
@@ -276,7 +276,7 @@ def predict_command(args) -> int:
 
 def plan_command(args) -> int:
     """predict without a run directory: the planner over the catalogue's hardware."""
-    from ..science import planner, predict
+    from ..planner import plan as planner, predict
 
     if not args.gpu or not args.per_replica_batch:
         raise ConfigError("without a run directory, give --gpu and --per-replica-batch (and --params or --model)")
@@ -288,13 +288,13 @@ def plan_command(args) -> int:
         raise ConfigError(f"--max-replicas must be a whole number >= 1, got {args.max_replicas}")
     params, fwd, mem = args.params, None, None
     if args.model:
-        from ..science import modelsize  # builds the Keras model: TensorFlow only when --model is given
+        from ..planner import modelsize  # builds the Keras model: TensorFlow only when --model is given
 
         params, fwd, _ = modelsize.count(args.model, args.image_size)
         mem = modelsize.memory(args.model, args.image_size, args.precision)
     busbw, source = (), ""
     if args.allreduce_csv:  # the user's own GPUs measured: their bus bandwidth per GPU count
-        from ..science import comms
+        from ..planner import comms
 
         measured, impl = comms.busbw_by_replicas(comms.read_allreduce_csvs(args.allreduce_csv), args.impl)
         busbw, source = tuple(sorted(measured.items())), f"{', '.join(args.allreduce_csv)}, {impl}"

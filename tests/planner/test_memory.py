@@ -1,13 +1,13 @@
 """Does it fit: one GPU's training memory at a per-GPU batch against the catalogue's memory, and the largest batch
-that fits (science.memory, on the batch finder's estimate)."""
+that fits (planner.memory, on the batch finder's estimate)."""
 
 import pytest
 
 from tftoolkit.cli import main
-from tftoolkit.science import memory, predict
-from tftoolkit.science.planner import Plan
+from tftoolkit.planner import memory, predict
+from tftoolkit.planner.plan import Plan
 
-# science.modelsize.memory("resnet50", 224, "float32"): the batch finder's estimate on keras.applications ResNet50.
+# planner.modelsize.memory("resnet50", 224, "float32"): the batch finder's estimate on keras.applications ResNet50.
 RESNET50_FIXED, RESNET50_PER_EXAMPLE = 307_215_584.0, 296_969_696.0
 
 
@@ -53,7 +53,7 @@ def test_the_cli_counts_resnet50_and_flags_256_on_a_k80(capsys):
 
 
 def test_notebook_07s_candidates_are_marked_when_they_cannot_hold_the_batch():
-    from tftoolkit.science import candidates
+    from tftoolkit.planner import candidates
     choice = candidates.compare(
         [{"name": "K80 box", "gpu": "k80", "interconnect": "pcie3", "images_per_sec": 50},
          {"name": "H200 box", "gpu": "h200-sxm", "interconnect": "pcie5", "images_per_sec": 3000}],

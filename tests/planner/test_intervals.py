@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tftoolkit.science import intervals, predict
-from tftoolkit.science.planner import Plan
+from tftoolkit.planner import intervals, predict
+from tftoolkit.planner.plan import Plan
 
 
 def test_leave_one_source_out_figures_hold():
@@ -21,7 +21,7 @@ def test_leave_one_source_out_figures_hold():
 
 
 def test_tf_cnn_benchmarks_fp16_rows_exchange_float16_gradients():
-    from tftoolkit.science import validation
+    from tftoolkit.planner import validation
     assert validation.exchange_dtype("TensorFlow tf_cnn_benchmarks", "mixed_float16") == "float16"
     assert validation.exchange_dtype("TensorFlow tf_cnn_benchmarks", "float32") == "float32"
     assert validation.exchange_dtype("Horovod (NCCL), NGC container", "mixed_float16") == "float32"

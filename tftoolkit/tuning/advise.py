@@ -43,11 +43,12 @@ from ..errors import ConfigError, DataError, RunDirError
 from ..fileio import read_json
 from ..plots import batch as bplots
 from ..plots.theme import save_figure
-from . import inputlimit, timetoloss
-from .calibration import calibrate_summary, gpu_forecast_refusal, handwritten
-from .comms import parse_link
-from .forecast import layouts
-from .inputlimit import add_input_limit, host_fields, input_host
+from ..planner import inputlimit
+from . import timetoloss
+from ..planner.calibration import calibrate_summary, gpu_forecast_refusal, handwritten
+from ..planner.comms import parse_link
+from ..planner.forecast import layouts
+from ..planner.inputlimit import add_input_limit, host_fields, input_host
 from .advice_text import advice_text  # noqa: F401 - what advise found, in words (the CLI and notebook 05 print it)
 
 # What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).

@@ -40,8 +40,8 @@ import pandas as pd
 
 from ..config import RunConfig, accumulation_plan
 from ..errors import ConfigError, ModelError
-from .choices import BLOWUP, LR_MAX, LR_MIN, LR_STEPS, MAX_BATCH  # noqa: F401 - finders' names too
-from .memory import estimate_memory
+from ..planner.choices import BLOWUP, LR_MAX, LR_MIN, LR_STEPS, MAX_BATCH  # noqa: F401 - finders' names too
+from ..planner.memory import estimate_memory
 
 log = logging.getLogger("tftoolkit")
 

@@ -152,7 +152,7 @@ def headline(case: str = "rate") -> str:
 
 
 def with_interval(frame: pd.DataFrame, case: str, exchange_known: bool = True) -> tuple[pd.DataFrame, dict]:
-    """``frame`` (planner.forecast's) with images_per_sec_low/high and efficiency_low/high from the out-of-sample
+    """``frame`` (plan.forecast's) with images_per_sec_low/high and efficiency_low/high from the out-of-sample
     residuals, each row's interval widened by its spread; efficiency capped at 100% (weak scaling: N GPUs cannot
     do more than N times one GPU's work), the cap stated."""
     out = frame.copy()

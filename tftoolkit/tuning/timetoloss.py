@@ -24,10 +24,10 @@ import math
 
 import pandas as pd
 
-from .calibration import calibrate_summary
-from .comms import parse_link
-from . import validation
-from .forecast import exchange, step_parts
+from ..planner.calibration import calibrate_summary
+from ..planner.comms import parse_link
+from ..planner import validation
+from ..planner.forecast import exchange, step_parts
 
 # A doubling of GPUs pays under TIME_RULE while it cuts the time to the same loss by at least this: N x T^2 falls.
 DOUBLING_PAYS = math.sqrt(2.0)

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.science import advise, comms, forecast, validation
+from tftoolkit.planner import comms, forecast, validation
+
+from tftoolkit.tuning import advise
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, RunDirError
 

@@ -5,8 +5,8 @@ validation/published.csv (fitted to) and validation/heldout.csv (only checked) h
 the planner's inputs (``system`` or ``interconnect``, ``gpu``, ``inter_host``, ``gpus_per_host``, ``model``,
 ``per_gpu_batch``, ``precision``, ``allreduce``); validation/README.md describes every column.
 
-Each row is forecast the way the CLI does (planner.Plan, planner.forecast: what ``tftoolkit predict --gpu ...
---json`` prints; tests/science/test_planner.py checks the two agree), with its own hardware, host layout and
+Each row is forecast the way the CLI does (plan.Plan, plan.forecast: what ``tftoolkit predict --gpu ...
+--json`` prints; tests/planner/test_planner.py checks the two agree), with its own hardware, host layout and
 all-reduce, in two cases:
 
 - **rate**: the series' 1-GPU published rate given (``--images-per-sec``), forecast at the row's GPU count (rows of
@@ -57,8 +57,8 @@ import pandas as pd
 from .. import catalogue
 from ..errors import ConfigError, DataError
 from .forecast import expected_max
-from .planner import Plan, forecast
-from .topology import find_gpu
+from .plan import Plan, forecast
+from .catalogue_links import find_gpu
 
 ROOT = Path(__file__).resolve().parents[2] / "validation"
 PUBLISHED = ROOT / "published.csv"
@@ -68,7 +68,7 @@ NEEDS = ("baseline", "gpus", "images_per_sec", "gpu", "per_gpu_batch")
 PARAMS = {"resnet50": 25_636_712, "resnet50v1.5": 25_636_712, "resnet152": 60_419_944, "inceptionv3": 23_851_784,
           "inceptionv4": 42_679_816, "vgg16": 138_357_544, "alexnet": 61_100_840}
 # Forward FLOPs per example counted by the toolkit's own counter on the keras.applications models (measure.flops:
-# TensorFlow's profiler; 224 px, InceptionV3 at 299; tests/science/test_modelsize.py recounts ResNet-50). Only
+# TensorFlow's profiler; 224 px, InceptionV3 at 299; tests/planner/test_modelsize.py recounts ResNet-50). Only
 # the models it counted: AlexNet and InceptionV4 are not in keras.applications, and ResNet-50 v1.5 (a stride
 # moved) is not its v1. Parameters above: counted the same way where keras.applications has the model, else the
 # tf_cnn_benchmarks definitions' published counts (alexnet, inceptionv4: unconfirmed here).
@@ -235,7 +235,7 @@ OVERHEAD_GRID_MS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
 def fit_step_costs(res: pd.DataFrame) -> tuple[float, float]:
     """(σ, fixed ms per multi-GPU step) with the least mean |ln(published / forecast)| over the rate case's rows of
     ``res``, made at σ = 0 and no fixed cost (the step at σ, c is the step at 0 plus σ · E[max of N] · compute + c,
-    planner.forecast)."""
+    plan.forecast)."""
     g = res[res["case"] == "rate"]
     if g.empty:
         return 0.0, 0.0
@@ -251,7 +251,7 @@ def fit_step_costs(res: pd.DataFrame) -> tuple[float, float]:
 
 def _step_at(res: pd.DataFrame, straggler: float, overhead_ms: float):
     """(step time, straggler wait, fixed cost) of each row of ``res`` at σ and the fixed cost, from its step without
-    them: planner.forecast's arithmetic (the fixed cost on multi-GPU steps only)."""
+    them: plan.forecast's arithmetic (the fixed cost on multi-GPU steps only)."""
     wait = res["compute_s"] * straggler * res["gpus"].map(expected_max)
     fixed = np.where(res["gpus"] > 1, overhead_ms / 1e3, 0.0)
     return res["step_time_s"] - res["straggler_s"] - res["overhead_s"] + wait + fixed, wait, fixed
@@ -259,8 +259,8 @@ def _step_at(res: pd.DataFrame, straggler: float, overhead_ms: float):
 
 def at_step_costs(res: pd.DataFrame, straggler: float, overhead_ms: float) -> pd.DataFrame:
     """``res`` (made at σ = 0 and no fixed cost) as residuals(rows, fractions, straggler, overhead_ms) would make it,
-    by the same arithmetic as planner.forecast's step, without forecasting every row again (the CLI computes the
-    release's validation on every forecast; tests/science/test_planner.py checks the two agree)."""
+    by the same arithmetic as plan.forecast's step, without forecasting every row again (the CLI computes the
+    release's validation on every forecast; tests/planner/test_planner.py checks the two agree)."""
     out = res.copy()
     out["step_time_s"], out["straggler_s"], out["overhead_s"] = _step_at(res, straggler, overhead_ms)
     out["forecast"] = out["global_batch"] / out["step_time_s"]

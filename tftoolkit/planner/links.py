@@ -1,7 +1,7 @@
 """The links a forecast moves gradients over: a preset by name or ``NAME=GBps[:latency_us]`` of one's own.
 
 Light on purpose (no NumPy, no pandas): the CLI's --help lists the presets without importing the planner. The sources
-the presets cite (HN, ML, GK, I1-I8, NT, SB) are science/comms.py's.
+the presets cite (HN, ML, GK, I1-I8, NT, SB) are planner/comms.py's.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ interval, the time and energy per epoch, and, with a price, the cost per epoch.
     energy per epoch = GPUs x TDP x time per epoch                   (TDP from tftoolkit/catalogue/gpus.toml: an
                                                                        upper bound on the GPUs' draw, no host power)
     cost per epoch   = GPUs x price per GPU-hour x time per epoch    (when a price is given)
-    fits             = one GPU's training memory at the per-GPU batch under the GPU's memory (science.memory, on
+    fits             = one GPU's training memory at the per-GPU batch under the GPU's memory (planner.memory, on
                        the batch finder's estimate counted on the model); largest_per_replica_batch: what would fit
 """
 
@@ -15,8 +15,8 @@ import pandas as pd
 
 from ..errors import ConfigError
 from . import predict
-from .planner import Plan
-from .topology import find_gpu, find_system
+from .plan import Plan
+from .catalogue_links import find_gpu, find_system
 
 
 def candidate(spec) -> dict:
@@ -41,7 +41,7 @@ def compare(candidates, *, per_replica_batch: int, model=None, params: int | Non
     """One row per candidate and GPU count: the forecast with its interval, time, energy and cost per epoch.
 
     ``model``: a registered name, a keras.applications name, ``package.module:function`` or a callable
-    ``fn(input_shape, num_classes)``; its parameters and forward FLOPs are counted (science.modelsize, which builds
+    ``fn(input_shape, num_classes)``; its parameters and forward FLOPs are counted (planner.modelsize, which builds
     it with TensorFlow) unless ``params`` (and, for a candidate without a rate, ``forward_flops``) are given; then
     the memory check (``fits``) counts the weights, gradients and optimizer slots only, not the activations."""
     counted = None

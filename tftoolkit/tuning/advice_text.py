@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from . import timetoloss
-from .inputlimit import input_lines
+from ..planner.inputlimit import input_lines
 
 
 def _times(value: float, interval, what: str) -> str:

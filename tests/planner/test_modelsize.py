@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tftoolkit.engine import models
-from tftoolkit.science import modelsize, validation
+from tftoolkit.planner import modelsize, validation
 
 
 @pytest.mark.slow
@@ -40,7 +40,7 @@ def test_vgg16_counts_the_138m_parameters_the_published_rows_trained():
 def test_counting_prints_none_of_tensorflows_start_up_lines(tmp_path):
     # A fresh process, as a user's: TensorFlow loads inside the count. Its C++ logging writes to file descriptor 2
     # directly ("failed call to cuInit", "Could not find cuda drivers", oneDNN), which capsys would not see.
-    code = ("from tftoolkit.science import modelsize\n"
+    code = ("from tftoolkit.planner import modelsize\n"
             "print(modelsize.count('small_vgg', 32)[0])\n")
     env = {k: v for k, v in os.environ.items() if k not in ("TFTOOLKIT_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])

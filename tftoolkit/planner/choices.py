@@ -1,4 +1,4 @@
-"""The named choices and defaults the science commands offer, in one light module (no NumPy, no pandas).
+"""The named choices and defaults the planner and tuning commands offer, in one light module (no NumPy, no pandas).
 
 The modules that use them (forecast, calibration, planner, finders) import them from here, and so does the CLI,
 whose --help lists them without importing the planner or the finders.

@@ -4,14 +4,14 @@
     fixed       = weights + gradients + optimizer slots (+ frozen weights): estimate_memory's ``fixed``,
                   or, from a parameter count alone, params x 4 bytes x (2 + the optimizer's slots)
     per_example = estimate_memory's ``per_example`` (2 x every layer's output, in the precision's bytes):
-                  the batch finder's own estimate, counted on the model (science.modelsize.memory)
+                  the batch finder's own estimate, counted on the model (planner.modelsize.memory)
     largest batch that fits = floor((GPU memory - fixed) / (ACTIVATION_SCALE x per_example))
 
 ACTIVATION_SCALE: the batch finder's estimate keeps every layer's output twice, an upper bound (frameworks free,
 fuse and run in place much of it). Against published.csv's rows, which ran where they ran, the estimate asked for
 up to 2.65x the memory the GPU has: P100 16 GB with ResNet-152 at per-GPU batch 64 in fp32 needs 0.377 x the
 estimate's activations to fit, V100 16 GB with ResNet-50 at 128 (fp32) or 256 (mixed float16) 0.413, A100 40 GB
-at 256 in TF32 0.522, K80 12 GB with ResNet-50 at 64 0.615 (counted 2026-12-04 with science.modelsize.memory at
+at 256 in TF32 0.522, K80 12 GB with ResNet-50 at 64 0.615 (counted 2026-12-04 with planner.modelsize.memory at
 224 px, 299 for InceptionV3; ResNet-50 fp32: fixed 0.307 GB, 297 MB per example). 0.37 is the largest scale at
 which every one of those rows fits: "does not fit" means needing more than any published row showed a GPU holding.
 Framework workspace, the CUDA context and fragmentation are not counted; GPU memory is the catalogue's GB (10^9 B).
@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .topology import find_gpu
+from .catalogue_links import find_gpu
 
 log = logging.getLogger("tftoolkit")
 
@@ -60,7 +60,7 @@ def text(m: dict) -> str:
     parts = f"weights, gradients and {m['optimizer']} slots {m['fixed_gb']:.2f} GB"
     if m["activations_counted"]:
         parts += (f" + activations {m['activations_gb']:.1f} GB at per-GPU batch {m['per_replica_batch']}, the batch "
-                  f"finder's estimate x {m['activation_scale']:g} (science/memory.py)")
+                  f"finder's estimate x {m['activation_scale']:g} (planner/memory.py)")
     else:
         parts += "; activations not counted: give --model to count them"
     head = f"memory per GPU: {m['need_gb']:.1f} GB needed ({parts})"

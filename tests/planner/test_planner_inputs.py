@@ -3,7 +3,7 @@
 import pytest
 
 from tftoolkit.cli import main
-from tftoolkit.science import planner
+from tftoolkit.planner import plan as planner
 
 BASE = ["predict", "--gpu", "v100", "--params", "25000000", "--per-replica-batch", "64", "--images-per-sec", "300"]
 

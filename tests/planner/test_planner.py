@@ -10,8 +10,8 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError
-from tftoolkit.science import forecast, intervals, planner, predict, topology, validation
-from tftoolkit.science.planner import Plan
+from tftoolkit.planner import catalogue_links as topology, forecast, intervals, plan as planner, predict, validation
+from tftoolkit.planner.plan import Plan
 
 RESNET50 = 25_557_032
 
@@ -293,7 +293,7 @@ def test_one_ring_in_device_order_crosses_the_cpus_on_an_eight_gpu_cube_mesh():
 
 
 def test_hierarchical_copy_sits_between_the_ring_and_the_star():
-    from tftoolkit.science import comms
+    from tftoolkit.planner import comms
     link = comms.Link("l", 10.0, 0.0)
     s = 1e9
     ring, star, hier = (comms.ALGORITHMS[a](s, 8, link) for a in ("ring", "star", "hierarchical-copy"))
@@ -341,7 +341,7 @@ def test_an_efficiency_band_is_the_scaling_error_alone_even_without_a_rate():
 
 def test_candidates_side_by_side_with_a_rate_and_from_flops_and_their_figure():
     from tftoolkit.plots import predict as predict_plots
-    from tftoolkit.science import candidates
+    from tftoolkit.planner import candidates
     choice = candidates.compare(
         [{"name": "V100 box", "gpu": "v100", "interconnect": "dgx1-v100", "images_per_sec": 360,
           "price_per_gpu_hour": 2.0}, "dgx-a100"],
@@ -392,7 +392,7 @@ def test_predict_takes_the_bus_bandwidth_measured_on_the_users_gpus(tmp_path, ca
 
 
 def test_the_tree_all_reduce_has_the_rings_bandwidth_and_a_logarithmic_latency():
-    from tftoolkit.science import comms
+    from tftoolkit.planner import comms
     link = comms.Link("l", 10.0, 5.0)
     s = 100e6
     assert comms.tree_allreduce_time(s, 8, link) == pytest.approx(2 * 7 / 8 * s / 10e9 + 2 * 3 * 5e-6)

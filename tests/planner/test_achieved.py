@@ -8,8 +8,8 @@ import pytest
 
 from tftoolkit import catalogue
 from tftoolkit.errors import ConfigError
-from tftoolkit.science import achieved, predict, validation
-from tftoolkit.science.planner import Plan
+from tftoolkit.planner import achieved, predict, validation
+from tftoolkit.planner.plan import Plan
 
 RESNET50 = dict(params=25_636_712, model="resnet50", forward_flops=7.755e9)
 

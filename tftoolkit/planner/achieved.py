@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import catalogue
 from . import validation
-from .topology import find_gpu
+from .catalogue_links import find_gpu
 
 _SHARED = {"bf16": "16-bit", "fp16": "16-bit"}  # units whose fractions stand in for each other
 
@@ -117,7 +117,7 @@ def resolve(v: dict, model: str | None, gpu: str, precision: str) -> Achieved | 
     came = " and ".join(f"{k[1]}'s {k[2]}" for k in keys)
     return Achieved(f, "borrowed", f"{f:.3f} for {family} BORROWED from {came} ({pool[keys[0]][1]}): {chip} has no "
                                    f"{unit} fraction of its own; the interval is widened x{math.exp(w):.2f} each way, "
-                                   "the largest error of such a borrow among the chips that have one (science/"
+                                   "the largest error of such a borrow among the chips that have one (planner/"
                                    "achieved.py)", w)
 
 

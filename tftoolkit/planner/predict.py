@@ -39,8 +39,8 @@ from .forecast import DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchan
 from . import achieved, memory, validation
 from .inputlimit import input_host, input_lines, with_input_limit
 from . import intervals
-from .planner import Plan, crossover_text
-from .planner import forecast as plan_forecast
+from .plan import Plan, crossover_text
+from .plan import forecast as plan_forecast
 
 
 def _names(v) -> tuple[str, ...] | None:
@@ -297,10 +297,10 @@ def _plain(key: str, v):
 
 
 def run_plan(plan: Plan, out=None, counted: dict | None = None) -> dict:
-    """A forecast without a run directory (planner.forecast) with its interval from the release's validation
+    """A forecast without a run directory (plan.forecast) with its interval from the release's validation
     (intervals.with_interval: out of sample); prediction.json / .csv in ``out`` when given. ``counted``: what
     modelsize.memory counted on the model (``fixed`` and ``per_example`` training bytes for the memory check,
-    science.memory, and ``about``, what the name builds), else the check counts the parameters' weights, gradients
+    planner.memory, and ``about``, what the name builds), else the check counts the parameters' weights, gradients
     and optimizer slots only."""
     v = validation.release()
     found = None

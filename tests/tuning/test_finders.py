@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tftoolkit.science import finders
+from tftoolkit.tuning import finders
 from tftoolkit.cli import main
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError, ModelError

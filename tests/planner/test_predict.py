@@ -11,10 +11,10 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError, DataError, RunDirError
-from tftoolkit.science import calibration, comms, forecast, predict, validation
-from tftoolkit.science.calibration import Calibration
-from tftoolkit.science.comms import Link
-from tftoolkit.science.predict import Scenario
+from tftoolkit.planner import calibration, comms, forecast, predict, validation
+from tftoolkit.planner.calibration import Calibration
+from tftoolkit.planner.comms import Link
+from tftoolkit.planner.predict import Scenario
 
 RESNET50_BYTES = 25.6e6 * 4  # ~25.6 M parameters in float32
 
@@ -620,7 +620,7 @@ def test_a_gpu_forecast_waits_for_its_slowest_replica_and_carries_the_interval(t
 
 def test_a_run_directory_forecasts_efficiency_interval_stops_at_100_percent(tmp_path):
     # The in-sample band (x1.102 above) on a forecast of ~99% efficiency would reach 109% without the cap.
-    from tftoolkit.science import validation
+    from tftoolkit.planner import validation
     frame = pd.DataFrame({"replicas": [1, 2], "images_per_sec": [100.0, 198.0], "efficiency": [1.0, 0.99]})
     out, how = validation.with_interval(frame, "rate", validation.release())
     assert out["efficiency_high"].max() <= 1.0

@@ -8,8 +8,8 @@ hierarchical all-reduce NCCL and Horovod use: reduce-scatter inside the host, al
 between hosts, all-gather inside; the G shards leave a host over its ``nics`` NICs together, so that stage moves
 S per host. ``star`` is 2(N−1)·(S/B + α): every buffer through one device, as TensorFlow's reduce_to_one does;
 ``hierarchical-copy`` a star in each half and an exchange between the halves (hierarchical_copy_time). The
-planner (planner.py) adds the parameter server in host memory (host_transfer_time) and NCCL 1's one ring in device
-order (topology.in_order_ring_link).
+planner (plan.py) adds the parameter server in host memory (host_transfer_time) and NCCL 1's one ring in device
+order (catalogue_links.in_order_ring_link).
 B is the bandwidth per direction a ring achieves (bus bandwidth), α the latency per ring step.
 
 Link presets (bandwidth per direction in GB/s = 10^9 B/s, α in µs); the source keys are those of the hardware
@@ -45,7 +45,7 @@ from .links import INTER_PRESETS, INTRA_PRESETS, PRESETS, Link, parse_link  # no
 BACKWARD_SHARE = 2.0 / 3.0  # backward ≈ 2 × forward FLOPs: the most of a step an all-reduce can hide behind
 
 
-# --- the cost model (pinned by tests/science/test_predict.py) -----------------------------------------------------
+# --- the cost model (pinned by tests/planner/test_predict.py) -----------------------------------------------------
 def ring_allreduce_time(size_bytes: float, replicas: int, link: Link) -> float:
     """2(N−1)/N · S/B + 2(N−1)·α; 0 for one replica."""
     if replicas <= 1:

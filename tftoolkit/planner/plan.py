@@ -13,14 +13,14 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   ``ring``: NCCL 2 and later (its rings over the topology; Horovod, MirroredStrategy's NcclAllReduce, the collective
   ops), and a parameter server sharded over the GPUs (every GPU sends and receives the same 2(N−1)/N · S);
   ``tree``: NCCL's double binary tree, the ring's bandwidth with a latency logarithmic in N (comms.tree_allreduce_time);
-  ``ring-in-order``: NCCL 1.x's one ring in device order (topology.in_order_ring_link);
+  ``ring-in-order``: NCCL 1.x's one ring in device order (catalogue_links.in_order_ring_link);
   ``star``: TensorFlow's reduce-to-one, every buffer through one device; ``hierarchical-copy``: TensorFlow's
   HierarchicalCopyAllReduce, a star in each half of the GPUs and an exchange between the halves' main devices
   (comms.hierarchical_copy_time);
   ``host``: the variables in host memory (a parameter server on the CPU, CentralStorageStrategy): every GPU copies S
   of gradients up and S of variables down each step over its PCIe link; a one-GPU step pays its own 2·S/B already
   (a rate measured that way includes it), so N GPUs add the contention of k sharing the busiest uplink:
-  2 · (k − 1) · S / B (comms.host_transfer_time, topology.uplink_sharing);
+  2 · (k − 1) · S / B (comms.host_transfer_time, catalogue_links.uplink_sharing);
   ``parameter-server``: the variables spread over the GPUs, each held whole by one (tf_cnn_benchmarks' default
   ``--variable_update=parameter_server --local_parameter_device=gpu``, which places each variable greedily on the
   least-loaded GPU): the GPU holding the most bytes, at least the largest tensor, receives N − 1 gradients of them
@@ -31,7 +31,7 @@ GPU and a server from the catalogue, and either a single-GPU rate or nothing (co
   (tf_cnn_benchmarks' ``--compact_gradient_transfer``, Horovod's fp16 compression): S halves.
 - The host as a shared link: where GPU-to-GPU traffic is staged through host memory (no peer-to-peer, or a ring
   across the CPU sockets of a named PCIe server), the GPUs on one socket share its capacity
-  (topology.host_staged_link).
+  (catalogue_links.host_staged_link).
 - Stragglers (σ): a synchronous step waits for the slowest of N replicas. With each replica's compute varying by
   σ (its coefficient of variation) around the mean, the expected slowest of N is E[max of N standard normals]
   (forecast.expected_max: 0 at one GPU, 1/√π at two, 1.42 at eight, 2.35 at 64) standard deviations above it (Chen et al.
@@ -60,7 +60,7 @@ from .. import catalogue
 from .comms import Link, allreduce_time, host_transfer_time, measured_busbw, parameter_server_time
 from .choices import ALGORITHMS, DEFAULT_ALGORITHM  # noqa: F401 - planner's names too
 from .forecast import ExchangeModel, straggler_factor
-from .topology import (find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, socket_crossing,
+from .catalogue_links import (find_gpu, in_order_ring_link, inter_link, intra_link, link_class, ring_link, socket_crossing,
                        uplink_sharing)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
