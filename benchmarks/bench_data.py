@@ -92,7 +92,7 @@ def main() -> int:
     tftoolkit.init_devices(REPLICAS)  # before anything initialises TensorFlow
     from tftoolkit import RunConfig
     from tftoolkit.measure import inputbench
-    from tftoolkit.data import catalog, shapes
+    from tftoolkit.data import registry, shapes
 
     results: dict = {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
                      "command": "python " + " ".join([sys.argv[0]] + sys.argv[1:])}
@@ -160,7 +160,7 @@ def main() -> int:
 
         # 3. quality gate ------------------------------------------------------------------------------
         if not args.skip_quality:
-            source = catalog.load(RunConfig(dataset=str(ds)))
+            source = registry.load(RunConfig(dataset=str(ds)))
             lin = linear_baseline(*arrays(source))
             q = tftoolkit.train(RunConfig(dataset=str(ds), replicas=REPLICAS, epochs=args.epochs, **QUALITY),
                                 tmp / "quality", quiet=True)

@@ -296,13 +296,13 @@ SMALL = dict(dataset="synthetic", image_size=16, train_images=256, per_replica_b
 
 def test_measuring_does_not_change_the_trained_weights(cpu_devices):
     from tftoolkit.engine import strategy
-    from tftoolkit.data import catalog
+    from tftoolkit.data import registry
     from tftoolkit.engine.session import resolve
     from tftoolkit.engine.step import build_engine
 
     cfg = resolve(RunConfig(replicas=2, steps=8, **SMALL))
     setup = devices.init(2)
-    source = catalog.load_source(cfg)
+    source = registry.load_source(cfg)
     strat, _ = strategy.make_strategy(setup, "auto")
     engine = build_engine(cfg, strat, source, source.train_examples)
     before = [np.array(v.numpy()) for v in engine.model.variables + engine.optimizer.variables]

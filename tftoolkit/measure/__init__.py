@@ -10,7 +10,7 @@
     allreduce_bench    the allreduce.csv benchmark: every implementation and dtype over a size sweep
     inputbench         the input pipeline alone, cold and cached
     hardware           the environment report: host, TensorFlow build, GPUs, data home, Slurm (no TensorFlow import)
-    topology           the GPUs NVML sees and how they are wired (NVLink, PCIe; nvidia-smi topo -m as the fallback)
+    host_topology      this host's GPUs as NVML sees them and how they are wired (NVLink, PCIe; nvidia-smi topo -m as the fallback)
     monitor/           the background sampler behind monitor.csv (sampler), its columns (metrics), its analysis
     doctor             ``tftoolkit doctor``: the registry of checks and their report; the checks are in
                        doctor_tensorflow and doctor_driver (NVML, NCCL), their result type in doctor_check

@@ -1,4 +1,4 @@
-"""The GPUs NVML sees and how they are wired together, for the environment report (``measure.hardware``).
+"""This host's GPUs as NVML sees them and how they are wired together, for the environment report (``measure.hardware``).
 
 ``read(errors)`` opens one NVML session (``tftoolkit.nvml``) and returns the driver, one dict per GPU and the
 GPU x GPU topology (NVLink counts and versions, the PCIe level between each pair). It never raises because of the

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tftoolkit import RunConfig
-from tftoolkit.data import catalog, manifest as manifest_mod, shapes, tfrecords
+from tftoolkit.data import registry, manifest as manifest_mod, shapes, tfrecords
 from tftoolkit.errors import DataError
 
 from helpers import examples, load_dataset as load
@@ -41,18 +41,18 @@ def test_shapes16k_is_made_in_a_fresh_data_home_on_first_use_then_loaded(tmp_pat
     calls = []
     monkeypatch.setattr(shapes, "prepare", lambda out, **kw: calls.append(out) or prepare(out, **{**SMALL, **kw}))
     with caplog.at_level(logging.INFO, logger="tftoolkit"):
-        src = catalog.load(RunConfig(dataset="shapes16k"))
+        src = registry.load(RunConfig(dataset="shapes16k"))
     assert calls == [tmp_path / "shapes16k"] and "shapes16k is not in the data home yet: making it" in caplog.text
     assert (src.train_examples, src.val_examples) == (400, 100)
-    catalog.load(RunConfig(dataset="shapes16k"))
+    registry.load(RunConfig(dataset="shapes16k"))
     assert len(calls) == 1  # made once
 
 
 def test_ensure_shapes16k_prepares_on_first_use_then_loads_by_name(tmp_path, monkeypatch):
     monkeypatch.setenv("TFTOOLKIT_DATA_DIR", str(tmp_path))
-    path = catalog.ensure_shapes16k(images=200, val_images=50, shard_size=100)
+    path = registry.ensure_shapes16k(images=200, val_images=50, shard_size=100)
     assert path == tmp_path / "shapes16k" and (path / "manifest.json").exists()
-    src = catalog.load(RunConfig(dataset="shapes16k"))
+    src = registry.load(RunConfig(dataset="shapes16k"))
     assert src.name == "shapes16k" and src.train_examples == 200 and src.val_examples == 50
 
 
