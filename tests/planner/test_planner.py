@@ -10,46 +10,46 @@ import pytest
 
 from tftoolkit.cli import main
 from tftoolkit.errors import ConfigError
-from tftoolkit.planner import catalogue_links as topology, forecast, intervals, plan as planner, predict, validation
+from tftoolkit.planner import catalogue_links, forecast, intervals, plan as planner, predict, validation
 from tftoolkit.planner.plan import Plan
 
 RESNET50 = 25_557_032
 
 
 def test_no_peer_to_peer_halves_the_ring_bandwidth_of_geforce_cards():
-    pro, _ = topology.intra_link(topology.find_gpu("quadro-rtx-8000"), "pcie3", 2)
-    geforce, how = topology.intra_link(topology.find_gpu("rtx-2080-ti"), "pcie3", 2)
+    pro, _ = catalogue_links.intra_link(catalogue_links.find_gpu("quadro-rtx-8000"), "pcie3", 2)
+    geforce, how = catalogue_links.intra_link(catalogue_links.find_gpu("rtx-2080-ti"), "pcie3", 2)
     assert geforce.bandwidth_GBps == pytest.approx(pro.bandwidth_GBps / 2)
     assert "host memory" in how
 
 
 def test_the_host_is_a_shared_link_whose_share_per_gpu_falls_with_the_gpus_on_a_socket():
     # A generic server: 2 sockets of 4 GPUs, each socket 1.5 x PCIe 3 x16 (15.75 GB/s) for staged traffic.
-    gpu = topology.find_gpu("rtx-2080-ti")
-    bw = {g: topology.intra_link(gpu, "pcie3", g)[0].bandwidth_GBps for g in (2, 3, 4, 8)}
+    gpu = catalogue_links.find_gpu("rtx-2080-ti")
+    bw = {g: catalogue_links.intra_link(gpu, "pcie3", g)[0].bandwidth_GBps for g in (2, 3, 4, 8)}
     assert bw[2] == bw[3] == pytest.approx(12.0 / 2)        # half the link: the socket is not the limit
     assert bw[4] == pytest.approx(1.5 * 15.75 / 4)           # 5.9 GB/s: four GPUs share one socket
     assert bw[8] == pytest.approx(bw[4])                     # device order fills the first socket first
-    how = topology.intra_link(gpu, "pcie3", 8)[1]
+    how = catalogue_links.intra_link(gpu, "pcie3", 8)[1]
     assert "4 GPUs share" in how and "nccl#1130" in how
     # GPUs with peer-to-peer on a named PCIe server: past one socket the ring is staged through host memory too.
-    a6000 = topology.find_gpu("rtx-a6000")
-    inside, _ = topology.intra_link(a6000, "pcie-8x-2switch", 4)
-    across, why = topology.intra_link(a6000, "pcie-8x-2switch", 8)
+    a6000 = catalogue_links.find_gpu("rtx-a6000")
+    inside, _ = catalogue_links.intra_link(a6000, "pcie-8x-2switch", 4)
+    across, why = catalogue_links.intra_link(a6000, "pcie-8x-2switch", 8)
     assert across.bandwidth_GBps < inside.bandwidth_GBps and "span the CPU sockets" in why
-    assert topology.link_class(a6000, "pcie-8x-2switch", 8) == "pcie via host memory"
-    assert topology.link_class(a6000, "pcie-8x-2switch", 4) == "pcie peer-to-peer"
+    assert catalogue_links.link_class(a6000, "pcie-8x-2switch", 8) == "pcie via host memory"
+    assert catalogue_links.link_class(a6000, "pcie-8x-2switch", 4) == "pcie peer-to-peer"
     # A ring over both sockets crosses their link: NCCL's 10 GB/s for Skylake UPI unless the system says.
     assert across.bandwidth_GBps == pytest.approx(10.0)
-    ring8, why8 = topology.intra_link(topology.find_gpu("rtx-3090"), None, 8)
+    ring8, why8 = catalogue_links.intra_link(catalogue_links.find_gpu("rtx-3090"), None, 8)
     assert ring8.bandwidth_GBps == pytest.approx(10.0) and "crosses between the CPU sockets" in why8
-    assert topology.intra_link(topology.find_gpu("rtx-3090"), None, 8, ring=False)[0].bandwidth_GBps == \
+    assert catalogue_links.intra_link(catalogue_links.find_gpu("rtx-3090"), None, 8, ring=False)[0].bandwidth_GBps == \
         pytest.approx(1.5 * 31.5 / 4)  # one GPU's own share, a parameter server holder's link
 
 
 def test_a_generic_system_runs_the_gpus_own_pcie_generation():
     # pcie-8x-2switch's note: a PCIe 4 GPU uses PCIe 4 (it ran over PCIe 3 before).
-    link, how = topology.intra_link(topology.find_gpu("rtx-3090"), "pcie-8x-2switch", 2)
+    link, how = catalogue_links.intra_link(catalogue_links.find_gpu("rtx-3090"), "pcie-8x-2switch", 2)
     assert how.startswith("pcie4") and link.bandwidth_GBps == pytest.approx(31.5 / 2)
 
 
@@ -78,10 +78,10 @@ def test_efficiency_intervals_stop_at_100_percent_and_say_so():
 
 def test_hybrid_cube_mesh_rings_use_more_links_as_gpus_join():
     # DGX-1: GPUs 0-1 share one NVLink; rings over 4 and 8 GPUs use disjoint links together.
-    edges = tuple(topology.find_system("dgx1-v100").nvlink_edges)
-    assert topology.ring_links(edges, 2) == 1
-    assert topology.ring_links(edges, 4) == 2
-    assert topology.ring_links(edges, 8) == 3
+    edges = tuple(catalogue_links.find_system("dgx1-v100").nvlink_edges)
+    assert catalogue_links.ring_links(edges, 2) == 1
+    assert catalogue_links.ring_links(edges, 4) == 2
+    assert catalogue_links.ring_links(edges, 8) == 3
 
 
 def test_rate_given_one_gpu_is_the_rate_and_efficiency_falls_with_communication():
@@ -283,10 +283,10 @@ def test_variables_in_host_memory_cost_only_the_shared_uplink():
 
 
 def test_one_ring_in_device_order_crosses_the_cpus_on_an_eight_gpu_cube_mesh():
-    p100 = topology.find_gpu("p100-sxm2")
-    four, _ = topology.in_order_ring_link(p100, "dgx1-p100", 4)
-    eight, how = topology.in_order_ring_link(p100, "dgx1-p100", 8)
-    best, _ = topology.intra_link(p100, "dgx1-p100", 8)
+    p100 = catalogue_links.find_gpu("p100-sxm2")
+    four, _ = catalogue_links.in_order_ring_link(p100, "dgx1-p100", 4)
+    eight, how = catalogue_links.in_order_ring_link(p100, "dgx1-p100", 8)
+    best, _ = catalogue_links.intra_link(p100, "dgx1-p100", 8)
     assert four.bandwidth_GBps == 20  # 0-1-2-3-0: one NVLink each hop
     assert eight.bandwidth_GBps == pytest.approx(6)  # hop 3->4: PCIe 3 between the CPUs, halved
     assert "3->4" in how and best.bandwidth_GBps > eight.bandwidth_GBps
