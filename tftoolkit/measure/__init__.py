@@ -12,8 +12,8 @@
     hardware           the environment report: host, TensorFlow build, GPUs, data home, Slurm (no TensorFlow import)
     host_topology      this host's GPUs as NVML sees them and how they are wired (NVLink, PCIe; nvidia-smi topo -m as the fallback)
     monitor/           the background sampler behind monitor.csv (sampler), its columns (metrics), its analysis
-    doctor             ``tftoolkit doctor``: the registry of checks and their report; the checks are in
-                       doctor_tensorflow and doctor_driver (NVML, NCCL), their result type in doctor_check
+    doctor/            ``tftoolkit doctor``: the registry of checks and their report (the package); the checks in
+                       tensorflow_checks and driver_checks (NVML, NCCL), their result type in check
 
 NVML is opened through ``tftoolkit.nvml.session`` only.
 """

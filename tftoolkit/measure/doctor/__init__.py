@@ -17,7 +17,7 @@ what to do when it fails. On a machine without GPUs the checks that apply to CPU
     nvml            power, energy, memory, temperature and clocks readable through NVML
     nccl_transport  per GPU pair: NVLink / PCIe from the topology, and NCCL's own transport from its log
 
-The checks live in ``measure.doctor_tensorflow`` and ``measure.doctor_driver`` (nvml and nccl_transport: no
+The checks live in ``doctor.tensorflow_checks`` and ``doctor.driver_checks`` (nvml and nccl_transport: no
 TensorFlow, so they run on a machine that has only the driver and nvidia-ml-py); ``REGISTRY`` below is the one list
 of their names, in the order they run. The TensorFlow ones need the devices set up first, so ``run`` must be the
 first thing that touches TensorFlow in the process.
@@ -29,25 +29,25 @@ import importlib
 import json
 import time
 
-from ..engine import devices
-from ..errors import ConfigError
-from ..logs import ensure_logging
-from . import hardware
-from .doctor_check import Check, Context
+from ...engine import devices
+from ...errors import ConfigError
+from ...logs import ensure_logging
+from .. import hardware
+from .check import Check, Context
 
 # The checks by name, in the order they run: the one list (the CLI's choices come from it). Each names its module and
-# function, imported when it runs: doctor_tensorflow imports TensorFlow, and the CLI reads these names to build its
+# function, imported when it runs: tensorflow_checks imports TensorFlow, and the CLI reads these names to build its
 # parser (`tftoolkit --help` must not start TensorFlow, nor set up devices before `run` does).
 REGISTRY = {
-    "build": ("doctor_tensorflow", "check_build"),
-    "visibility": ("doctor_tensorflow", "check_visibility"),
-    "allreduce_sum": ("doctor_tensorflow", "check_allreduce_sum"),
-    "equivalence": ("doctor_tensorflow", "check_equivalence"),
-    "placement": ("doctor_tensorflow", "check_placement"),
-    "timing": ("doctor_tensorflow", "check_timing"),
-    "peak": ("doctor_tensorflow", "check_peak"),
-    "nvml": ("doctor_driver", "check_nvml"),
-    "nccl_transport": ("doctor_driver", "check_nccl_transport"),
+    "build": ("tensorflow_checks", "check_build"),
+    "visibility": ("tensorflow_checks", "check_visibility"),
+    "allreduce_sum": ("tensorflow_checks", "check_allreduce_sum"),
+    "equivalence": ("tensorflow_checks", "check_equivalence"),
+    "placement": ("tensorflow_checks", "check_placement"),
+    "timing": ("tensorflow_checks", "check_timing"),
+    "peak": ("tensorflow_checks", "check_peak"),
+    "nvml": ("driver_checks", "check_nvml"),
+    "nccl_transport": ("driver_checks", "check_nccl_transport"),
 }
 CHECKS = tuple(REGISTRY)
 QUICK = tuple(c for c in CHECKS if c not in ("equivalence", "peak"))  # no training, no long timing

@@ -13,9 +13,9 @@ import re
 import subprocess
 import sys
 
-from .. import gpus as visibility
-from .. import nvml as nvml_api
-from .doctor_check import Check, Context
+from ... import gpus as visibility
+from ... import nvml as nvml_api
+from .check import Check, Context
 
 
 NCCL_EDGE = re.compile(r"(?:Channel|Ring)\s+\d+(?:/\d+)?\s*:\s*(\d+)\[([0-9a-fx]+)\]\s*->\s*(\d+)\[([0-9a-fx]+)\]"
@@ -118,7 +118,7 @@ def check_nccl_transport(ctx: Context, nccl_log: str | None = None) -> Check:
 
 def nccl_probe_log(timeout: float = 120.0) -> str:
     """Run one NCCL all-reduce over every visible GPU in a child process with NCCL_DEBUG=INFO; its stderr."""
-    code = "from tftoolkit.measure.doctor_driver import nccl_probe; nccl_probe()"
+    code = "from tftoolkit.measure.doctor.driver_checks import nccl_probe; nccl_probe()"
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P,SHM,NET,GRAPH",
            "TF_CPP_MIN_LOG_LEVEL": "1"}
     try:

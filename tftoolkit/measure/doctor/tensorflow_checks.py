@@ -10,17 +10,17 @@ import time
 
 import numpy as np
 
-from .. import gpus as visibility
-from .. import nvml as nvml_api
-from ..config import CROSS_DEVICE_OPS, RunConfig
-from ..data import pipeline, source as source_mod
-from ..engine import devices, feed, kernels, loop, session, timer
-from ..engine import strategy as strategy_mod
-from ..engine.step import build_engine
-from ..engine.strategy import make_strategy
-from ..errors import ConfigError
-from . import allreduce, flops
-from .doctor_check import Check, Context
+from ... import gpus as visibility
+from ... import nvml as nvml_api
+from ...config import CROSS_DEVICE_OPS, RunConfig
+from ...data import pipeline, source as source_mod
+from ...engine import devices, feed, kernels, loop, session, timer
+from ...engine import strategy as strategy_mod
+from ...engine.step import build_engine
+from ...engine.strategy import make_strategy
+from ...errors import ConfigError
+from .. import allreduce, flops
+from .check import Check, Context
 
 EQUIVALENCE_STEPS = 10
 EQUIVALENCE_RTOL = 1e-4   # of the weight scale; float32 summation order differs between 1 and N replicas
