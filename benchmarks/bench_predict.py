@@ -49,7 +49,7 @@ def mlp(input_shape, num_classes):
 
 def check(model: str, per_replica: int, out: Path, steps: int, image_size: int) -> None:
     import tftoolkit
-    from tftoolkit.measure import allreduce_bench
+    from tftoolkit.measure.allreduce import bench as allreduce_bench
     from tftoolkit.planner import calibration, comms, forecast, predict
 
     csvs = []

@@ -70,7 +70,8 @@ import tftoolkit
 from tftoolkit import fileio
 from tftoolkit.experiments import notebook as nb
 from tftoolkit.experiments.report import figures, results
-from tftoolkit.measure import allreduce, allreduce_bench, doctor, hardware
+from tftoolkit.measure import allreduce, doctor, hardware
+from tftoolkit.measure.allreduce import bench as allreduce_bench
 
 out = nb.start(out_dir)
 tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
@@ -316,7 +317,8 @@ out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures
 import tftoolkit
 from tftoolkit.experiments import notebook as nb, scale
 from tftoolkit.experiments.report import figures, results, tables
-from tftoolkit.measure import allreduce, allreduce_bench
+from tftoolkit.measure import allreduce
+from tftoolkit.measure.allreduce import bench as allreduce_bench
 
 replicas = nb.as_list(replicas, int, "replicas")  # papermill's -p passes '[1, 2]' as text
 tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises

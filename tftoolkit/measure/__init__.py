@@ -6,8 +6,8 @@
     breakdown          where a step's time goes: compute, gradient all-reduce, input wait; load balance
     flops              FLOPs per example, achieved FLOP/s, peak and MFU
     peaks              rated peak dense FLOP/s of a GPU by its NVML name (figures from tftoolkit/catalogue)
-    allreduce          all-reduce definitions (nccl-tests'), size parsing, strategies and timing
-    allreduce_bench    the allreduce.csv benchmark: every implementation and dtype over a size sweep
+    allreduce/         all-reduce definitions (nccl-tests'), size parsing, strategies and timing (the package);
+                       bench: the allreduce.csv benchmark, every implementation and dtype over a size sweep
     inputbench         the input pipeline alone, cold and cached
     hardware           the environment report: host, TensorFlow build, GPUs, data home, Slurm (no TensorFlow import)
     host_topology      this host's GPUs as NVML sees them and how they are wired (NVLink, PCIe; nvidia-smi topo -m as the fallback)

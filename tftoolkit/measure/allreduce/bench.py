@@ -1,5 +1,5 @@
 """``tftoolkit bench allreduce``: every implementation in every dtype over a size sweep and models' gradient sets,
-as the tidy table written to ``allreduce.csv`` (its columns, definitions and timing: ``measure.allreduce``)."""
+as the tidy table written to ``allreduce.csv`` (its columns, definitions and timing: ``measure.allreduce``, this package)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import fileio
-from ..config import DTYPE_BYTES
-from ..engine import devices
-from ..errors import ConfigError
-from ..logs import ensure_logging
-from .allreduce import (COLUMNS, DEFAULT_MODELS, EXTRA_REPEATS, FLOAT32_BYTES, MAX_CHAIN, algbw_gbps, availability,
-                        busbw_gbps, chain_length, check_sum, make_strategy, model_gradient_set, parse_dtypes,
-                        parse_impls, parse_size, parse_sizes, time_allreduce)
+from ... import fileio
+from ...config import DTYPE_BYTES
+from ...engine import devices
+from ...errors import ConfigError
+from ...logs import ensure_logging
+from . import (COLUMNS, DEFAULT_MODELS, EXTRA_REPEATS, FLOAT32_BYTES, MAX_CHAIN, algbw_gbps, availability, busbw_gbps,
+               chain_length, check_sum, make_strategy, model_gradient_set, parse_dtypes, parse_impls, parse_size,
+               parse_sizes, time_allreduce)
 
 log = logging.getLogger("tftoolkit")
 

@@ -1,6 +1,6 @@
 """All-reduce bandwidth: each cross-device implementation, timed over a size sweep (like nccl-tests).
 
-``tftoolkit bench allreduce`` (``measure.allreduce_bench``) writes ``allreduce.csv``, one row per (implementation,
+``tftoolkit bench allreduce`` (``allreduce.bench``) writes ``allreduce.csv``, one row per (implementation,
 dtype, payload, size):
 
     impl, detail, replicas, dtype, payload, tensors, size_bytes, iters, repeats, time_s, time_min_s, time_err_s,
@@ -56,8 +56,8 @@ import re
 
 import numpy as np
 
-from ..config import ALLREDUCE_DTYPES
-from ..errors import ConfigError
+from ...config import ALLREDUCE_DTYPES
+from ...errors import ConfigError
 
 # The engine (and with it TensorFlow) is imported by the functions that run something: the CLI's parser reads this
 # module's constants, and `tftoolkit --help` must not start TensorFlow.
@@ -172,7 +172,7 @@ def parse_dtypes(text) -> list[str]:
 # --- strategies ------------------------------------------------------------------------------------------
 def availability(impl: str, setup) -> tuple[bool, str]:
     """Whether ``impl`` can run on these devices, and why not."""
-    from ..engine.strategy import nccl_available
+    from ...engine.strategy import nccl_available
 
     if impl == "nccl":
         if setup.kind != "GPU":
@@ -183,7 +183,7 @@ def availability(impl: str, setup) -> tuple[bool, str]:
 
 def make_strategy(impl: str, setup):
     """(strategy, CommunicationOptions or None, what it really all-reduces with) for ``impl``."""
-    from ..engine.strategy import allreduce_name, make_bench_strategy
+    from ...engine.strategy import allreduce_name, make_bench_strategy
 
     strategy, options = make_bench_strategy(impl, setup)
     return strategy, options, allreduce_name(strategy, options)
@@ -198,7 +198,7 @@ def step_all_reduce(values, dtype: str = "float32", options=None):
     """The SUM all-reduce of a replica's ``values`` as the training step does it in ``dtype``: cast, one all-reduce
     call, cast back to each value's dtype (collectives.all_reduce_gradients with one pack; ``options``: the
     bench's CommunicationOptions, RING for the ``collective`` row). Call in a replica context."""
-    from ..engine.collectives import all_reduce_gradients
+    from ...engine.collectives import all_reduce_gradients
 
     return all_reduce_gradients(list(values), dtype, options=options)
 
@@ -266,7 +266,7 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     "time_raw_s": median uncorrected per all-reduce, "overhead_s": median of the no-all-reduce call, "iters",
     "repeats": repeats run}.
     """
-    from ..engine import timer
+    from ...engine import timer
 
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
@@ -345,6 +345,6 @@ def gradient_shapes(model) -> tuple[list, list]:
 
 
 def model_gradient_set(name: str, input_shape=(32, 32, 3), num_classes: int = 10) -> tuple[list, list]:
-    from ..engine import models
+    from ...engine import models
 
     return gradient_shapes(models.build(name, tuple(input_shape), num_classes))
