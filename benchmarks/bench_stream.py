@@ -154,7 +154,7 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     ds = ds.prefetch(autotune)
     dist = strategy.experimental_distribute_dataset(ds)
 
-    # uint8 out: the replicas make the batch float as the toolkit's do (measure/inputbench.puller), here on the same
+    # uint8 out: the replicas make the batch float as the toolkit's do (measure/input/bench.puller), here on the same
     # 2 cores as the pipeline (on a GPU server, on the GPU); float32 is handed over as it is.
     _pull_for(strategy, dist, seconds, to_float=uint8)
 

@@ -88,7 +88,7 @@ def test_the_breakdown_pairs_cannot_carry_work_across(monkeypatch):
 
 def test_the_input_benchmark_times_each_warm_pass_in_one_region(monkeypatch, cpu_devices):
     from tftoolkit.config import RunConfig
-    from tftoolkit.measure import inputbench
+    from tftoolkit.measure.input import bench as inputbench
 
     calls = []
     real = timer.timed

@@ -184,7 +184,7 @@ def bench_input(args) -> int:
 
     from .. import fileio
     from ..errors import RunDirError
-    from ..measure import inputbench
+    from ..measure.input import bench as inputbench
 
     result = inputbench.measure(config_from_args(args), seconds=args.seconds, cache=args.cache)
     if args.compare:

@@ -75,7 +75,7 @@ def test_with_accumulation_an_epoch_is_its_micro_batches_and_the_batch_line_says
     (800.0, 1000.0, "input-bound"),    # below 1: training cannot have been faster than its input; still input-bound
 ])
 def test_the_verdict_compares_the_input_capacity_with_what_training_consumed(capacity, consumed, verdict):
-    from tftoolkit.measure.input_verdict import verdict as judge
+    from tftoolkit.measure.input.verdict import verdict as judge
 
     v = judge(capacity, consumed, "GPU")
     assert v["input_headroom"] == pytest.approx(capacity / consumed)
@@ -85,7 +85,7 @@ def test_the_verdict_compares_the_input_capacity_with_what_training_consumed(cap
 
 
 def test_on_simulated_replicas_the_verdict_says_what_share_of_the_cores_input_needed():
-    from tftoolkit.measure.input_verdict import verdict as judge
+    from tftoolkit.measure.input.verdict import verdict as judge
 
     # Capacity 4000 measured with the cores to itself; training consumed 1000 while compute ran on the same cores:
     # the input's work for 1000 images/sec takes 1000 / 4000 of the cores' time.
@@ -98,7 +98,7 @@ def test_on_simulated_replicas_the_verdict_says_what_share_of_the_cores_input_ne
 
 @pytest.mark.parametrize("capacity, consumed", [(float("nan"), 100.0), (100.0, float("nan")), (0.0, 10.0), (10.0, 0.0)])
 def test_an_unmeasured_capacity_or_rate_gives_no_verdict(capacity, consumed):
-    from tftoolkit.measure.input_verdict import verdict as judge
+    from tftoolkit.measure.input.verdict import verdict as judge
 
     v = judge(capacity, consumed, "GPU")
     assert v["input_verdict"] == "" and math.isnan(v["input_headroom"]) and v["input_note"] == "input capacity not measured"

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..data.stream import cores
-from ..engine import feed as feed_mod, session
+from ...data.stream import cores
+from ...engine import feed as feed_mod, session
 
 log = logging.getLogger("tftoolkit")
 
@@ -56,7 +56,7 @@ def puller(strategy, feed, local: bool = False):
     return pull
 
 
-# --- the input capacity every run carries (measure.input_verdict reads it) --------------------------------------------
+# --- the input capacity every run carries (measure.input.verdict reads it) --------------------------------------------
 PROBE_S = 0.5          # seconds of pulling a single-process run spends on its capacity probe, at most...
 PROBE_SHARE = 0.03     # ...and at most this share of the run's training time (a short run's probe is shorter)
 PROBE_STEPS_WORKERS = 8  # a multi-worker run's fixed probe: every worker must pull as many steps (see probe)
@@ -73,7 +73,7 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
     and the run's capacity is the chief's rate x workers (every worker's host feeds its own replicas).
     """
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
-    from ..engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
+    from ...engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
 
     pull = puller(strategy, feed, local=True)
     pull(iterator, tf.constant(1)).numpy()  # tracing is not input time
@@ -109,7 +109,7 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     load_s = time.perf_counter() - t0
 
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
-    from ..engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
+    from ...engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
 
     t0, c0 = time.perf_counter(), time.process_time()
     store = source.store("train")  # the cold read (none for sources already in memory)

@@ -1,6 +1,6 @@
 """What an input capacity says about a run: input-bound, close to the limit, or fed.
 
-A pure function of two figures (``measure.inputbench.probe``'s capacity and the images/sec training consumed), so
+A pure function of two figures (``measure.input.bench.probe``'s capacity and the images/sec training consumed), so
 the summary builder and the readers of finished runs use it without starting TensorFlow.
 """
 
