@@ -4,7 +4,7 @@
 
 1. Generation: ``tftoolkit data prepare`` for 16000 + 4000 images at 32x32 (target: under 60 s on 2 cores),
    timed in-process and as the CLI command (interpreter and TensorFlow start-up included).
-2. Input pipeline (tftoolkit.measure.inputbench) from the TFRecords on 4 simulated replicas at per-replica batch
+2. Input pipeline (tftoolkit.measure.input.bench) from the TFRecords on 4 simulated replicas at per-replica batch
    100, cold (first epoch: read + parse + decode) and warm (cached), as a ratio to the images/sec that
    small_cnn training consumes in the same configuration (targets: >= 5x cold, >= 20x cached).
 3. Quality gate: small_cnn on 4 replicas reaches >= 80% validation accuracy within a few epochs, while a
@@ -91,8 +91,8 @@ def main() -> int:
 
     tftoolkit.init_devices(REPLICAS)  # before anything initialises TensorFlow
     from tftoolkit import RunConfig
-    from tftoolkit.measure import inputbench
-    from tftoolkit.data import catalog, shapes
+    from tftoolkit.measure.input import bench as inputbench
+    from tftoolkit.data import registry, shapes
 
     results: dict = {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
                      "command": "python " + " ".join([sys.argv[0]] + sys.argv[1:])}
@@ -160,7 +160,7 @@ def main() -> int:
 
         # 3. quality gate ------------------------------------------------------------------------------
         if not args.skip_quality:
-            source = catalog.load(RunConfig(dataset=str(ds)))
+            source = registry.load(RunConfig(dataset=str(ds)))
             lin = linear_baseline(*arrays(source))
             q = tftoolkit.train(RunConfig(dataset=str(ds), replicas=REPLICAS, epochs=args.epochs, **QUALITY),
                                 tmp / "quality", quiet=True)

@@ -71,7 +71,7 @@ def input_rates(rounds: int, seconds: float, repo: Path | None) -> None:
 def allreduce_latency(replicas: int, repeats: int) -> None:
     sys.path.insert(0, str(ROOT))
     os.environ.update(TF_CPP_MIN_LOG_LEVEL="2")
-    from tftoolkit.measure import allreduce_bench
+    from tftoolkit.measure.allreduce import bench as allreduce_bench
 
     frame = allreduce_bench.bench(replicas, "4KiB,16KiB,64KiB,256KiB,1MiB", "reduce_to_one,collective", repeats=repeats,
                             warmup=2, models=(), quiet=True)

@@ -46,7 +46,7 @@ def pipelines(rounds: int, seconds: float) -> None:
     from tftoolkit.config import RunConfig
     from tftoolkit.data import home, manifest as manifest_mod, tfrecords
     from tftoolkit.engine import feed as feed_mod, session
-    from tftoolkit.measure.inputbench import puller
+    from tftoolkit.measure.input.bench import puller
 
     import tensorflow as tf
 

@@ -1,4 +1,4 @@
-"""How well the scaling model (tftoolkit.science.predict) predicts what can be measured here: CPU-simulated replicas.
+"""How well the scaling model (tftoolkit.planner.predict) predicts what can be measured here: CPU-simulated replicas.
 
 For each model (``small_cnn``: compute-heavy; ``bench_predict:mlp``, 3.1 M parameters in one dense layer at
 a per-replica batch of 8: communication-heavy):
@@ -49,8 +49,8 @@ def mlp(input_shape, num_classes):
 
 def check(model: str, per_replica: int, out: Path, steps: int, image_size: int) -> None:
     import tftoolkit
-    from tftoolkit.measure import allreduce_bench
-    from tftoolkit.science import calibration, comms, forecast, predict
+    from tftoolkit.measure.allreduce import bench as allreduce_bench
+    from tftoolkit.planner import calibration, comms, forecast, predict
 
     csvs = []
     for n in (2, 4):
@@ -102,7 +102,7 @@ def multiworker(out: Path, steps: int, image_size: int) -> None:
     import subprocess
     import sys
 
-    from tftoolkit.science import calibration, comms, forecast
+    from tftoolkit.planner import calibration, comms, forecast
 
     runs = {}
     for k in (2, 4):

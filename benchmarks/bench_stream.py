@@ -154,7 +154,7 @@ def reference_run(data: Path, seconds: float, uint8: bool) -> None:
     ds = ds.prefetch(autotune)
     dist = strategy.experimental_distribute_dataset(ds)
 
-    # uint8 out: the replicas make the batch float as the toolkit's do (measure/inputbench.puller), here on the same
+    # uint8 out: the replicas make the batch float as the toolkit's do (measure/input/bench.puller), here on the same
     # 2 cores as the pipeline (on a GPU server, on the GPU); float32 is handed over as it is.
     _pull_for(strategy, dist, seconds, to_float=uint8)
 
@@ -207,14 +207,14 @@ def pipeline_run(data: Path, seconds: float, read_ahead: int | None = None) -> N
 
     devices.init(REPLICAS)
     from tftoolkit import RunConfig
-    from tftoolkit.data import catalog, pipeline, stream
+    from tftoolkit.data import registry, pipeline, stream
 
     if read_ahead is not None:
         stream.READ_BUFFER = read_ahead
 
     cfg = RunConfig(dataset=str(data), replicas=REPLICAS, global_batch=GLOBAL_BATCH, image_size=SIZE, augment=True,
                     data_memory_gb=0.001, deterministic=True)
-    source = catalog.load(cfg)
+    source = registry.load(cfg)
     strategy = _strategy()
     _pull_for(strategy, pipeline.train_input(strategy, source, cfg, 0), seconds, to_float=False)
 

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from tftoolkit.science import intervals, validation
+from tftoolkit.planner import intervals, validation
 
 
 def summary(res) -> str:

@@ -1,4 +1,4 @@
-"""Record the raw NVML readings that tftoolkit.measure.topology and tftoolkit.measure.monitor.sampler parse, as a JSON fixture.
+"""Record the raw NVML readings that tftoolkit.measure.host_topology and tftoolkit.measure.monitor.sampler parse, as a JSON fixture.
 
 Run on a GPU machine; needs only Python and nvidia-ml-py (no TensorFlow, no tftoolkit install):
 

@@ -70,7 +70,8 @@ import tftoolkit
 from tftoolkit import fileio
 from tftoolkit.experiments import notebook as nb
 from tftoolkit.experiments.report import figures, results
-from tftoolkit.measure import allreduce, allreduce_bench, doctor, hardware
+from tftoolkit.measure import allreduce, doctor, hardware
+from tftoolkit.measure.allreduce import bench as allreduce_bench
 
 out = nb.start(out_dir)
 tftoolkit.init_devices(replicas)  # first: TensorFlow fixes its device list when it initialises
@@ -316,7 +317,8 @@ out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures
 import tftoolkit
 from tftoolkit.experiments import notebook as nb, scale
 from tftoolkit.experiments.report import figures, results, tables
-from tftoolkit.measure import allreduce, allreduce_bench
+from tftoolkit.measure import allreduce
+from tftoolkit.measure.allreduce import bench as allreduce_bench
 
 replicas = nb.as_list(replicas, int, "replicas")  # papermill's -p passes '[1, 2]' as text
 tftoolkit.init_devices(max(replicas))  # first: TensorFlow fixes its device list when it initialises
@@ -461,7 +463,8 @@ out_dir: str = "runs/05_batch_science"  # where the finders' folders, train/, th
 %matplotlib inline
 import tftoolkit
 from tftoolkit.experiments import notebook as nb
-from tftoolkit.science import advise, finders, predict
+from tftoolkit.planner import predict
+from tftoolkit.tuning import advise, finders
 from tftoolkit.plots import batch as batch_plots
 from tftoolkit.plots import predict as predict_plots
 from tftoolkit.plots.theme import save_figure
@@ -659,7 +662,7 @@ or your own: a GPU and a link, with a 1-GPU rate where you have one), the planne
 throughput, scaling efficiency and time per epoch against GPU count, each with its interval from the published
 validation rows (the band), and the energy per epoch from the GPUs' TDP; with prices, the cost per epoch. A
 candidate whose GPU cannot hold the per-GPU batch (weights, gradients, optimizer slots and activations:
-tftoolkit/science/memory.py) is marked `fits = False`, with the largest per-GPU batch that would fit.
+tftoolkit/planner/memory.py) is marked `fits = False`, with the largest per-GPU batch that would fit.
 
 """ + run_hint("07_choosing_hardware")),
     params("""
@@ -678,7 +681,7 @@ from tftoolkit import fileio
 from tftoolkit.experiments import notebook as nb
 from tftoolkit.plots import predict as predict_plots
 from tftoolkit.plots.theme import save_figure
-from tftoolkit.science import candidates as cand
+from tftoolkit.planner import candidates as cand
 
 out = nb.start(out_dir)
 """),

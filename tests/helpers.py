@@ -56,11 +56,11 @@ def checkpointed_step(run_dir: Path) -> int:
 
 
 def load_dataset(dataset, **config):
-    """``catalog.load`` of a dataset (a path or a name) with ``config``'s other RunConfig fields."""
+    """``registry.load`` of a dataset (a path or a name) with ``config``'s other RunConfig fields."""
     from tftoolkit import RunConfig
-    from tftoolkit.data import catalog
+    from tftoolkit.data import registry
 
-    return catalog.load(RunConfig(dataset=str(dataset), **config))
+    return registry.load(RunConfig(dataset=str(dataset), **config))
 
 
 def examples(ds):

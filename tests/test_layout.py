@@ -125,8 +125,8 @@ def test_few_plain_modules_at_the_top():
     # rundir and summary; anything else belongs in a room.
     assert len(top) <= 9, top
     subpackages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
-    assert subpackages == ["catalogue", "cli", "cluster", "data", "engine", "experiments", "measure", "plots", "science",
-                           "training"]
+    assert subpackages == ["catalogue", "cli", "cluster", "data", "engine", "experiments", "measure", "planner", "plots",
+                           "training", "tuning"]
 
 
 def test_modules_stay_small_enough_to_have_one_job():

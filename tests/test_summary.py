@@ -27,7 +27,7 @@ def test_a_reader_naming_an_unknown_field_fails():
 
 
 @pytest.mark.parametrize("reader", ["tftoolkit.experiments.scale", "tftoolkit.experiments.report.tables",
-                                    "tftoolkit.science.advise", "tftoolkit.science.predict"])
+                                    "tftoolkit.tuning.advise", "tftoolkit.planner.predict"])
 def test_readers_declare_documented_fields(reader):
     # Each declares its fields with summary.names at import: importing it is the check.
     importlib.import_module(reader)

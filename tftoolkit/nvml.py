@@ -1,6 +1,6 @@
 """The one way into NVML (the ``pynvml`` module of nvidia-ml-py): ``load()`` and ``session()``.
 
-Every NVML user in the toolkit (gpus, engine.feed, measure.topology, measure.sampler, measure.doctor_driver) opens
+Every NVML user in the toolkit (gpus, engine.feed, measure.host_topology, measure.sampler, measure.doctor.driver_checks) opens
 NVML through ``session()`` and nothing else imports pynvml (tests/test_nvml.py scans the sources for it), so tests
 hand in one fake by replacing ``load`` (tests/fake_nvml.py) and every user sees it.
 

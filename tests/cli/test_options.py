@@ -43,7 +43,7 @@ def test_replicas_is_one_count_and_workers_are_training_processes():
         for a in p._actions:
             if "--replicas" in a.option_strings and a.help != argparse.SUPPRESS:
                 # predict reads it as text to refuse a list with a line naming --replica-counts (exit 2, not
-                # argparse's "invalid int value"); tests/science/test_planner.py checks that refusal.
+                # argparse's "invalid int value"); tests/planner/test_planner.py checks that refusal.
                 assert a.type is int or path == ("predict",), (path, a.type)
             if "--workers" in a.option_strings and a.help != argparse.SUPPRESS:
                 assert path in (("train",), ("launch",), ("scale",), ("find-lr",), ("find-batch",),
@@ -55,7 +55,7 @@ def test_replicas_is_one_count_and_workers_are_training_processes():
     assert ds.service_workers == 3
 
 
-SCIENCE = {("find-lr",), ("find-batch",), ("advise",), ("predict",)}  # cli/science.py's commands
+SCIENCE = {("find-lr",), ("find-batch",), ("advise",), ("predict",)}  # cli/tune_and_plan.py's commands
 
 
 def quiet_texts(paths):

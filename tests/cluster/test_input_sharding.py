@@ -9,7 +9,7 @@ import pytest
 
 import tftoolkit
 from tftoolkit.config import RunConfig
-from tftoolkit.data import catalog, shapes
+from tftoolkit.data import registry, shapes
 from tftoolkit.errors import ConfigError, DataError
 
 from helpers import FAST
@@ -28,15 +28,15 @@ def _ids(source):
 
 def test_each_worker_reads_only_its_own_shards(sharded):
     cfg = RunConfig(dataset=str(sharded), input_sharding="file")
-    a = catalog.load_source(cfg, worker=(0, 2))
-    b = catalog.load_source(cfg, worker=(1, 2))
+    a = registry.load_source(cfg, worker=(0, 2))
+    b = registry.load_source(cfg, worker=(1, 2))
     assert a.info["input_sharding"]["shards"] == ["train-00000-of-00004.tfrecord", "train-00002-of-00004.tfrecord"]
     assert b.info["input_sharding"]["shards"] == ["train-00001-of-00004.tfrecord", "train-00003-of-00004.tfrecord"]
     assert a.store("train").n == b.store("train").n == 200 and a.train_examples == 400
     assert not set(_ids(a)) & set(_ids(b)) and sorted(set(_ids(a)) | set(_ids(b))) == list(range(400))
     assert a.store("val").n == 40  # validation is read whole by every worker
     # exact (the default), or one worker: every shard
-    assert catalog.load_source(RunConfig(dataset=str(sharded)), worker=(0, 2)).store("train").n == 400
+    assert registry.load_source(RunConfig(dataset=str(sharded)), worker=(0, 2)).store("train").n == 400
 
 
 def test_too_few_shards_for_the_workers_is_refused_before_any_worker_starts(tmp_path):
@@ -44,7 +44,7 @@ def test_too_few_shards_for_the_workers_is_refused_before_any_worker_starts(tmp_
     shapes.prepare(one, images=100, val_images=0, size=16, seed=0, shard_size=100)
     cfg = RunConfig(dataset=str(one), input_sharding="file", workers=2, replicas=2, steps=1)
     with pytest.raises(DataError, match=r"has 1 training shard\(s\) for 2 workers; every worker needs at least one"):
-        catalog.load_source(cfg, worker=(1, 2))
+        registry.load_source(cfg, worker=(1, 2))
     with pytest.raises(DataError, match=r"1 training shard\(s\) for 2 workers"):
         tftoolkit.train(cfg, tmp_path / "run", quiet=True)
     assert not (tmp_path / "run" / "summary.json").exists()
@@ -53,7 +53,7 @@ def test_too_few_shards_for_the_workers_is_refused_before_any_worker_starts(tmp_
 def test_file_sharding_needs_tfrecords_and_whole_shards(tmp_path, sharded):
     def refused(match, **kw):
         with pytest.raises(DataError, match=match):
-            catalog.load_source(RunConfig(input_sharding="file", **kw), worker=(0, 2))
+            registry.load_source(RunConfig(input_sharding="file", **kw), worker=(0, 2))
 
     refused("synthetic data have none", dataset="synthetic")
     (tmp_path / "imgs" / "a").mkdir(parents=True)
@@ -61,7 +61,7 @@ def test_file_sharding_needs_tfrecords_and_whole_shards(tmp_path, sharded):
             r"folder\); use --input-sharding exact", dataset=str(tmp_path / "imgs"))
     refused("a prefix of the set cannot be taken", dataset=str(sharded), train_images=100)
     with pytest.raises(DataError, match="in-memory and synthetic data have none"):
-        catalog.check_sharding(RunConfig(input_sharding="file", workers=2), data=(np.zeros((4, 8, 8, 3)), np.zeros(4)))
+        registry.check_sharding(RunConfig(input_sharding="file", workers=2), data=(np.zeros((4, 8, 8, 3)), np.zeros(4)))
 
 
 def test_an_unknown_sharding_names_the_choices():

@@ -17,17 +17,17 @@ LIBJPEG = ("Improper call to JPEG library", "Input file read error", "Premature 
 SCRIPT = """
 import sys
 from tftoolkit import RunConfig
-from tftoolkit.data import bad_records, catalog
+from tftoolkit.data import bad_records, registry
 from tftoolkit.errors import DataError
 
 for root in sys.argv[1:]:
     try:
-        catalog.load(RunConfig(dataset=root, image_size=16))
+        registry.load(RunConfig(dataset=root, image_size=16))
         print("loaded")
     except DataError as e:
         print("memory:", e, flush=True)
     cfg = RunConfig(dataset=root, image_size=16, replicas=1, per_replica_batch=4, data_memory_gb=1e-6)
-    split = catalog.load(cfg).streams["train"]
+    split = registry.load(cfg).streams["train"]
     try:
         for _ in split.eval_dataset(cfg, (1, 1, 0)):
             pass

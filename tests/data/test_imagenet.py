@@ -13,7 +13,7 @@ import pytest
 import formats
 import tftoolkit
 from tftoolkit import RunConfig
-from tftoolkit.data import catalog, imagenet
+from tftoolkit.data import registry, imagenet
 from tftoolkit.errors import DataError
 
 from helpers import FAST, examples, load_dataset as load
@@ -99,7 +99,7 @@ def assert_same(images, expected):
 
 # --- a folder as build_imagenet_data.py writes it ------------------------------------------------------------
 def test_an_imagenet_folder_is_recognised_as_that_layout(written):
-    assert catalog.layouts(written["path"]) == [("imagenet", "ImageNet-layout shards (train-00000-of-00004, ...)")]
+    assert registry.layouts(written["path"]) == [("imagenet", "ImageNet-layout shards (train-00000-of-00004, ...)")]
     assert sorted(imagenet.shards(written["path"])) == ["train", "validation"]
     assert [f.name for f in imagenet.shards(written["path"])["validation"]] == [
         "validation-00000-of-00002", "validation-00001-of-00002"]
@@ -564,7 +564,7 @@ def test_file_sharding_gives_each_worker_every_other_imagenet_shard(written):
     cfg = RunConfig(dataset=str(written["path"]), image_size=SIZE, input_sharding="file", workers=2, replicas=2)
     for me, mine in ((0, ["train-00000-of-00004", "train-00002-of-00004"]),
                      (1, ["train-00001-of-00004", "train-00003-of-00004"])):
-        src = catalog.load_source(cfg, worker=(me, 2))
+        src = registry.load_source(cfg, worker=(me, 2))
         sharding = src.info["input_sharding"]
         assert (sharding["policy"], sharding["worker"], sharding["shards"]) == ("file", me, mine)
         assert (sharding["examples_per_worker"], sharding["left_out_per_epoch"]) == (24, 0)
@@ -582,7 +582,7 @@ def test_a_streamed_worker_under_file_sharding_reads_each_of_its_records_once_an
     # epoch is 6 steps and shows it every one of its records once.
     cfg = RunConfig(dataset=str(written["path"]), image_size=SIZE, input_sharding="file", workers=2, replicas=2,
                     global_batch=8, data_memory_gb=TINY_BUDGET)
-    src = catalog.load_source(cfg, worker=(0, 2))
+    src = registry.load_source(cfg, worker=(0, 2))
     split = src.store("train")
     # What the training input hands the stream: all workers' examples (it takes this worker's share itself).
     handed = []
@@ -608,4 +608,4 @@ def test_a_streamed_split_refuses_a_partial_last_batch(written):
     cfg = RunConfig(dataset=str(written["path"]), image_size=SIZE, replicas=1, global_batch=10,
                     last_batch="partial", data_memory_gb=TINY_BUDGET)
     with pytest.raises(ConfigError, match=r"--last-batch partial: imagenet streams from its files"):
-        pipeline.train_input(tf.distribute.OneDeviceStrategy("/cpu:0"), catalog.load(cfg), cfg, 0)
+        pipeline.train_input(tf.distribute.OneDeviceStrategy("/cpu:0"), registry.load(cfg), cfg, 0)

@@ -11,7 +11,7 @@ import pytest
 
 import tftoolkit
 from tftoolkit.engine import devices
-from tftoolkit.data import catalog, pipeline, shapes
+from tftoolkit.data import registry, pipeline, shapes
 from tftoolkit.config import RunConfig
 from tftoolkit.engine.strategy import make_strategy
 
@@ -32,7 +32,7 @@ def prepared(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def source(prepared):
-    return catalog.load(RunConfig(dataset=str(prepared)))
+    return registry.load(RunConfig(dataset=str(prepared)))
 
 
 def _ids_per_replica(source, config, epoch=0):

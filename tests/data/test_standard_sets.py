@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import formats
-from tftoolkit.data import catalog, keras_sets
+from tftoolkit.data import registry, keras_sets
 from tftoolkit.errors import DataError
 
 from helpers import examples, load_dataset as load
@@ -499,7 +499,7 @@ def _tfds_and_class_folders(root):
 @pytest.mark.parametrize("make", [_imagenet_shards_and_class_folders, _manifest_and_cifar, _tfds_and_class_folders])
 def test_a_folder_mixing_two_layouts_is_refused_naming_both(tmp_path, make):
     path, kinds, both = make(tmp_path / "mixed")
-    assert [k for k, _ in catalog.layouts(path)] == kinds
+    assert [k for k, _ in registry.layouts(path)] == kinds
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))} mixes dataset layouts: {both}; keep one dataset "
                                         r"per folder$"):
         load(path)

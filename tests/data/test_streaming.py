@@ -12,7 +12,7 @@ import pytest
 
 import tftoolkit
 from tftoolkit import RunConfig
-from tftoolkit.data import catalog, stream
+from tftoolkit.data import registry, stream
 from tftoolkit.errors import ConfigError, DataError
 
 from helpers import FAST
@@ -50,9 +50,9 @@ def _examples(src):
 
 
 def test_a_folder_over_the_budget_streams_the_same_images(folder, caplog):
-    in_memory = catalog.load(RunConfig(dataset=str(folder), image_size=16))
+    in_memory = registry.load(RunConfig(dataset=str(folder), image_size=16))
     with caplog.at_level("INFO", logger="tftoolkit"):
-        streamed = catalog.load(RunConfig(dataset=str(folder), image_size=16, data_memory_gb=TINY_BUDGET))
+        streamed = registry.load(RunConfig(dataset=str(folder), image_size=16, data_memory_gb=TINY_BUDGET))
     assert not in_memory.info["streamed"] and streamed.info["streamed"]
     assert (in_memory.info["input_source"], streamed.info["input_source"]) == ("memory", "stream")
     assert "over the memory budget" in caplog.text and "streaming them from their files" in caplog.text
@@ -119,7 +119,7 @@ def test_a_streamed_file_that_does_not_decode_fails_the_run_naming_it_or_is_skip
     bad.write_bytes(bad.read_bytes()[:60])  # the header still parses (what load reads), the pixels are gone
     cfg = RunConfig(dataset=str(root), image_size=16, replicas=1, per_replica_batch=72, steps=2,
                     data_memory_gb=TINY_BUDGET, measure=False, eval_every_epoch=False, **FAST)
-    assert catalog.load(cfg).info["skipped_not_image"] == 0  # loading reads headers only: nothing is skipped yet
+    assert registry.load(cfg).info["skipped_not_image"] == 0  # loading reads headers only: nothing is skipped yet
     with pytest.raises(DataError, match=r"^cannot use \S*train/b/3\.png: .*; --skip-bad-images skips such images"):
         tftoolkit.train(cfg, tmp_path / "strict", quiet=True)
     summary = json.loads((tmp_path / "strict" / "summary.json").read_text())
@@ -159,7 +159,7 @@ def test_bad_files_in_a_row_are_each_named_once_however_often_they_are_read(fold
         bad.write_bytes(bad.read_bytes()[:60])
     cfg = RunConfig(dataset=str(root), image_size=16, replicas=1, per_replica_batch=8, skip_bad_images=True,
                     data_memory_gb=TINY_BUDGET)
-    split = catalog.load(cfg).streams["val"]
+    split = registry.load(cfg).streams["val"]
     split.skip_log = str(tmp_path / "skipped-val.tsv")
     for _ in range(2):  # two passes log each of them twice; the list names each once
         kept = sum(len(y) for _, y in split.eval_dataset(cfg, (1, 1, 0)).as_numpy_iterator())

@@ -109,9 +109,9 @@ NOT_RUN = {
     "tensorboard": "a server that runs until it is stopped",
     "doctor": "its checks run in notebook 00's test (tests/experiments/test_notebooks.py)",
     "bench": "the all-reduce bench runs in notebooks 00 and 03's tests",
-    "--allreduce-csv": "reads the all-reduce bench's files, and the bench is not run here (tests/science/test_predict.py "
+    "--allreduce-csv": "reads the all-reduce bench's files, and the bench is not run here (tests/planner/test_predict.py "
                        "forecasts from hand-made ones)",
-    "find-batch": "bisects the memory over many trainings (tests/science/ test it)",
+    "find-batch": "bisects the memory over many trainings (tests/tuning/ test it)",
     "sweep": "a sweep runs notebooks (tests/experiments/test_sweep.py); its --dry-run is run here",
     "needs GPUs": "the page says it needs GPUs, and gives the CPU variant beside it",
 }

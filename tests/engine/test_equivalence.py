@@ -189,7 +189,7 @@ from tftoolkit.engine import devices
 devices.init(8)
 import tensorflow as tf
 from tftoolkit.config import RunConfig
-from tftoolkit.data import catalog, pipeline, source as source_mod
+from tftoolkit.data import registry, pipeline, source as source_mod
 from tftoolkit.engine import loop, session, strategy as strategy_mod
 from tftoolkit.engine.step import build_engine
 
@@ -214,7 +214,7 @@ def case(sess, eng, state, global_batch, n_train, n_val):
     for v, value in zip(eng.model.variables + eng.optimizer.variables, state):
         v.assign(value)
     config = sess.config.replace(global_batch=global_batch)
-    source = catalog.load_source(config, data=(x[:n_train], y[:n_train], vx[:n_val], vy[:n_val]))
+    source = registry.load_source(config, data=(x[:n_train], y[:n_train], vx[:n_val], vy[:n_val]))
     losses, counts = [], np.zeros(sess.strategy.num_replicas_in_sync, np.int64)
 
     def on_loop(chunk):

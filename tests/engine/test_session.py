@@ -130,7 +130,7 @@ def test_a_model_package_in_the_working_folder_is_found_and_a_bad_one_stops_befo
     def read(*args, **kwargs):
         raise AssertionError("the data was read before the model was checked")
 
-    monkeypatch.setattr(session.catalog, "load_source", read)
+    monkeypatch.setattr(session.registry, "load_source", read)
     with pytest.raises(ModelError, match=r"cannot import 'nopackage.models' .*looked in the working folder"):
         session.start(RunConfig(replicas=1, model="nopackage.models:build", **SMALL))
     with pytest.raises(ModelError, match="mypackage.models has no function 'nobuild'"):

@@ -88,7 +88,7 @@ def test_the_breakdown_pairs_cannot_carry_work_across(monkeypatch):
 
 def test_the_input_benchmark_times_each_warm_pass_in_one_region(monkeypatch, cpu_devices):
     from tftoolkit.config import RunConfig
-    from tftoolkit.measure import inputbench
+    from tftoolkit.measure.input import bench as inputbench
 
     calls = []
     real = timer.timed
@@ -113,7 +113,7 @@ def test_the_allreduce_bench_times_every_call_in_a_region(monkeypatch, cpu_devic
 @pytest.mark.slow
 def test_a_find_batch_trial_is_a_synchronised_region(monkeypatch, tmp_path):
     from tftoolkit.config import RunConfig
-    from tftoolkit.science import finders
+    from tftoolkit.tuning import finders
 
     calls = []
     real = timer.timed

@@ -45,7 +45,7 @@ def test_05_batch_science_runs_in_smoke_mode_exactly_as_its_command_says(tmp_pat
     assert json.loads((out / "find_batch" / "batch_find.json").read_text())["max_per_replica_batch"] > 0
     assert len(pd.read_csv(out / "find_lr" / "lr_find.csv")) > 0
     # Compute measured on simulated CPU replicas is no basis for a GPU forecast (without compute_ms it is refused:
-    # tests/science/test_predict.py); the smoke command gives one, so the page shows a forecast, not a refusal.
+    # tests/planner/test_predict.py); the smoke command gives one, so the page shows a forecast, not a refusal.
     prediction = json.loads((out / "prediction.json").read_text())
     assert not prediction.get("refused") and len(pd.read_csv(out / "prediction.csv")) > 0
     for name in ("lr_find", "batch_find", "noise_scale", "tradeoff", "efficiency_vs_replicas"):

@@ -275,7 +275,7 @@ def test_07_choosing_hardware_smoke(out_root):
     # The DGX A100 has no rate given: its compute is ResNet-50's counted FLOPs over the A100's TF32 peak.
     a100 = choice[~priced].set_index("replicas")
     assert (a100["compute_from"] == "FLOPs over the peak").all() and 500 < a100.loc[1, "images_per_sec"] < 2000
-    # ResNet-50 at 64 per GPU fits each candidate's GPU (the memory check, science/memory.py), with room to spare.
+    # ResNet-50 at 64 per GPU fits each candidate's GPU (the memory check, planner/memory.py), with room to spare.
     assert choice["fits"].all() and (choice["largest_per_replica_batch"] > 64).all()
     _figures(out, "hardware_choice")
     assert _shows_images(nb) >= 1

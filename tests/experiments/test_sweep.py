@@ -21,7 +21,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from tftoolkit import cli
 from tftoolkit.experiments.sweep import folder, local
 from tftoolkit.experiments.sweep import point as point_process
-from tftoolkit.experiments.sweep import results as sweep_results
+from tftoolkit.experiments.sweep import results_csv
 from tftoolkit.errors import SweepError
 from tftoolkit.experiments.sweep.spec import check_value, combinations
 from tftoolkit.experiments.sweep.spec import load as load_spec
@@ -404,7 +404,7 @@ def test_results_csv_keeps_integers_integers_when_a_point_has_no_figures_yet(tmp
                           (running, {"status": "running", "started": time.time()})):
         folder.point_dir(out, point).mkdir(parents=True)
         (folder.point_dir(out, point) / folder.POINT_JSON).write_text(json.dumps({"id": point.id, **record}))
-    lines = sweep_results.write_results(spec, out).read_text().splitlines()
+    lines = results_csv.write_results(spec, out).read_text().splitlines()
     header, first = lines[0].split(","), lines[1].split(",")
     row = dict(zip(header, first))
     assert row["steps"] == "48" and row["runs"] == "1" and row["x"] == "1" and row["images_per_sec"] == "10.5"

@@ -10,7 +10,8 @@ import pytest
 
 from tftoolkit import cli
 from tftoolkit.engine import devices
-from tftoolkit.measure import allreduce, allreduce_bench
+from tftoolkit.measure import allreduce
+from tftoolkit.measure.allreduce import bench as allreduce_bench
 from tftoolkit.errors import ConfigError
 
 devices.init(4)  # before anything touches TensorFlow (conftest does the same)

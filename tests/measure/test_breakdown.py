@@ -139,7 +139,7 @@ def test_the_rounds_fit_the_budget_and_never_fall_under_the_floor():
 def test_predict_calibrates_on_the_run_s_own_step():
     # The figures of a run on a loaded host: training's step 388 ms; the breakdown, timed later beside its own step
     # of 576 ms, found 546 ms of compute. The calibration keeps compute's share of that step, on training's clock.
-    from tftoolkit.science import calibration
+    from tftoolkit.planner import calibration
 
     s = {"replicas": 4, "per_replica_batch": 100, "gradient_bytes": 4e6, "step_time_s": 0.388,
          "breakdown_step_time_s": 0.576, "step_time_no_input_s": 0.570, "compute_time_s": 0.546, "accumulate": 1}
@@ -296,13 +296,13 @@ SMALL = dict(dataset="synthetic", image_size=16, train_images=256, per_replica_b
 
 def test_measuring_does_not_change_the_trained_weights(cpu_devices):
     from tftoolkit.engine import strategy
-    from tftoolkit.data import catalog
+    from tftoolkit.data import registry
     from tftoolkit.engine.session import resolve
     from tftoolkit.engine.step import build_engine
 
     cfg = resolve(RunConfig(replicas=2, steps=8, **SMALL))
     setup = devices.init(2)
-    source = catalog.load_source(cfg)
+    source = registry.load_source(cfg)
     strat, _ = strategy.make_strategy(setup, "auto")
     engine = build_engine(cfg, strat, source, source.train_examples)
     before = [np.array(v.numpy()) for v in engine.model.variables + engine.optimizer.variables]

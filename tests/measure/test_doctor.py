@@ -7,7 +7,8 @@ import pytest
 
 from tftoolkit import cli
 import fake_nvml
-from tftoolkit.measure import doctor, doctor_check, doctor_driver, doctor_tensorflow
+from tftoolkit.measure import doctor
+from tftoolkit.measure.doctor import check, driver_checks, tensorflow_checks
 
 
 
@@ -91,15 +92,15 @@ def test_more_replicas_than_gpus_is_exit_2(capsys, monkeypatch):
 def test_nvml_check_reads_every_metric_through_nvml(monkeypatch):
     mod = fake_nvml.install(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    c = doctor_driver.check_nvml(doctor_check.Context(4))
+    c = driver_checks.check_nvml(check.Context(4))
     # The T4s (2, 3) have no energy counter in the fixture: energy falls back to power, which is not a failure.
     assert c.status == "pass" and "gpu2 energy" in c.detail and "falls back to integrating power" in c.detail
     assert c.figure.startswith("gpu0: 250 W")
     mod.fail["nvmlDeviceGetTemperature"] = "NVMLError_NoPermission"
-    c = doctor_driver.check_nvml(doctor_check.Context(4))
+    c = driver_checks.check_nvml(check.Context(4))
     assert c.status == "fail" and "temperature" in c.detail and c.fix
     fake_nvml.install(monkeypatch, init_error="NVMLError_LibraryNotFound")
-    assert doctor_driver.check_nvml(doctor_check.Context(4)).status == "skip"
+    assert driver_checks.check_nvml(check.Context(4)).status == "skip"
 
 
 # NCCL's INFO lines for a 4-GPU all-reduce, as NCCL 2.1x prints them (written from its format, not recorded).
@@ -114,52 +115,52 @@ host:1:2 [0] NCCL INFO Connected all rings
 
 
 def test_nccl_transports_are_read_from_its_log_and_held_against_the_topology(monkeypatch):
-    assert doctor_driver.parse_nccl_transports(NCCL_LOG) == {(0, 1): "P2P/CUMEM/read", (1, 2): "SHM/direct/direct",
+    assert driver_checks.parse_nccl_transports(NCCL_LOG) == {(0, 1): "P2P/CUMEM/read", (1, 2): "SHM/direct/direct",
                                                      (2, 3): "P2P/IPC", (0, 3): "SHM/direct/direct"}
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     report = {"gpus": [{}] * 4, "topology": {"pairs": [{"gpus": [0, 1], "link": "NV12"},
                                                        {"gpus": [1, 2], "link": "SYS"},
                                                        {"gpus": [2, 3], "link": "PIX"},
                                                        {"gpus": [0, 3], "link": "SYS"}]}}
-    c = doctor_driver.check_nccl_transport(doctor_check.Context(4, report=report), nccl_log=NCCL_LOG)
+    c = driver_checks.check_nccl_transport(check.Context(4, report=report), nccl_log=NCCL_LOG)
     assert c.status == "pass" and c.figure == "P2P, SHM" and "0-1 NV12: P2P/CUMEM/read" in c.detail
     # NVLink between two GPUs, but NCCL going through host memory: P2P is off (NCCL_P2P_DISABLE, a driver).
-    c = doctor_driver.check_nccl_transport(doctor_check.Context(4, report=report),
+    c = driver_checks.check_nccl_transport(check.Context(4, report=report),
                                     nccl_log=NCCL_LOG.replace("0[0] -> 1[1] via P2P/CUMEM/read",
                                                               "0[0] -> 1[1] via SHM/direct/direct"))
     assert c.status == "fail" and "NVLink (NV12) but NCCL uses SHM" in c.detail and "NCCL_P2P_DISABLE" in c.fix
-    assert doctor_driver.check_nccl_transport(doctor_check.Context(4, report=report), nccl_log="").status == "fail"
-    assert doctor_driver.check_nccl_transport(doctor_check.Context(1, report={"gpus": [{}]})).status == "skip"
+    assert driver_checks.check_nccl_transport(check.Context(4, report=report), nccl_log="").status == "fail"
+    assert driver_checks.check_nccl_transport(check.Context(1, report={"gpus": [{}]})).status == "skip"
 
 
 def test_the_odd_count_checked_beside_the_replicas():
-    assert doctor_tensorflow.odd_count(3, 4) == 3 and doctor_tensorflow.odd_count(4, 4) == 3 and doctor_tensorflow.odd_count(1, 4) == 3
-    assert doctor_tensorflow.odd_count(2, 2) is None and doctor_tensorflow.odd_count(8, 8) == 7 and doctor_tensorflow.odd_count(2, 4) == 3
+    assert tensorflow_checks.odd_count(3, 4) == 3 and tensorflow_checks.odd_count(4, 4) == 3 and tensorflow_checks.odd_count(1, 4) == 3
+    assert tensorflow_checks.odd_count(2, 2) is None and tensorflow_checks.odd_count(8, 8) == 7 and tensorflow_checks.odd_count(2, 4) == 3
 
 
 def test_the_timing_check_fails_when_its_figures_say_the_clock_is_wrong():
     ms = lambda *v: [x / 1e3 for x in v]  # noqa: E731
     # Twice the work reads twice the time; CPU replicas' unsynchronised clock agrees: pass.
-    status, figure, detail, _ = doctor_tensorflow.timing_verdict("CPU", ms(40, 42, 41), ms(80, 83, 79), ms(41, 42, 43))
+    status, figure, detail, _ = tensorflow_checks.timing_verdict("CPU", ms(40, 42, 41), ms(80, 83, 79), ms(41, 42, 43))
     assert status == "pass" and "synchronised 41.00 ms, twice the work 80.00 ms (1.98x)" in figure
     assert "agrees (102%)" in detail
     # A clock that stops before the devices finish: twice the work reads the same time.
-    status, _, detail, fix = doctor_tensorflow.timing_verdict("GPU", ms(5, 5, 5), ms(5.2, 5.1, 5), ms(0.1, 0.1, 0.1))
+    status, _, detail, fix = tensorflow_checks.timing_verdict("GPU", ms(5, 5, 5), ms(5.2, 5.1, 5), ms(0.1, 0.1, 0.1))
     assert status == "fail" and "only 1.02x" in detail and "overstated" in fix
     # On GPUs the unsynchronised clock stopping early is expected, and said.
-    status, _, detail, _ = doctor_tensorflow.timing_verdict("GPU", ms(5, 5, 5), ms(10, 10, 10), ms(0.1, 0.1, 0.1))
+    status, _, detail, _ = tensorflow_checks.timing_verdict("GPU", ms(5, 5, 5), ms(10, 10, 10), ms(0.1, 0.1, 0.1))
     assert status == "pass" and "stops after 2% of it" in detail
     # The figures the old check passed with: an unsynchronised call slower than the synchronised one is the host's
     # noise, so the clock is not judged (a skip saying why), never a pass.
-    status, _, detail, fix = doctor_tensorflow.timing_verdict("CPU", ms(43.63, 44, 43), ms(88, 87, 86), ms(72.78, 73, 72))
+    status, _, detail, fix = tensorflow_checks.timing_verdict("CPU", ms(43.63, 44, 43), ms(88, 87, 86), ms(72.78, 73, 72))
     assert status == "skip" and "read 167% of the synchronised one" in detail and "idle host" in fix
     # Twice the work at four times the time: too busy to judge either (seen in the suite: 2.96x).
-    assert doctor_tensorflow.timing_verdict("CPU", ms(40, 40, 40), ms(160, 150, 170), ms(40, 40, 40))[0] == "skip"
+    assert tensorflow_checks.timing_verdict("CPU", ms(40, 40, 40), ms(160, 150, 170), ms(40, 40, 40))[0] == "skip"
     # Ratios within each round: a round slowed as a whole (all three calls) does not decide, nor does load that
     # changes from round to round.
-    assert doctor_tensorflow.timing_verdict("CPU", ms(40, 400, 41), ms(80, 810, 82), ms(40, 410, 40))[0] == "pass"
-    assert doctor_tensorflow.timing_verdict("CPU", ms(40, 60, 80), ms(80, 120, 160), ms(40, 60, 80))[1].endswith(
+    assert tensorflow_checks.timing_verdict("CPU", ms(40, 400, 41), ms(80, 810, 82), ms(40, 410, 40))[0] == "pass"
+    assert tensorflow_checks.timing_verdict("CPU", ms(40, 60, 80), ms(80, 120, 160), ms(40, 60, 80))[1].endswith(
         "(2.00x), unsynchronised 60.00 ms")
     # CPU calls that return before their work ends: said, and the synchronised clock still follows the work.
-    status, _, detail, _ = doctor_tensorflow.timing_verdict("CPU", ms(40, 40, 40), ms(80, 80, 80), ms(10, 10, 10))
+    status, _, detail, _ = tensorflow_checks.timing_verdict("CPU", ms(40, 40, 40), ms(80, 80, 80), ms(10, 10, 10))
     assert status == "pass" and "returned after 25% of their work" in detail

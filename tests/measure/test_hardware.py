@@ -1,4 +1,4 @@
-"""measure.hardware (the environment report), measure.topology (GPUs and their wiring), measure.peaks (peak FLOP/s).
+"""measure.hardware (the environment report), measure.host_topology (this host's wiring), measure.peaks (peak FLOP/s).
 
 NVML is replaced by tests/fake_nvml.py, built from the documented API (no GPU was available when these tests
 were written); any real recording in tests/fixtures/nvml_*.json is replayed through the same fake.
@@ -15,7 +15,7 @@ import pytest
 
 import fake_nvml
 from tftoolkit import catalogue, nvml
-from tftoolkit.measure import hardware, peaks, topology
+from tftoolkit.measure import hardware, host_topology, peaks
 from tftoolkit.errors import ConfigError
 
 from helpers import ROOT
@@ -54,7 +54,7 @@ EXPECTED = [["X", "NV12", "SYS", "SYS"], ["NV12", "X", "SYS", "SYS"],
 @pytest.fixture
 def fake(monkeypatch):
     mod = fake_nvml.install(monkeypatch)
-    monkeypatch.setattr(topology, "_run_topo_command", lambda: None)
+    monkeypatch.setattr(host_topology, "_run_topo_command", lambda: None)
     return mod
 
 
@@ -81,7 +81,7 @@ def test_report_on_this_machine_is_json_and_reads_tf_build_without_importing_it(
                                           ("NVMLError_DriverNotLoaded", "driver is not loaded")])
 def test_no_gpu_machine_says_so_plainly(monkeypatch, error, says):
     fake_nvml.install(monkeypatch, init_error=error)
-    monkeypatch.setattr(topology, "_run_topo_command", lambda: None)
+    monkeypatch.setattr(host_topology, "_run_topo_command", lambda: None)
     report = hardware.collect()
     assert report["gpus"] == [] and report["topology"]["matrix"] == []
     assert says in report["summary"] and "simulated" in report["summary"]
@@ -139,7 +139,7 @@ def test_nvswitch_board_shows_every_pair_as_nvlink(monkeypatch):
 
 def test_topology_falls_back_to_nvidia_smi_when_nvml_topology_fails(fake, monkeypatch):
     fake.fail["nvmlDeviceGetTopologyCommonAncestor"] = "NVMLError_Unknown"
-    monkeypatch.setattr(topology, "_run_topo_command", lambda: TOPO_TEXT)
+    monkeypatch.setattr(host_topology, "_run_topo_command", lambda: TOPO_TEXT)
     report = hardware.collect()
     assert report["topology"]["source"] == "nvidia-smi"
     assert report["topology"]["matrix"] == EXPECTED
@@ -155,12 +155,12 @@ def test_topology_without_any_fallback_keeps_what_nvml_gave(fake):
 
 
 def test_parse_topo_matrix_ignores_nic_columns_and_ansi():
-    topo = topology.parse_topo_matrix(TOPO_TEXT)
+    topo = host_topology.parse_topo_matrix(TOPO_TEXT)
     assert topo["matrix"] == EXPECTED
     assert {tuple(p["gpus"]): p["nvlink_links"] for p in topo["pairs"]}[(0, 1)] == 12
-    one = topology.parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n")
+    one = host_topology.parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n")
     assert one["matrix"] == [["X"]] and one["pairs"] == []
-    assert topology.parse_topo_matrix("NVIDIA-SMI has failed")["matrix"] == []
+    assert host_topology.parse_topo_matrix("NVIDIA-SMI has failed")["matrix"] == []
 
 
 def test_no_permission_on_one_query_is_recorded_not_raised(fake):
@@ -285,7 +285,7 @@ def test_recorder_round_trip_replays_identically(fake):
 def test_replay_recorded_fixture(path, monkeypatch):
     fixture = json.loads(path.read_text())
     fake_nvml.install(monkeypatch, fixture)
-    monkeypatch.setattr(topology, "_run_topo_command", lambda: None)
+    monkeypatch.setattr(host_topology, "_run_topo_command", lambda: None)
     report = hardware.collect()
     json.dumps(report)
     assert len(report["gpus"]) == len(fixture["devices"])
@@ -293,7 +293,7 @@ def test_replay_recorded_fixture(path, monkeypatch):
     assert [g["name"] for g in report["gpus"]] == [n if isinstance(n, str) else None for n in names]
     if fixture.get("nvidia_smi_topo_m") and len(report["gpus"]) > 1:
         # NVML's answer must agree with nvidia-smi's on the same machine.
-        assert report["topology"]["matrix"] == topology.parse_topo_matrix(fixture["nvidia_smi_topo_m"])["matrix"]
+        assert report["topology"]["matrix"] == host_topology.parse_topo_matrix(fixture["nvidia_smi_topo_m"])["matrix"]
 
 
 @pytest.mark.parametrize("name, precision, tflops", [

@@ -12,7 +12,7 @@ import pytest
 import formats
 import tftoolkit
 from tftoolkit import RunConfig
-from tftoolkit.measure import inputbench
+from tftoolkit.measure.input import bench as inputbench
 
 from helpers import FAST
 

@@ -251,7 +251,7 @@ def test_a_run_finished_by_its_resume_says_it_measured_nothing_in_valid_fields(t
 def test_a_signal_while_measuring_after_the_last_step_still_writes_the_summary(tmp_path, monkeypatch, capsys, signum):
     from tftoolkit import cli
     from tftoolkit.cluster.launch import config_args
-    from tftoolkit.measure import inputbench
+    from tftoolkit.measure.input import bench as inputbench
 
     args = {**KILL_ARGS, "steps": 4, "checkpoint_every": 0}
     real, signals_sent = inputbench.probe, []

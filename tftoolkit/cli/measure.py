@@ -163,7 +163,7 @@ NOT_INPUT_OPTIONS = ("base_lr", "base_batch", "lr_rule", "warmup_epochs", "sched
 
 
 def bench_allreduce(args) -> int:
-    from ..measure import allreduce_bench
+    from ..measure.allreduce import bench as allreduce_bench
 
     frame = allreduce_bench.bench(args.replicas, args.sizes, args.impl, repeats=args.repeats, warmup=args.warmup,
                             models=args.models, image_size=args.image_size, num_classes=args.num_classes,
@@ -184,7 +184,7 @@ def bench_input(args) -> int:
 
     from .. import fileio
     from ..errors import RunDirError
-    from ..measure import inputbench
+    from ..measure.input import bench as inputbench
 
     result = inputbench.measure(config_from_args(args), seconds=args.seconds, cache=args.cache)
     if args.compare:

@@ -2,7 +2,7 @@
 
     source     DataSource, NumPy arrays, the synthetic set
     store      a split held for random access (arrays; files read into memory once)
-    catalog    what ``config.dataset`` names: synthetic, shapes16k, a folder of images, TFRecord shards
+    registry   what ``config.dataset`` names: synthetic, shapes16k, a folder of images, TFRecord shards
     pipeline   per-epoch seeded index orders, cut per replica, gathered a whole batch at a time
     file_source  a source over files: decoded into memory when it fits, else streamed
     stream     a split read from its files while it trains;  decode  its transforms;  bad_records  what fails

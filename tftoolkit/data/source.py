@@ -1,7 +1,7 @@
 """Where examples come from: a ``DataSource`` of unbatched (image, label, id) examples.
 
 Every source, whatever its origin (NumPy arrays, the synthetic set, shapes16k's TFRecords, a folder of
-images), is a ``DataSource``; ``catalog.load_source`` picks one from a config, and ``pipeline`` turns it into
+images), is a ``DataSource``; ``registry.load_source`` picks one from a config, and ``pipeline`` turns it into
 per-replica batches. Each example carries an integer ``id`` so that the split across replicas can be audited
 (every example seen exactly once per epoch) and counted from what really went through each replica.
 """

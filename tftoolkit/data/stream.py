@@ -204,7 +204,7 @@ class StreamSplit:
     def decode_only(self, train: bool, augment: bool, seed: int = 0):
         """The files read, parsed and decoded as training decodes them (the same windows), with nothing after: no
         resize, flip, batching, ordering, bad-example check or distribution. Its rate is the ceiling of the
-        pipeline on these cores (measure/inputbench.py)."""
+        pipeline on these cores (measure/input/bench.py)."""
         import tensorflow as tf
 
         load, pixels = load_fn(self), pixels_fn(self, train, augment, seed)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError, address_space_limit
-from ..data import catalog, service
+from ..data import registry, service
 from ..data.source import SYNTHETIC_TRAIN, SYNTHETIC_VAL
 from . import devices, feed, models
 from .models import qualified_name
@@ -156,11 +156,11 @@ def check_memory(config: RunConfig, available: int | None) -> None:
 def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
           strategy: tuple | None = None, load_data: bool = True, model=None, loss=None, metrics=None,
           worker: tuple[int, int] | None = None) -> Session:
-    """Set up a run of ``config``; ``data`` replaces the dataset (see data.catalog.load_source: NumPy arrays or
+    """Set up a run of ``config``; ``data`` replaces the dataset (see data.registry.load_source: NumPy arrays or
     tf.data datasets), ``model`` (a callable) replaces ``config.model``, whose name it records.
 
     ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache`` is passed to
-    data.catalog.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
+    data.registry.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
     """
     started = time.time()
     devices.import_tensorflow()  # timed apart: every TensorFlow program pays it, not this run's work
@@ -190,7 +190,7 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
                     "MemoryMax=..., docker --memory)", cap / 1e9)
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
-    source = catalog.load_source(config, data, cache=cache, worker=worker) if load_data else None
+    source = registry.load_source(config, data, cache=cache, worker=worker) if load_data else None
     if source is not None and config.num_classes != source.num_classes:
         if config.num_classes is not None:
             raise ConfigError(f"num_classes={config.num_classes}, but {source.name} has {source.num_classes} classes; "

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from .. import logs, rundir
-from ..data.catalog import ensure_shapes16k
+from ..data.registry import ensure_shapes16k
 from ..data.home import default_dir
 from ..errors import SweepError, ToolkitError
 from .sweep import local

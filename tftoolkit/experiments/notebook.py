@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import logs
 from ..config import accumulation_plan
-from ..data.catalog import ensure_shapes16k
+from ..data.registry import ensure_shapes16k
 from ..data.home import SHAPES16K
 from ..errors import ConfigError
 from ..fileio import ensure_dir

@@ -5,7 +5,7 @@
 laptop that only reads results, and it never raises because of the hardware: every NVML failure ends up in
 ``report["errors"]`` and the field it was for is ``None``.
 
-GPU facts and their wiring come from ``measure.topology`` (NVML, with ``nvidia-smi topo -m`` as the fallback), the
+GPU facts and their wiring come from ``measure.host_topology`` (NVML, with ``nvidia-smi topo -m`` as the fallback), the
 rated peaks from ``measure.peaks``; this module adds the host, the TensorFlow build (read from its files), the data
 home and the Slurm allocation, and formats the whole as text.
 """
@@ -26,7 +26,7 @@ import psutil
 
 from .. import nvml as nvml_api
 from ..data import home
-from . import peaks, topology
+from . import host_topology, peaks
 
 _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos",
                      "tensorflow-intel")
@@ -162,7 +162,7 @@ def collect(tf_info: dict | None = None) -> dict:
     errors: list[dict] = []
     host = _host(errors)
     tf = _tensorflow(tf_info, errors)
-    driver, gpus, topo, notes = topology.read(errors)
+    driver, gpus, topo, notes = host_topology.read(errors)
     report = {
         "schema": 1,
         "collected_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -300,7 +300,7 @@ def format_report(report: dict) -> str:
                                 if p["link"] == label and p["nvlink_version"]), None)
                 meaning = f"a bonded set of {label[2:]} NVLinks" + (f" (NVLink {version})" if version else "")
             else:
-                meaning = topology.LABEL_MEANING.get(label, label)
+                meaning = host_topology.LABEL_MEANING.get(label, label)
             out.append(f"  {label:<5} = {meaning}")
     out += ["", report["summary"]]
     for note in report.get("notes", []):

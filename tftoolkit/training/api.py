@@ -30,7 +30,7 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     """Train data-parallel as ``config`` says and write the run directory; returns the summary dict.
 
     ``data`` instead of ``config.dataset``: NumPy arrays (x, y) or (x, y, x_val, y_val), or a tf.data.Dataset of
-    unbatched (image, label) pairs, or a (train, validation) pair of them (data.catalog.load_source).
+    unbatched (image, label) pairs, or a (train, validation) pair of them (data.registry.load_source).
     ``model`` instead of ``config.model``: any callable ``fn(input_shape, num_classes) -> keras.Model``, one
     defined in a notebook cell included; the config records its qualified name (``__main__.my_model``).
     Both stay in this process: a sweep runs its points in fresh processes, so there they are names
@@ -57,9 +57,9 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
         config = session.with_model(config, model)  # the run directory records the callable's name
     config, loss, metrics = session.with_task(config, loss, metrics)  # names into the config; objects stay here
     if config.workers > 1:
-        from ..data import catalog  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
+        from ..data import registry  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
 
-        catalog.check_sharding(config, data)
+        registry.check_sharding(config, data)
         if out is None:
             raise ConfigError("a multi-worker run needs a run directory (out=... / --out) that every worker names")
         if cluster is None:

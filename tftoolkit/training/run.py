@@ -32,7 +32,8 @@ from ..engine.checkpoint import Checkpoints
 from ..engine.session import Session
 from ..engine.step import build_engine
 from ..errors import DataError, ToolkitError, error_line
-from ..measure import breakdown, inputbench
+from ..measure import breakdown
+from ..measure.input import bench as inputbench
 from ..measure.monitor.sampler import Monitor
 from . import run_records, signals, summary_build
 from .summary_build import NOTHING_TRAINED
@@ -73,7 +74,7 @@ class Run:
         self.wall = dict.fromkeys(("import_s", "setup_s", "tracing_s", "train_steps_s", "host_loop_s", "evaluation_s",
                                    "checkpoints_s", "measurement_s", "teardown_s"), 0.0)
         self.first_call = None  # (seconds, steps) of the first loop call: tracing is in it
-        self.input_capacity = {}  # measure.inputbench.probe's fields, once the run has trained
+        self.input_capacity = {}  # measure.input.bench.probe's fields, once the run has trained
         self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
@@ -351,7 +352,7 @@ class Run:
                 os._exit(1)  # whatever failed above: the stuck call would otherwise hold the process for ever
 
     def _probe_input(self):
-        """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
+        """The input capacity of this run's own pipeline, pulled alone after the last step (measure.input.bench):
         a figure for the summary's input verdict; a failure to measure it fails nothing."""
         t0 = time.perf_counter()
         try:

@@ -19,7 +19,7 @@ import numpy as np
 from .. import summary as summary_schema
 from ..data.source import SHOW_SKIPPED
 from ..measure import stats
-from ..measure.input_verdict import verdict as judge_input
+from ..measure.input.verdict import verdict as judge_input
 from ..measure.monitor import analysis as monitor_analysis
 
 log = logging.getLogger("tftoolkit")
@@ -105,7 +105,7 @@ def input_fields(info: dict, *, streamed: bool, augment: bool, skipped=None) -> 
 
 
 def input_verdict(capacity: dict, *, status: str, images_per_sec: float, device_kind: str, data_service=None) -> dict:
-    """The input capacity fields: the probe's figures (``capacity``, measure.inputbench.probe's) and what they say
+    """The input capacity fields: the probe's figures (``capacity``, measure.input.bench.probe's) and what they say
     against the rate training consumed."""
     nan = math.nan
     cap = {"input_capacity_images_per_sec": nan, "input_capacity_method": f"not measured (the run {status})",

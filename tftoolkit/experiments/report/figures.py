@@ -13,7 +13,7 @@ import pandas as pd
 from ...errors import DataError
 from ...measure.monitor.analysis import read_monitor
 from ...plots import comm, training
-from ...plots import results as results_plots
+from ...plots import sweep as sweep_plots
 from ...plots import scaling as scaling_plots
 from ...plots.monitor import plot_monitor_timeseries
 from ...plots.theme import rc_params, save_figure
@@ -175,7 +175,7 @@ def recorded_figure(res: Results, table: pd.DataFrame, save_to=None):
     params = [c for src in table["source"].unique() for c in res.point_params.get(src, [])]
     cols = [c for src in table["source"].unique() for c in res.recorded.get(src, [])]
     try:
-        fig = results_plots.recorded(table, list(dict.fromkeys(params)), list(dict.fromkeys(cols)))
+        fig = sweep_plots.recorded(table, list(dict.fromkeys(params)), list(dict.fromkeys(cols)))
     except DataError as e:
         log.info("figure recorded skipped: %s", e)
         return None

@@ -20,7 +20,7 @@ Backends: ``local`` runs points on this machine; ``slurm`` submits them as a Slu
 
     spec      the spec file and its points, checked against the notebook's parameters
     folder    the sweep folder and each point's record (point.json): statuses, what a point produced
-    results   results.csv, rebuilt from the records
+    results_csv  results.csv, rebuilt from the records
     local     the local scheduler: points in their own processes, GPU sets, timeouts
     point     one point's process (papermill), started by local
     slurm     the Slurm backend (job arrays), and task: one array task

@@ -23,7 +23,7 @@ from . import point as point_process
 from .folder import (FINISHED, LOG_TXT, OUTCOME_JSON, POINT_JSON, SLURM_JOBS, collect_runs, counts_of,
                      new_failures, open_dir, plan, point_dir, point_status, recorded_values)
 from .html import render_report
-from .results import write_results
+from .results_csv import write_results
 from .spec import OUT_PARAM, Point, Spec
 from .spec import load as load_spec
 

@@ -30,7 +30,7 @@ from ...cluster import slurm
 from ...errors import SweepError
 from . import folder
 from .html import render_report
-from .results import write_results
+from .results_csv import write_results
 from .spec import OUT_PARAM, Spec
 from .spec import load as load_spec
 
