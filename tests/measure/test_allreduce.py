@@ -350,3 +350,24 @@ def test_checking_sums_again_and_again_is_not_reported_as_retracing(cpu_devices)
     finally:
         tf_log.removeHandler(handler)
     assert not [m for m in seen if "retracing" in m], seen
+
+
+def test_a_size_sweep_is_not_reported_as_retracing(cpu_devices):
+    # Each size is its own unrolled chain, so its own tf.function, traced once by design: notebooks 00 and 03 showed
+    # TensorFlow's "triggered tf.function retracing" warning for time_allreduce's per-size functions.
+    import logging
+
+    from tftoolkit.engine import strategy as strategy_mod
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    tf_log = logging.getLogger("tensorflow")
+    tf_log.addHandler(handler)
+    try:
+        strategy = strategy_mod.mirrored(cpu_devices.devices[:2])
+        for size in (1024, 2048, 4096, 8192, 16384, 32768, 65536):
+            allreduce.time_allreduce(strategy, [(size,)], repeats=1, warmup=1, iters=2)
+    finally:
+        tf_log.removeHandler(handler)
+    assert not [m for m in seen if "retracing" in m], seen
