@@ -601,13 +601,13 @@ out_dir: str = "runs/06_your_fit"  # where run/ (the recorded fit), the tables a
 """),
     code("""
 %matplotlib inline
-import keras
 import tftoolkit
 from tftoolkit import summary
 from tftoolkit.experiments import notebook as nb, your_fit
 from tftoolkit.experiments.report import figures, results, tables
 
 setup = tftoolkit.init_devices(replicas, nb.as_list(gpus, int, "gpus") if gpus else None)  # first: before TensorFlow
+import keras  # after the devices: Keras imports TensorFlow
 out = nb.start(out_dir)
 p = your_fit.settings(smoke, train_images=train_images, val_images=val_images, image_size=image_size, epochs=epochs,
                       warmup_steps=warmup_steps)

@@ -80,6 +80,13 @@ def test_committed_notebook_is_clean_thin_and_parameterised(path):
     uses_tf = any(re.search(rf"\b{re.escape(m)}\b", body) for m in TF_MODULES)
     if uses_tf or "init_devices" in body:
         assert "init_devices" in cells[1].source, f"{path.name}: call tftoolkit.init_devices in the cell after the parameters"
+        # ... and before TensorFlow is imported: an `import keras` above it started TensorFlow outside the toolkit's
+        # hold on its start-up lines (notebook 06 showed "failed call to cuInit" and oneDNN's lines).
+        lines = _python(cells[1].source).splitlines()
+        first_init = next(i for i, line in enumerate(lines) if "init_devices(" in line)
+        early = [line for line in lines[:first_init]
+                 if re.match(r"\s*(import|from)\s+(keras|tensorflow)\b", line)]
+        assert not early, f"{path.name}: {early} imports TensorFlow before tftoolkit.init_devices"
 
 
 # --- the helpers the notebooks call (tftoolkit.experiments.notebook) ----------------------------------------------------
@@ -171,6 +178,7 @@ def test_00_environment_smoke(out_root):
     assert (table["status"] == "ok").any() and (table.loc[table["status"] == "ok", "busbw_GBps"] > 0).all()
     _figures(out, "busbw", "allreduce_time")
     assert _shows_images(nb) == 2
+    assert not _tensorflow_noise(nb)  # the all-reduce sweep's per-size functions warned of retracing
 
 
 @pytest.mark.slow
@@ -216,6 +224,7 @@ def test_03_communication_smoke(out_root):
     a, status = compute["allreduce_time_s"], compute["allreduce_time_status"]
     assert ((status.eq("measured") & a.ge(0)) | status.eq("within noise") | (status.eq("failed") & a.isna())).all()
     _figures(out, "allreduce_time", "busbw", "comm_vs_compute")
+    assert not _tensorflow_noise(nb)
 
 
 @pytest.mark.slow
@@ -258,6 +267,7 @@ def test_06_your_fit_smoke(out_root):
     _figures(out, "monitor")
     shown = "".join(o.get("data", {}).get("text/plain", "") for c in _code_cells(nb) for o in c.get("outputs", []))
     assert "'images_per_sec'" in shown and _shows_images(nb) >= 1
+    assert not _tensorflow_noise(nb)  # `import keras` before init_devices showed TensorFlow's start-up lines
 
 
 @pytest.mark.slow
@@ -355,6 +365,13 @@ def test_04_with_nothing_to_report_says_so_and_does_not_raise(tmp_path):
     assert "Nothing to report yet" in text and "run notebooks 01-03" in text.lower()
 
 
+def _tensorflow_noise(nb) -> list:
+    """TensorFlow's start-up and retracing lines in an executed notebook's output streams."""
+    streams = [o.get("text", "") for c in _code_cells(nb) for o in c.get("outputs", [])
+               if o.get("output_type") == "stream"]
+    return [m.group(0) for text in streams for m in [NOISE.search(text)] if m]
+
+
 NOISE = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} \d\d:\d\d:|.*triggered tf\.function retracing)", re.M)
 TRAINS = ("scale.scale(", "grid.train_grid(", "tftoolkit.train(")
 
@@ -365,10 +382,7 @@ def test_an_executed_notebook_shows_progress_and_none_of_tensorflow_s_noise(out_
     # Failed before the fix: the first cell held TensorFlow's start-up lines (I0000 ... E0000 failed call to cuInit),
     # and the cells that train showed nothing while they trained.
     _, nb = _execute(name, out_root)
-    streams = [(c, o.get("text", "")) for c in _code_cells(nb) for o in c.get("outputs", [])
-               if o.get("output_type") == "stream"]
-    noise = [m.group(0) for _, text in streams for m in [NOISE.search(text)] if m]
-    assert not noise, noise
+    assert not _tensorflow_noise(nb)
     for cell in _code_cells(nb):
         if any(call in cell.source for call in TRAINS):
             said = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stderr")
