@@ -8,6 +8,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The planner's validation results (tftoolkit/planner/kept.py) are kept in a folder of the suite's, shared by its
+# workers and the processes they start, never in the user's ~/.cache.
+os.environ.setdefault("TFTOOLKIT_CACHE", os.path.join(__import__("tempfile").gettempdir(),
+                                                      f"tftoolkit-tests-cache-{os.getuid()}"))
 
 import pytest  # noqa: E402
 

@@ -22,13 +22,13 @@ the quantiles of the other sources' residuals) and written in docs/guides/planne
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 import pandas as pd
 
 from . import validation
+from .kept import kept
 
 N_WIDTH = 0.25          # per doubling of the GPUs
 COMM_WIDTH = 2.0        # a step all communication is three times as uncertain as one with none
@@ -57,7 +57,7 @@ def _with_spread_inputs(res: pd.DataFrame, fitted: set[str]) -> pd.DataFrame:
     return res
 
 
-@functools.cache
+@kept  # one refit per published source, about 2 s: kept between commands (planner.kept)
 def out_of_sample() -> pd.DataFrame:
     """Every validation row forecast by a model not fitted to it: published.csv's rows leaving their source out,
     heldout.csv's rows by the release's model (fitted to all of published.csv). ``set``: which file.

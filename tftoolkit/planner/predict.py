@@ -31,8 +31,6 @@ import pandas as pd
 from .. import fileio, summary
 from ..config import DEFAULT_MAX_REPLICAS, DTYPE_BYTES, SCALING_MODES, whole_number
 from ..errors import ConfigError
-from ..plots import predict as pplots
-from ..plots.theme import save_figure
 from .calibration import calibrate, finite, gpu_forecast_refusal, measured_frame
 from .comms import ALGORITHMS, INTRA_PRESETS, Link, fit_link, parse_link, read_allreduce_csvs
 from .forecast import DEFAULT_GPUS_PER_HOST, DEVICES, compare, crossover, exchange, predict, run_point
@@ -145,6 +143,9 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
                   "comparison_frame": None}
         fileio.write_json(out / "prediction.json", {k: v for k, v in result.items() if "frame" not in k})
         if figures:
+            from ..plots import predict as pplots  # matplotlib and seaborn: only where a figure is drawn
+            from ..plots.theme import save_figure
+
             save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
         return result
     links: list[Link] = []
@@ -219,6 +220,9 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
         fileio.write_csv(out / "prediction_vs_measured.csv", comparison)
     fileio.write_json(out / "prediction.json", result)
     if figures:
+        from ..plots import predict as pplots  # matplotlib and seaborn: only where a figure is drawn
+        from ..plots.theme import save_figure
+
         save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
         if comparison is not None:
             save_figure(pplots.predicted_vs_measured(comparison), out, "predicted_vs_measured", formats=("png",))

@@ -46,7 +46,6 @@ its "checked" line says in-sample).
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from pathlib import Path
@@ -59,6 +58,7 @@ from ..errors import ConfigError, DataError
 from .forecast import expected_max
 from .plan import Plan, forecast
 from .catalogue_links import find_gpu
+from .kept import kept
 
 ROOT = Path(__file__).resolve().parents[2] / "validation"
 PUBLISHED = ROOT / "published.csv"
@@ -278,7 +278,7 @@ def bands(res: pd.DataFrame) -> dict[str, tuple[float, float, int]]:
             for case, g in res.groupby("case")}
 
 
-@functools.cache
+@kept  # about 1 s of fitting, the same until the tables, the catalogue or the planner change (planner.kept)
 def release() -> dict:
     """The release's validation: fractions and bands from published.csv, or an empty dict without it."""
     if not PUBLISHED.exists():
