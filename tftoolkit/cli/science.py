@@ -10,8 +10,16 @@ from .common import add_config_options, add_quiet, config_from_args
 
 
 def add(sub) -> None:
-    # choices and links are light (no NumPy, no pandas): --help builds without the planner or the finders
-    from ..science import choices, links
+    """The commands that say how to set batch size, learning rate and GPU count: advise, find-lr, find-batch and
+    predict."""
+    _add_advise(sub)
+    _add_finders(sub)
+    _add_predict(sub)
+
+
+def _add_advise(sub) -> None:
+    # links is light (no NumPy, no pandas): --help builds without the planner
+    from ..science import links
 
     p = sub.add_parser("advise", help="recommend a global batch and GPU count from a run's measured noise scale",
                        description="Turn the gradient noise scale of a run trained with --noise-scale into a "
@@ -46,6 +54,11 @@ def add(sub) -> None:
     _add_host_cores(p)
     p.set_defaults(func=advise_command)
 
+
+def _add_finders(sub) -> None:
+    # choices is light (no NumPy, no pandas): --help builds without the finders
+    from ..science import choices
+
     for name, fn, helptext in (("find-lr", find_lr_command, "exponential learning-rate sweep under the strategy"),
                                ("find-batch", find_batch_command, "largest per-replica batch that fits in device memory")):
         p = sub.add_parser(name, help=helptext, description=helptext + " (see tftoolkit.finders).")
@@ -74,6 +87,11 @@ def add(sub) -> None:
         add_config_options(p, skip=FINDER_SKIP[name])
         p.set_defaults(func=fn)
 
+
+def _add_predict(sub) -> None:
+    # choices is light (no NumPy, no pandas): --help builds without the planner
+    from ..science import choices
+
     p = sub.add_parser("predict", help="forecast throughput, speedup and efficiency on N GPUs, from a measured run or "
                                        "from the model and the catalogue's hardware",
                        description="Scaling model: step time = K micro-steps of compute x the wait for the slowest "
@@ -89,6 +107,34 @@ def add(sub) -> None:
                         "without one, forecast from --gpu and --params/--model (the catalogue's hardware)")
     _add_plan_options(p)
     p.add_argument("--out", help="where to write prediction.csv/json and figures (default: RUN_DIR)")
+    _add_link_options(p)
+    p.add_argument("--mode", choices=SCALING_MODES, default="weak",
+                   help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
+    p.add_argument("--devices", choices=choices.DEVICES, default="dedicated",
+                   help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
+                        "(CPU-simulated replicas) (default: dedicated)")
+    _add_step_options(p)
+    _add_layout(p)
+    p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
+                                                     "system's)")
+    p.add_argument("--measured", nargs="+",
+                   help="run directories or scaling.csv to compare the prediction with, each on the hosts it ran on: "
+                        "a summary.json's or table's hosts and gpus_per_host where written, else a multi-worker run's "
+                        "workers (one per host), else whole hosts of --gpus-per-host; over several hosts the "
+                        "comparison takes --inter-host (refused when none is given)")
+    p.add_argument("--compute-ms", type=float, metavar="MS",
+                   help="the compute of one forward/backward pass on one GPU at the run's per-replica batch (with "
+                        "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
+                        "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
+                        "GPU computes far faster, so communication would weigh more than such a forecast says)")
+    _add_host_cores(p)
+    p.set_defaults(func=predict_command)
+
+
+def _add_link_options(p) -> None:
+    """predict's links: inside a host, between hosts, and measured all-reduce tables."""
+    from ..science import links
+
     p.add_argument("--interconnect", help="comma-separated links inside a host: " + ", ".join(links.PRESETS)
                                           + " or NAME=GBps[:latency_us] (default: all intra-host presets, or none "
                                             "with --allreduce-csv)")
@@ -100,11 +146,13 @@ def add(sub) -> None:
                                                       "bandwidth per GPU count replaces the catalogue's link, "
                                                       "extrapolated past the largest count measured")
     p.add_argument("--impl", help="all-reduce implementation to fit in the CSV (default: the fastest)")
-    p.add_argument("--mode", choices=SCALING_MODES, default="weak",
-                   help="weak: keep the per-replica batch; strong: keep the global batch (default: weak)")
-    p.add_argument("--devices", choices=choices.DEVICES, default="dedicated",
-                   help="dedicated: one device per replica (GPUs); shared: replicas share the host's cores "
-                        "(CPU-simulated replicas) (default: dedicated)")
+
+
+def _add_step_options(p) -> None:
+    """predict's model of a step: the all-reduce's overlap, dtype and packs, accumulation, the exchange inside a
+    host and the straggler's wait."""
+    from ..science import choices
+
     p.add_argument("--overlap", type=float, help="fraction of the all-reduce hidden behind the backward pass, at "
                                                  "most that pass (2/3 of one micro-step's compute) (default: none with "
                                                  "one pack, as this toolkit's step; modelled from --allreduce-packs "
@@ -124,19 +172,6 @@ def add(sub) -> None:
                         "micro-batch (the run's step compute / its own accumulate) plus one all-reduce, so "
                         "communication's share falls as K grows; global batch = per-replica batch x replicas x K "
                         "(default: the run's)")
-    _add_layout(p)
-    p.add_argument("--nics-per-host", type=int, help="NICs per host for the inter-host link (default: 1, or the "
-                                                     "system's)")
-    p.add_argument("--measured", nargs="+",
-                   help="run directories or scaling.csv to compare the prediction with, each on the hosts it ran on: "
-                        "a summary.json's or table's hosts and gpus_per_host where written, else a multi-worker run's "
-                        "workers (one per host), else whole hosts of --gpus-per-host; over several hosts the "
-                        "comparison takes --inter-host (refused when none is given)")
-    p.add_argument("--compute-ms", type=float, metavar="MS",
-                   help="the compute of one forward/backward pass on one GPU at the run's per-replica batch (with "
-                        "accumulation, of one micro-batch), in ms, instead of the run's own: needed to forecast "
-                        "GPUs from a run on CPU-simulated replicas (refused otherwise: a "
-                        "GPU computes far faster, so communication would weigh more than such a forecast says)")
     p.add_argument("--algorithm", choices=choices.ALGORITHMS, default="ring",
                    help="the exchange inside a host: ring (NCCL 2+, Horovod, the collective ops; this toolkit's own "
                         "step), tree (NCCL's double binary tree), star (reduce_to_one: CPU replicas, GPUs without "
@@ -151,8 +186,6 @@ def add(sub) -> None:
                         "step waits for the slowest of N, compute x (1 + SIGMA x E[max of N normals]) (default: the "
                         "value fitted to the published validation rows, on dedicated devices; none with --devices "
                         "shared)")
-    _add_host_cores(p)
-    p.set_defaults(func=predict_command)
 
 
 def _add_plan_options(p) -> None:
