@@ -1,9 +1,9 @@
 """Does a configuration fit? One GPU's training memory at a per-GPU batch against the GPU's memory.
 
     need = fixed + ACTIVATION_SCALE x per_example x per-GPU batch
-    fixed       = weights + gradients + optimizer slots (+ frozen weights): finders.estimate_memory's ``fixed``,
+    fixed       = weights + gradients + optimizer slots (+ frozen weights): estimate_memory's ``fixed``,
                   or, from a parameter count alone, params x 4 bytes x (2 + the optimizer's slots)
-    per_example = finders.estimate_memory's ``per_example`` (2 x every layer's output, in the precision's bytes):
+    per_example = estimate_memory's ``per_example`` (2 x every layer's output, in the precision's bytes):
                   the batch finder's own estimate, counted on the model (science.modelsize.memory)
     largest batch that fits = floor((GPU memory - fixed) / (ACTIVATION_SCALE x per_example))
 
@@ -19,12 +19,17 @@ Framework workspace, the CUDA context and fragmentation are not counted; GPU mem
 
 from __future__ import annotations
 
+import logging
 import math
+
+import numpy as np
 
 from .topology import find_gpu
 
+log = logging.getLogger("tftoolkit")
+
 # Optimizer state per trainable weight, in copies of it (SGD none, momentum one, Adam's two moments): the batch
-# finder's estimate (finders.estimate_memory) and this check count it alike.
+# finder's estimate (estimate_memory) and this check count it alike.
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
 ACTIVATION_SCALE = 0.37
 OPTIMIZER = "momentum"  # the planner's optimizer: SGD with momentum (one slot per weight), as the published rows
@@ -71,3 +76,39 @@ def text(m: dict) -> str:
     else:
         what = "the weights alone do not fit: use a GPU with more memory"
     return f"{head} of {m['gpu']}'s {m['gpu_memory_gb']:g} GB: DOES NOT FIT; {what}"
+
+
+def estimate_memory(model, per_replica_batch: int, optimizer: str, precision: str = "float32",
+                    accumulate: int = 1) -> dict:
+    """Rough training memory of one replica in bytes: {"fixed", "per_example", "total", "accumulator"}.
+
+    fixed = trainable bytes x (weights + gradients + optimizer slots) + non-trainable bytes, + the accumulator
+    when ``accumulate`` > 1 (the float32 sum of the micro-batches' gradients the step carries: 4 bytes per
+    trainable element); per_example = 2 x Σ layer output elements x activation bytes (kept for the backward
+    pass, plus the gradient flowing back through it). Framework workspace and allocator fragmentation are not
+    counted.
+    """
+    trainable = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.trainable_variables)
+    accumulator = 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables) if accumulate > 1 else 0
+    frozen = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.non_trainable_variables)
+    act_bytes = 2 if precision.startswith("mixed") else 4
+    elements = 0
+    try:
+        shapes = [model.input_shape] + [_shape(layer.output) for layer in model.layers
+                                        if type(layer).__name__ != "InputLayer"]
+    except (AttributeError, ValueError):  # a subclassed model has no symbolic layer outputs
+        log.warning("memory estimate counts only inputs and outputs: %s is not a functional model", model.name)
+        shapes = [model.input_shape, model.output_shape]
+    for shape in shapes:
+        for s in (shape if isinstance(shape, list) else [shape]):
+            elements += int(np.prod([d for d in s[1:] if d is not None]))
+    per_example = 2 * elements * act_bytes
+    fixed = trainable * (2 + OPTIMIZER_SLOTS.get(optimizer, 2)) + frozen + accumulator
+    return {"fixed": fixed, "per_example": per_example, "total": fixed + per_example * per_replica_batch,
+            "accumulator": accumulator}
+
+
+def _shape(tensor):
+    if isinstance(tensor, (list, tuple)):
+        return [tuple(t.shape) for t in tensor]
+    return tuple(tensor.shape)

@@ -1,6 +1,6 @@
 """A model's parameter count, forward FLOPs per example and training memory, counted on the Keras model itself
 (registered names and keras.applications names, engine.models.build) with the toolkit's own counters
-(measure.flops.forward_flops; finders.estimate_memory, the batch finder's estimate).
+(measure.flops.forward_flops; memory.estimate_memory, the batch finder's estimate).
 
 Kept apart from the planner, which never imports TensorFlow: only the CLI and notebooks call this, and a forecast
 given --params and --images-per-sec never needs it. This is the one place that imports TensorFlow to count, and it
@@ -71,12 +71,12 @@ def count(name: str, image_size: int = 224, num_classes: int = 1000) -> tuple[in
 @functools.cache
 def memory(name: str, image_size: int = 224, precision: str = "float32", optimizer: str = OPTIMIZER,
            num_classes: int = 1000) -> dict:
-    """Training memory of one replica (finders.estimate_memory, the batch finder's estimate): ``fixed`` bytes
+    """Training memory of one replica (memory.estimate_memory, the batch finder's estimate): ``fixed`` bytes
     (weights, gradients, optimizer slots) and ``per_example`` bytes (activations kept for the backward pass)."""
-    from .finders import estimate_memory
+    from .memory import estimate_memory
 
     est = estimate_memory(_model(name, check_image_size(image_size), num_classes), 1, optimizer, precision)
     return {"fixed": float(est["fixed"]), "per_example": float(est["per_example"]), "optimizer": optimizer,
             "about": models.describe(name),
-            "how": "finders.estimate_memory: weights + gradients + optimizer slots, and 2 x every layer's output "
+            "how": "memory.estimate_memory: weights + gradients + optimizer slots, and 2 x every layer's output "
                    "per example in the precision's activation bytes; no framework workspace"}
