@@ -5,7 +5,8 @@ the command has to say; it holds no other logic, and nothing imports it. One mod
 
     train        train                      measure      env, doctor, scale, bench allreduce | input
     data         data prepare               experiments  sweep, demo
-    science      find-lr, find-batch, advise, predict    cluster  launch, data-service
+    science      find-lr, find-batch, advise            cluster  launch, data-service
+    predict      predict (its options declared as data: they fill the forecast's inputs)
 
 Errors a user can fix (ToolkitError) become one line on stderr and exit code 2; set TFTOOLKIT_DEBUG=1 to
 see tracebacks.
@@ -42,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "advise": ("science", "recommend a global batch and GPU count from a run's measured noise scale"),
     "find-lr": ("science", "exponential learning-rate sweep under the strategy"),
     "find-batch": ("science", "largest per-replica batch that fits in device memory"),
-    "predict": ("science", "forecast throughput, speedup and efficiency on N GPUs, from a measured run or from the "
+    "predict": ("predict", "forecast throughput, speedup and efficiency on N GPUs, from a measured run or from the "
                            "model and the catalogue's hardware"),
     "launch": ("cluster", "run a train command as K worker processes here (MultiWorkerMirroredStrategy)"),
     "data-service": ("cluster", "a tf.data service to run the input pipeline on more cores or hosts"),
