@@ -103,7 +103,7 @@ def cli_page() -> str:
 def config_page() -> str:
     hints = field_types()
     fields = {f.name: f for f in cli_fields()}
-    out = ["# RunConfig", "", "Every parameter of a training run, generated from `tftoolkit/config.py`'s field metadata "
+    out = ["# RunConfig", "", "Every parameter of a training run, generated from `tftoolkit/config/`'s field metadata "
            "when the site is built. The same names are the train options (`--per-replica-batch`), a notebook's or "
            "a sweep's parameters (`per_replica_batch`) and `tftoolkit.train`'s keyword arguments.", "",
            "::: tftoolkit.config.RunConfig", "    options:", "      members: false", "      show_root_heading: false", ""]
@@ -159,7 +159,7 @@ LINK = re.compile(r"(\]\(|src=\")([^)\"#:]+)")  # a relative link or image targe
 # the code host too) and the site's copy of the page links the page made from it.
 SITE_PAGES = {"README.md": "index.md", "BENCHMARKS.md": "benchmarks/index.md", "docs/benchmarks": "benchmarks/index.md",
               "tftoolkit/cli": "reference/cli.md",
-              "tftoolkit/config.py": "reference/config.md", "tftoolkit/summary.py": "reference/summary.md",
+              "tftoolkit/config": "reference/config.md", "tftoolkit/summary.py": "reference/summary.md",
               "tftoolkit/catalogue": "reference/hardware.md"}
 
 

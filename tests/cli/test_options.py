@@ -55,7 +55,7 @@ def test_replicas_is_one_count_and_workers_are_training_processes():
     assert ds.service_workers == 3
 
 
-SCIENCE = {("find-lr",), ("find-batch",), ("advise",), ("predict",)}  # cli/tune_and_plan.py's commands
+SCIENCE = {("find-lr",), ("find-batch",), ("advise",), ("predict",)}  # cli/tuning.py's and cli/predict.py's commands
 
 
 def quiet_texts(paths):

@@ -147,3 +147,38 @@ def test_every_model_name_the_toolkit_lists_passes_the_check_before_the_data():
         assert models.resolve(name) is None, name
     with pytest.raises(ModelError, match="unknown model 'vgg17'"):
         models.resolve("vgg17")
+
+
+def test_train_resolves_its_config_once_and_names_its_model_once(tmp_path, monkeypatch, cpu_devices):
+    # The single-process path resolves before the set-up (the run directory's name and lock need the replicas) and
+    # hands the result to start(resolved=True): one resolution of what the user asked, one naming of the callable.
+    from tftoolkit.training import api
+    from models_for_tests import dense_net  # tests/ is on the path
+
+    calls = {"resolve": 0, "with_model": 0}
+    real_resolve, real_with_model = session.resolve, session.with_model
+
+    def resolve(*args, **kwargs):
+        calls["resolve"] += 1
+        return real_resolve(*args, **kwargs)
+
+    def with_model(*args, **kwargs):
+        calls["with_model"] += 1
+        return real_with_model(*args, **kwargs)
+
+    monkeypatch.setattr(session, "resolve", resolve)
+    monkeypatch.setattr(session, "with_model", with_model)
+    ran = []
+    monkeypatch.setattr(api, "_run", lambda sess, out, quiet, **kw: ran.append(sess) or {})  # no training
+    api.train({"replicas": 2, "steps": 1, **SMALL}, tmp_path / "r", model=dense_net, quiet=True)
+    assert calls == {"resolve": 1, "with_model": 1}
+    config = ran[0].config
+    assert config.replicas == 2 and config.model.endswith("dense_net") and config.num_classes == 10
+    assert config.deterministic is True  # decided at set-up (free on CPU replicas) and recorded
+
+
+def test_start_takes_a_resolved_config_only_when_it_is_one(cpu_devices):
+    with pytest.raises(ConfigError, match="resolved=True"):
+        session.start({"replicas": 1, **SMALL}, resolved=True)
+    sess = session.start(session.resolve(RunConfig(**SMALL)), resolved=True, load_data=False)
+    assert sess.config.replicas >= 1 and sess.config.per_replica_batch == 8

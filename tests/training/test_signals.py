@@ -39,8 +39,8 @@ def test_every_long_running_command_takes_sigterm_as_ctrl_c(tmp_path, command):
             "    os.kill(os.getpid(), signal.SIGTERM)\n"
             "    time.sleep(5)\n"
             "    raise SystemExit('SIGTERM was not taken')\n"
-            "import tftoolkit.cli.measure as measure, tftoolkit.cli.tune_and_plan as tune_and_plan\n"
-            "measure.config_from_args = tune_and_plan.config_from_args = work\n"
+            "import tftoolkit.cli.measure as measure, tftoolkit.cli.tuning as tuning\n"
+            "measure.config_from_args = tuning.config_from_args = work\n"
             f"sys.exit(cli.main({command!r}))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 143, proc.stderr[-2000:]

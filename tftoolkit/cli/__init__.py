@@ -3,9 +3,10 @@
 The CLI parses options, calls the same function the Python API and the notebooks call, and prints what
 the command has to say; it holds no other logic, and nothing imports it. One module per thing a user does:
 
-    train          train                                 measure      env, doctor, scale, bench allreduce | input
-    data           data prepare                          experiments  sweep, demo
-    tune_and_plan  find-lr, find-batch, advise, predict  cluster      launch, data-service
+    train    train                          measure      env, doctor, scale, bench allreduce | input
+    data     data prepare                   experiments  sweep, demo, tensorboard
+    tuning   find-lr, find-batch, advise    cluster      launch, data-service
+    predict  predict (its options declared as data: they fill the forecast's inputs)
 
 Errors a user can fix (ToolkitError) become one line on stderr and exit code 2; set TFTOOLKIT_DEBUG=1 to
 see tracebacks.
@@ -39,11 +40,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("experiments", "run a notebook over a parameter grid with papermill (resumable)"),
     "demo": ("experiments", "the main job: data, scaling and batch/LR sweeps, report (about 5 minutes on 2 CPU cores)"),
     "tensorboard": ("experiments", "open TensorBoard on a run or a sweep (scalars, HParams, profiler traces)"),
-    "advise": ("tune_and_plan", "recommend a global batch and GPU count from a run's measured noise scale"),
-    "find-lr": ("tune_and_plan", "exponential learning-rate sweep under the strategy"),
-    "find-batch": ("tune_and_plan", "largest per-replica batch that fits in device memory"),
-    "predict": ("tune_and_plan", "forecast throughput, speedup and efficiency on N GPUs, from a measured run or from "
-                                 "the model and the catalogue's hardware"),
+    "advise": ("tuning", "recommend a global batch and GPU count from a run's measured noise scale"),
+    "find-lr": ("tuning", "exponential learning-rate sweep under the strategy"),
+    "find-batch": ("tuning", "largest per-replica batch that fits in device memory"),
+    "predict": ("predict", "forecast throughput, speedup and efficiency on N GPUs, from a measured run or from the "
+                           "model and the catalogue's hardware"),
     "launch": ("cluster", "run a train command as K worker processes here (MultiWorkerMirroredStrategy)"),
     "data-service": ("cluster", "a tf.data service to run the input pipeline on more cores or hosts"),
 }

@@ -98,3 +98,36 @@ def subcommands(parser: argparse.ArgumentParser, dest: str, metavar: str = "COMM
     sub = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=Parser)
     sub.required = True
     return sub
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A command's option declared as data: its flag (or positional name), argparse's settings, the argument group
+    it is listed in, and the fields it fills of the records the command builds (``fills``: record -> field). The
+    parser and the records are made from the one declaration, as RunConfig's field metadata makes train's options."""
+
+    flag: str
+    settings: dict
+    fills: dict = dataclasses.field(default_factory=dict)
+    group: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.settings.get("dest") or self.flag.lstrip("-").replace("-", "_")
+
+
+def add_options(parser, options) -> None:
+    """Add ``options`` (Option rows) to ``parser`` in their order, each group made where its first row is."""
+    groups: dict[str, object] = {}
+    for o in options:
+        where = parser
+        if o.group is not None:
+            if o.group not in groups:
+                groups[o.group] = parser.add_argument_group(o.group)
+            where = groups[o.group]
+        where.add_argument(o.flag, **o.settings)
+
+
+def filled(args, options, record: str) -> dict:
+    """{field: value} of ``record``'s fields that ``options`` fill, from the parsed ``args``."""
+    return {o.fills[record]: getattr(args, o.dest) for o in options if record in o.fills}

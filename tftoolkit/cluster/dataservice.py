@@ -34,7 +34,7 @@ import signal
 import socket
 import threading
 
-from ..config import service_address
+from ..config.rules import service_address
 from ..data.service import normalise, reachable
 from ..errors import ConfigError
 from . import spec
@@ -53,7 +53,7 @@ REACH_TIMEOUT_S = 2.0           # a dispatcher that does not accept a TCP connec
 STOP_TIMEOUT_S = 10.0           # a worker stops in well under a second while its dispatcher answers (stop_servers)
 
 
-# --- addresses: parsed once (config.service_address), normalised and checked by the client side -------------
+# --- addresses: parsed once (config.rules.service_address), normalised and checked by the client side -------------
 parse_address = service_address
 __all__ = ["parse_address", "normalise", "reachable", "this_host", "start", "serve_until_signal", "stop_servers",
            "Service", "STOP_TIMEOUT_S"]

@@ -39,9 +39,16 @@ def checked(split, ds, decode, per: int, sentinel: bool):
     when more failed in a row). A finite dataset ends with a sentinel that always decodes (and is dropped from
     its batch), so a failure at its very end is caught too. The tagging and the check run once per chunk and
     once per batch, not per image."""
+    ds = _tagged(ds, sentinel)
+    ds = _decoded(split, ds, decode, per, sentinel)
+    return _gaps_named(split, ds, sentinel)
+
+
+def _tagged(ds, sentinel: bool):
+    """``ds`` with the sentinel at its end (when asked), each element tagged, a chunk at a time, with its position
+    and its TAG_HISTORY predecessors' (unit, record): (pos, prev units, prev records, unit, record, data, epoch)."""
     import tensorflow as tf
 
-    files = tf.constant(split.units)
     if sentinel:
         ds = ds.concatenate(tf.data.Dataset.from_tensors(
             (tf.constant(-1, tf.int64), tf.constant(-1, tf.int64), tf.constant(""), tf.constant(0, tf.int64))))
@@ -58,7 +65,13 @@ def checked(split, ds, decode, per: int, sentinel: bool):
 
     none = tf.fill([k], tf.constant(-1, tf.int64))
     start = (tf.constant(0, tf.int64), none, none)
-    ds = ds.batch(TAG_CHUNK).scan(start, plain(tag)).unbatch()
+    return ds.batch(TAG_CHUNK).scan(start, plain(tag)).unbatch()
+
+
+def _decoded(split, ds, decode, per: int, sentinel: bool):
+    """The tagged elements decoded in order (the sentinel to a blank image labelled -1), those that fail dropped
+    (``ignore_errors``), batched ``per``: (pos, prev units, prev records, images, labels)."""
+    import tensorflow as tf
 
     def dec(pos, pu, pr, u, r, d, epoch):
         if not sentinel:
@@ -69,7 +82,15 @@ def checked(split, ds, decode, per: int, sentinel: bool):
         return pos, pu, pr, image, label
 
     ds = ds.map(plain(dec), num_parallel_calls=split.threads["decode_threads"], deterministic=True)
-    ds = ds.ignore_errors().batch(per, drop_remainder=not sentinel)
+    return ds.ignore_errors().batch(per, drop_remainder=not sentinel)
+
+
+def _gaps_named(split, ds, sentinel: bool):
+    """(images, labels) batches, each batch's gaps in the positions named from its survivors' histories: logged
+    (``split.skip_bad``) or failing the run; the sentinel dropped from its batch."""
+    import tensorflow as tf
+
+    files = tf.constant(split.units)
     skip_log = raw_log(split) if split.skip_bad else None
 
     def names(pu, pr):
@@ -87,17 +108,7 @@ def checked(split, ds, decode, per: int, sentinel: bool):
         bad_u, bad_r, bad_gaps = tf.gather(pu, bad), tf.gather(pr, bad), tf.gather(gaps, bad)
         who, how_many = names(bad_u[:, -1], bad_r[:, -1]), bad_gaps  # each gap's last: its survivor's predecessor
         if skip_log is not None:
-            # One row per failed element the history names: (name, 1); the oldest of a longer run of failures
-            # also counts the unnamed ones before it.
-            column = tf.range(k, dtype=tf.int64)[None, :]
-            dropped = column >= k - bad_gaps[:, None]
-            counts = tf.where(column == 0, tf.maximum(bad_gaps[:, None] - k + 1, 1), 1)
-            rows = tf.strings.join([tf.boolean_mask(names(bad_u, bad_r), dropped),
-                                    tf.strings.as_string(tf.boolean_mask(counts, dropped))], "\t")
-            logged = tf.cond(tf.size(bad) > 0, lambda: tf.print(tf.strings.reduce_join(rows, separator="\n"),
-                                                                output_stream="file://" + skip_log),
-                             lambda: tf.no_op())
-            with tf.control_dependencies([logged]):
+            with tf.control_dependencies([_log_skipped(skip_log, names(bad_u, bad_r), bad_gaps)]):
                 images = tf.identity(images)
         if sentinel:
             keep = labels >= 0
@@ -116,6 +127,23 @@ def checked(split, ds, decode, per: int, sentinel: bool):
     if skip_log is not None:
         return ds.map(plain(lambda images, labels, who, how_many: (images, labels)))
     return ds.map(plain(fail))
+
+
+def _log_skipped(skip_log: str, named, bad_gaps):
+    """The op appending a batch's gaps to ``skip_log`` (nothing when it has none): one row per failed element the
+    history names, (name, 1); the oldest of a longer run of failures also counts the unnamed ones before it.
+    ``named``: each gap's TAG_HISTORY predecessors' names, oldest first."""
+    import tensorflow as tf
+
+    k = TAG_HISTORY
+    column = tf.range(k, dtype=tf.int64)[None, :]
+    dropped = column >= k - bad_gaps[:, None]
+    counts = tf.where(column == 0, tf.maximum(bad_gaps[:, None] - k + 1, 1), 1)
+    rows = tf.strings.join([tf.boolean_mask(named, dropped), tf.strings.as_string(tf.boolean_mask(counts, dropped))],
+                           "\t")
+    return tf.cond(tf.size(bad_gaps) > 0, lambda: tf.print(tf.strings.reduce_join(rows, separator="\n"),
+                                                           output_stream="file://" + skip_log),
+                   lambda: tf.no_op())
 
 
 def raw_log(split) -> str:

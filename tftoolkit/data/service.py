@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 
-from ..config import service_address
+from ..config.rules import service_address
 from ..errors import ConfigError
 
 # TensorFlow is imported inside the functions that build graph ops: ``import tftoolkit`` reaches this module

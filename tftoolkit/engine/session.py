@@ -28,8 +28,13 @@ from .step import jit_effective
 log = logging.getLogger("tftoolkit")
 
 
-def resolve(config: RunConfig | dict) -> RunConfig:
-    """Validate a config and fix the replica count for this machine."""
+def resolve(config: RunConfig | dict, model=None) -> RunConfig:
+    """The one resolution of what the user asked, before anything is set up: validate it (a dict becomes a
+    RunConfig), fix the replica count for this machine, record the per-replica batch as the run uses it, and name
+    ``model`` (a callable replacing config.model) in it. ``start`` resolves what it is given unless told it is
+    resolved already (``resolved=True``: an entry point that needed the resolved config before the set-up, as
+    ``train`` does for the run directory, resolves once and hands it on). What the set-up then decides (classes and
+    image size from the data, op determinism from the devices) ``start`` records in one replace."""
     if isinstance(config, dict):
         config = RunConfig.from_dict(config)
     if not isinstance(config, RunConfig):
@@ -40,6 +45,8 @@ def resolve(config: RunConfig | dict) -> RunConfig:
     if config.per_replica_batch is None:
         # Recorded as the run uses it (config.json): the global batch's share, or the default.
         config = config.replace(per_replica_batch=config.per_replica_batch_size, global_batch=config.global_batch)
+    if model is not None:
+        config = with_model(config, model)
     return config
 
 
@@ -155,12 +162,13 @@ def check_memory(config: RunConfig, available: int | None) -> None:
 
 def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: devices.DeviceSetup | None = None,
           strategy: tuple | None = None, load_data: bool = True, model=None, loss=None, metrics=None,
-          worker: tuple[int, int] | None = None) -> Session:
+          worker: tuple[int, int] | None = None, resolved: bool = False) -> Session:
     """Set up a run of ``config``; ``data`` replaces the dataset (see data.registry.load_source: NumPy arrays or
     tf.data datasets), ``model`` (a callable) replaces ``config.model``, whose name it records.
 
     ``load_data=False`` skips the examples (a benchmark that brings its own); ``cache`` is passed to
     data.registry.load_source (recorded only). ``worker`` (this worker, workers): for ``--input-sharding file``.
+    ``resolved``: ``config`` is what ``resolve`` returned (model named in it), so it is not resolved again.
     """
     started = time.time()
     devices.import_tensorflow()  # timed apart: every TensorFlow program pays it, not this run's work
@@ -169,13 +177,14 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     # Deferred: it imports TensorFlow, after the import timed above.
     from .strategy import check_allreduce_dtype, effective_cross_device_ops, make_strategy
 
-    config = resolve(config)
+    if not resolved:
+        config = resolve(config, model)
+    elif not (isinstance(config, RunConfig) and config.replicas is not None):
+        raise ConfigError("start(resolved=True) takes the config session.resolve returned")
     if model is None:
         models.resolve(config.model)  # a model that cannot be imported stops the run before any data is read
     if config.data_service is not None:
         service.check_reachable(config.data_service)  # before the data is read and anything trains
-    if model is not None:
-        config = with_model(config, model)
     if data is None and load_data:
         check_memory(config, feed.host_available_bytes())
     cap = address_space_limit()
@@ -191,11 +200,12 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     if setup is None:
         setup = devices.init(config.replicas_per_worker, config.gpus)
     source = registry.load_source(config, data, cache=cache, worker=worker) if load_data else None
+    decided: dict[str, Any] = {}  # what the set-up decides where the config left it unset, recorded as what ran
     if source is not None and config.num_classes != source.num_classes:
         if config.num_classes is not None:
             raise ConfigError(f"num_classes={config.num_classes}, but {source.name} has {source.num_classes} classes; "
                               "leave num_classes unset (it is taken from the data)")
-        config = config.replace(num_classes=source.num_classes)  # what config.json records: the data's count
+        decided["num_classes"] = source.num_classes  # what config.json records: the data's count
     if source is not None and source.structured:
         if config.image_size is not None:
             raise ConfigError(f"image_size={config.image_size}, but the data given is not one image array; leave "
@@ -203,7 +213,7 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     elif source is not None:
         h, w = source.input_shape[:2]
         if config.image_size is None and h == w:
-            config = config.replace(image_size=h)  # recorded as the data was decoded
+            decided["image_size"] = h  # recorded as the data was decoded
         elif config.image_size is not None and (h, w) != (config.image_size, config.image_size):
             raise ConfigError(f"image_size={config.image_size}, but the data given is {h}x{w}; leave image_size "
                               "unset for arrays and datasets passed in (or resize them)")
@@ -215,8 +225,9 @@ def start(config: RunConfig | dict, data=None, *, cache: bool = True, setup: dev
     if config.deterministic and not deterministic:
         log.warning("ops are not deterministic for this run: %s", why)
     apply_global_settings(config, setup, deterministic)
-    # What ran, recorded as the run's config (config.json, the run's identity): unset means auto, resolved here.
-    config = config.replace(deterministic=deterministic)
+    # What ran, recorded as the run's config (config.json, the run's identity): unset means auto, decided here.
+    decided["deterministic"] = deterministic
+    config = config.replace(**decided)
     if strategy is None:
         strategy = make_strategy(setup, config.cross_device_ops)
     effective = effective_cross_device_ops(strategy[1], setup, jit)

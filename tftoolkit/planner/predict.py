@@ -137,25 +137,8 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
     if refusal:
         if on_refusal != "report":
             raise ConfigError(refusal)
-        frame = pd.DataFrame(columns=["scenario", "replicas", "efficiency", "speedup", "comm_exceeds_compute"])
-        frame.attrs["why"] = refusal
-        result = {"run_dir": str(run_dir), "refused": refusal, "calibration": {"source": cal.label}, "frame": frame,
-                  "comparison_frame": None}
-        fileio.write_json(out / "prediction.json", {k: v for k, v in result.items() if "frame" not in k})
-        if figures:
-            from ..plots import predict as pplots  # matplotlib and seaborn: only where a figure is drawn
-            from ..plots.theme import save_figure
-
-            save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
-        return result
-    links: list[Link] = []
-    fit = None
-    if sc.allreduce_csv:
-        link, fit = fit_link(read_allreduce_csvs(sc.allreduce_csv), sc.impl, algorithm=sc.algorithm)
-        links.append(link)
-    links += sc.links()
-    if not links:
-        raise ConfigError("no interconnect to predict for; give --interconnect and/or --allreduce-csv")
+        return _refused(run_dir, out, cal, refusal, figures)
+    links, fit = _links(sc)
     inter = parse_link(sc.inter_host) if sc.inter_host else None
     v = validation.release()
     # The published rows are GPU servers: their straggler σ and interval speak for dedicated devices only.
@@ -180,11 +163,7 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
         "algorithm": sc.algorithm, "accumulate": ex.accumulate, "allreduce_dtype": ex.dtype,
         "allreduce_packs": ex.packs, "gradient_bytes": cal.gradient_bytes_in(ex.dtype),
         "overlap_model": ex.note, "overlap_modelled": ex.modelled,
-        "calibration": {"compute_s": cal.compute_s, "per_replica_batch": cal.per_replica_batch,
-                        "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.label,
-                        "device_kind": cal.device_kind, "given": cal.given, "measured_by_tftoolkit": cal.measured,
-                        "accumulate": cal.accumulate,
-                        "allreduce_dtype": cal.allreduce_dtype, "allreduce_packs": cal.allreduce_packs},
+        "calibration": _calibration_fields(cal),
         "run_point": run_point(run_dir, frame, ex, cal),
         "links": {lk.name: {"bandwidth_GBps": lk.bandwidth_GBps, "latency_us": lk.latency_us, "source": lk.source}
                   for lk in links + ([inter] if inter is not None else [])},
@@ -206,15 +185,65 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
     if sc.measured:
         comparison = compare(cal, links[0], measured_frame(sc.measured, sc.gpus_per_host), sc.devices, sc.overlap,
                              sc.algorithm, inter, sc.nics_per_host, straggler=sigma)
-        several = comparison["hosts"] > 1
-        result["comparison"] = {"link": links[0].name, "inter_host": inter.name if several.any() else None,
-                                "layouts": sorted({f"{int(h)} x {int(g)}" for h, g in
-                                                   zip(comparison["hosts"], comparison["gpus_per_host"])}),
-                                "runs": len(comparison),
-                                "not_measured_by_tftoolkit": sorted(set(
-                                    comparison.loc[~comparison["measured_by_tftoolkit"].astype(bool), "source"])),
-                                "median_abs_error": float(comparison["error"].abs().median()),
-                                "max_abs_error": float(comparison["error"].abs().max())}
+        result["comparison"] = _comparison_fields(comparison, links[0], inter)
+    _write(out, result, frame, comparison, figures)
+    result["frame"] = frame
+    result["comparison_frame"] = comparison
+    return result
+
+
+def _refused(run_dir, out: Path, cal, refusal: str, figures: bool) -> dict:
+    """The result of a refused forecast (a notebook's ``on_refusal="report"``): why, and no forecast, written."""
+    frame = pd.DataFrame(columns=["scenario", "replicas", "efficiency", "speedup", "comm_exceeds_compute"])
+    frame.attrs["why"] = refusal
+    result = {"run_dir": str(run_dir), "refused": refusal, "calibration": {"source": cal.label}, "frame": frame,
+              "comparison_frame": None}
+    fileio.write_json(out / "prediction.json", {k: v for k, v in result.items() if "frame" not in k})
+    if figures:
+        from ..plots import predict as pplots  # matplotlib and seaborn: only where a figure is drawn
+        from ..plots.theme import save_figure
+
+        save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
+    return result
+
+
+def _links(sc: Scenario) -> tuple[list[Link], dict | None]:
+    """(the intra-host links to forecast over, the allreduce.csv fit or None): the fitted link first."""
+    links: list[Link] = []
+    fit = None
+    if sc.allreduce_csv:
+        link, fit = fit_link(read_allreduce_csvs(sc.allreduce_csv), sc.impl, algorithm=sc.algorithm)
+        links.append(link)
+    links += sc.links()
+    if not links:
+        raise ConfigError("no interconnect to predict for; give --interconnect and/or --allreduce-csv")
+    return links, fit
+
+
+def _calibration_fields(cal) -> dict:
+    """prediction.json's ``calibration``: the compute figure every forecast rests on, and where it came from."""
+    return {"compute_s": cal.compute_s, "per_replica_batch": cal.per_replica_batch,
+            "replicas": cal.replicas, "gradient_bytes": cal.gradient_bytes, "source": cal.label,
+            "device_kind": cal.device_kind, "given": cal.given, "measured_by_tftoolkit": cal.measured,
+            "accumulate": cal.accumulate,
+            "allreduce_dtype": cal.allreduce_dtype, "allreduce_packs": cal.allreduce_packs}
+
+
+def _comparison_fields(comparison, link: Link, inter: Link | None) -> dict:
+    """prediction.json's ``comparison``: the measured runs' layouts and the forecast's error over them."""
+    several = comparison["hosts"] > 1
+    return {"link": link.name, "inter_host": inter.name if several.any() else None,
+            "layouts": sorted({f"{int(h)} x {int(g)}" for h, g in
+                               zip(comparison["hosts"], comparison["gpus_per_host"])}),
+            "runs": len(comparison),
+            "not_measured_by_tftoolkit": sorted(set(
+                comparison.loc[~comparison["measured_by_tftoolkit"].astype(bool), "source"])),
+            "median_abs_error": float(comparison["error"].abs().median()),
+            "max_abs_error": float(comparison["error"].abs().max())}
+
+
+def _write(out: Path, result: dict, frame, comparison, figures: bool) -> None:
+    """prediction.csv, prediction_vs_measured.csv (with a comparison), prediction.json and the figures."""
     fileio.write_csv(out / "prediction.csv", frame)
     if comparison is not None:
         fileio.write_csv(out / "prediction_vs_measured.csv", comparison)
@@ -226,9 +255,6 @@ def run(run_dir, out=None, scenario: Scenario = Scenario(), *, figures: bool = T
         save_figure(pplots.efficiency(frame), out, "efficiency_vs_replicas", formats=("png",))
         if comparison is not None:
             save_figure(pplots.predicted_vs_measured(comparison), out, "predicted_vs_measured", formats=("png",))
-    result["frame"] = frame
-    result["comparison_frame"] = comparison
-    return result
 
 
 def forecast_text(result: dict) -> str:

@@ -52,9 +52,8 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     if out is not None:
         out = rundir.path(out)  # "" would be the working folder
     config, cluster = spec.resolve(config)  # a cluster in TF_CONFIG or Slurm sets `workers`
-    config = session.resolve(config)
-    if model is not None:
-        config = session.with_model(config, model)  # the run directory records the callable's name
+    # Resolved once, here: the run directory's name and lock need it before the set-up (start(resolved=True)).
+    config = session.resolve(config, model)  # a model callable is named in it: the run directory records it
     config, loss, metrics = session.with_task(config, loss, metrics)  # names into the config; objects stay here
     if config.workers > 1:
         from ..data import registry  # deferred: importing tftoolkit stays light (tftoolkit/__init__.py)
@@ -76,7 +75,7 @@ def train(config: RunConfig | dict, out: str | Path | None = None, *, force: boo
     # Held from before anything is set up (a second process stops at once) until the summary is written, and
     # before --force may clear the folder: one writer per run directory.
     with rundir.lock(out):
-        sess = session.start(config, data, model=model, loss=loss, metrics=metrics)
+        sess = session.start(config, data, model=model, loss=loss, metrics=metrics, resolved=True)
         out, resuming = rundir.prepare(out, sess.config.to_dict(), force=force)
         return _run(sess, out, quiet, resuming=resuming)
 
@@ -89,7 +88,7 @@ def _train_worker(config, cluster, out, *, force, quiet, data, model, loss=None,
     setup, strategy, out, lock = workers.join(config, cluster, out, force=force)
     try:
         sess = session.start(config, data, setup=setup, strategy=strategy, model=model, loss=loss, metrics=metrics,
-                             worker=(cluster.worker_id, cluster.workers))
+                             worker=(cluster.worker_id, cluster.workers), resolved=True)
         # Every worker reads summary.json after all have joined, when only the chief could have changed it.
         hosts = len({a.rsplit(":", 1)[0] for a in cluster.addresses})
         summary = _run(sess, out, quiet, resuming=True, worker_id=cluster.worker_id, workers=cluster.workers,

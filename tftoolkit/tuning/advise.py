@@ -32,13 +32,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .. import fileio
 from .. import noise_scale as noise
 from .. import summary as summary_schema
-from ..config import DEFAULT_MAX_REPLICAS, accumulation_plan, whole_number
+from ..config import DEFAULT_MAX_REPLICAS, whole_number
 from ..errors import ConfigError, DataError, RunDirError
 from ..fileio import read_json
 from ..plots import batch as bplots
@@ -49,6 +48,7 @@ from ..planner.calibration import calibrate_summary, gpu_forecast_refusal, handw
 from ..planner.comms import parse_link
 from ..planner.forecast import layouts
 from ..planner.inputlimit import add_input_limit, host_fields, input_host
+from .tradeoff import examples_ratio, pick_by_time, ratio_intervals, recommend, steps_ratio, tradeoff_frame
 from .advice_text import advice_text  # noqa: F401 - what advise found, in words (the CLI and notebook 05 print it)
 
 # What advise's own options can do about a GPU forecast refused (predict's remedy names options advise lacks).
@@ -77,125 +77,6 @@ def read_memory_cap(path) -> tuple[int, str]:
     if r.get("capped_at_max_batch"):
         source += ": its --max-batch, so at least this fits"
     return int(cap), source
-
-def steps_ratio(batch, b_crit):
-    """S/S_min = 1 + B_crit/B."""
-    return 1.0 + np.asarray(b_crit, dtype=float) / np.asarray(batch, dtype=float)
-
-
-def examples_ratio(batch, b_crit):
-    """E/E_min = 1 + B/B_crit."""
-    return 1.0 + np.asarray(batch, dtype=float) / np.asarray(b_crit, dtype=float)
-
-
-def recommend(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
-              max_per_replica_batch: int | None = None) -> dict:
-    """The replica count (power of two) whose global batch is closest to B_crit in log scale. When that count is
-    over ``max_replicas`` and ``max_per_replica_batch`` (the memory cap) is known, the same global batch on
-    max_replicas GPUs, with the per-replica batch and accumulate K that reach it (accumulation_plan)."""
-    if not (isinstance(b_crit, (int, float)) and math.isfinite(b_crit) and b_crit > 0):
-        raise ConfigError(f"noise scale must be a finite number > 0, got {b_crit!r}")
-    if per_replica_batch < 1 or max_replicas < 1:
-        raise ConfigError(f"per-replica batch and max replicas must be >= 1, got {per_replica_batch}, {max_replicas}")
-    if max_per_replica_batch is not None and per_replica_batch > max_per_replica_batch:
-        raise ConfigError(f"per-replica batch {per_replica_batch} is over the {max_per_replica_batch} that fits; give "
-                          f"--per-replica-batch {max_per_replica_batch} or less")
-    ratio = b_crit / per_replica_batch
-    k = 1
-    if ratio < 1:
-        n = 1
-        # Halve the batch towards B_crit (powers of two, at least 2 so the noise scale stays measurable).
-        batch = max(2, 2 ** round(math.log2(b_crit))) if b_crit >= 2 else 2
-        batch = min(batch, per_replica_batch)
-        note = (f"the per-replica batch {per_replica_batch} alone exceeds the critical batch {b_crit:.3g}: more GPUs "
-                f"would only use more examples per step. Train on 1 GPU, with a global batch near {batch}")
-    else:
-        want = 2 ** round(math.log2(ratio))
-        n = int(min(want, 2 ** int(math.log2(max_replicas))))
-        batch = n * per_replica_batch
-        capped = want > n
-        note = (f"{n} GPU(s) x {per_replica_batch} = global batch {batch}, closest to the critical batch "
-                f"{b_crit:.3g}" + (f" (capped at {max_replicas} GPUs)" if capped else ""))
-        if capped and max_per_replica_batch is not None:
-            # The GPUs stop short of B_crit; the memory does not have to: the batch B_crit asks for, in micro-batches.
-            batch = int(want * per_replica_batch)
-            plan = accumulation_plan(batch, n, max_per_replica_batch)
-            per_replica_batch, k = plan["per_replica_batch"], plan["accumulate"]
-            note = (f"{n} GPU(s) x {per_replica_batch}" + (f" x accumulate {k}" if k > 1 else "")
-                    + f" = global batch {batch}, closest to the critical batch {b_crit:.3g}: {n} GPUs is the "
-                    f"--max-replicas cap and {max_per_replica_batch} the most a replica holds, so "
-                    + (f"each replica sums {k} micro-batches of {per_replica_batch} per step" if k > 1
-                       else f"the per-replica batch rises to {per_replica_batch}"))
-    return {**_recommendation(n, batch, per_replica_batch, k, max_per_replica_batch, b_crit), "note": note}
-
-
-def _recommendation(n: int, batch: int, per_replica_batch: int, k: int, cap: int | None, b_crit: float) -> dict:
-    """advice.json's ``recommended`` (less its note) for ``n`` GPUs at global ``batch`` in ``k`` micro-batches."""
-    b = int(min(per_replica_batch, batch))
-    return {"replicas": n, "global_batch": int(batch), "per_replica_batch": b, "accumulate": int(k),
-            "max_per_replica_batch": cap,
-            "train_with": f"--replicas {n} --per-replica-batch {b}" + (f" --accumulate {k}" if k > 1 else ""),
-            "steps_ratio": float(steps_ratio(batch, b_crit)), "examples_ratio": float(examples_ratio(batch, b_crit))}
-
-
-def _point(p) -> tuple[int, int, int, int] | None:
-    """(replicas, global batch, per-replica batch, accumulate) of a (replicas, global batch[, per-replica[, K]])."""
-    if p is None:
-        return None
-    n, g, *rest = (int(x) for x in p)
-    k = rest[1] if len(rest) > 1 else 1
-    return n, g, rest[0] if rest else g // (n * k), k
-
-
-def tradeoff_frame(b_crit: float, per_replica_batch: int, max_replicas: int = DEFAULT_MAX_REPLICAS,
-                   current: tuple | None = None, recommended: tuple | None = None,
-                   interval=None) -> pd.DataFrame:
-    """One row per power-of-two replica count (global batch N x per-replica batch) with S/S_min and E/E_min;
-    ``current`` and ``recommended`` are (replicas, global batch[, per-replica batch[, accumulate]]), flagged, and
-    added when not on that grid (whose rows do not accumulate); ``interval``, the noise scale's 90% [lo, hi], rides
-    along as b_crit_lo and b_crit_hi."""
-    points = []
-    n = 1
-    while n <= max_replicas:
-        points.append((n, n * per_replica_batch, per_replica_batch, 1))
-        n *= 2
-    current, recommended = _point(current), _point(recommended)
-    for extra in (current, recommended):
-        if extra is not None and extra not in points:
-            points.append(extra)
-    lo, hi = interval or (math.nan, math.nan)
-    rows = [{"replicas": n, "global_batch": g, "per_replica_batch": b, "accumulate": k,
-             "steps_ratio": float(steps_ratio(g, b_crit)), "examples_ratio": float(examples_ratio(g, b_crit)),
-             "b_crit": b_crit, "b_crit_lo": lo, "b_crit_hi": hi,
-             "current": (n, g, b, k) == current, "recommended": (n, g, b, k) == recommended}
-            for n, g, b, k in points]
-    return pd.DataFrame(rows).sort_values(["global_batch", "replicas"], ignore_index=True)
-
-
-def pick_by_time(frame: pd.DataFrame, rec: dict, b_crit: float, per_replica_batch: int) -> tuple[pd.DataFrame, dict, dict]:
-    """timetoloss.rank's pick as the recommendation: recommend()'s ``rec`` where it is the pick, else the picked
-    count at ``per_replica_batch`` with a note saying what the critical batch alone asked for and why not. Returns
-    (the ranked frame, the recommendation, advice.json's ``time_model`` figures)."""
-    out, best, fields = timetoloss.rank(frame, per_replica_batch)
-    row, n0 = out.loc[best], rec["replicas"]
-    if not out.at[best, "critical_batch"]:
-        n = int(row["replicas"])
-        pick = out.loc[out["critical_batch"]].iloc[0]
-        asked = f"global batch {rec['global_batch']} ({rec['train_with']})"
-        if n < n0:
-            why = (f"would ask for {asked}, but with the all-reduce there a doubling past {n} GPU(s) cuts the time by "
-                   f"less than {timetoloss.DOUBLING_PAYS:.2f}x")
-        elif n == n0:
-            why = (f"would ask for {asked}, which takes {pick['time_ratio'] / row['time_ratio']:.2f}x the time: on the "
-                   "same GPUs a larger batch takes more examples, so more time, to the same loss")
-        else:
-            why = f"would ask for {asked}; over this link more GPUs still pay"
-        rec = {**_recommendation(n, n * per_replica_batch, per_replica_batch, 1, rec["max_per_replica_batch"], b_crit),
-               "note": (f"{n} GPU(s) x {per_replica_batch} = global batch {n * per_replica_batch}, the least time x "
-                        f"GPU-time to the same loss over {row['interconnect']} (the critical batch {b_crit:.3g} alone "
-                        f"{why})")}
-    return out, rec, {**fields, "critical_batch_replicas": int(n0)}
-
 
 def input_limit(s: dict, per_replica_batch: int, max_replicas: int, interconnect: str | None, inter_host: str,
                 gpus_per_host: int, host_cores: int | None = None, written_by_hand: str = "",
@@ -276,16 +157,6 @@ def estimate(s: dict, steps: pd.DataFrame | None) -> dict:
             "growth": grew["ratio"], "growth_interval": grew["interval"], "from_step": from_step}
 
 
-def ratio_intervals(batch: int, interval) -> dict:
-    """The 90% intervals of S/S_min and E/E_min at ``batch`` that the noise scale's 90% ``interval`` [lo, hi] implies
-    (S/S_min rises with B_crit, E/E_min falls): {} when the interval is not known."""
-    lo, hi = (float(x) for x in (interval or [math.nan, math.nan]))
-    if not (lo > 0 and hi >= lo):
-        return {}
-    return {"steps_ratio_interval": [float(steps_ratio(batch, lo)), float(steps_ratio(batch, hi))],
-            "examples_ratio_interval": [float(examples_ratio(batch, hi)), float(examples_ratio(batch, lo))]}
-
-
 def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_replicas: int = DEFAULT_MAX_REPLICAS,
            interconnect: str | None = None, inter_host: str = "ib200", gpus_per_host: int = 8,
            figures: bool = True, host_cores: int | None = None, max_per_replica_batch: int | None = None,
@@ -334,11 +205,7 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                 frame, rec, time_fields = pick_by_time(frame, rec, b_crit, b)
                 if cap is not None:
                     rec["max_per_replica_batch_source"] = cap_source
-        current = {"replicas": s["replicas"], "global_batch": current_batch,
-                   **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
-                   "steps_ratio": float(steps_ratio(current_batch, b_crit)),
-                   "examples_ratio": float(examples_ratio(current_batch, b_crit)),
-                   **ratio_intervals(current_batch, est["interval"])}
+        current = _current(s, current_batch, run_k, b_crit, est["interval"])
         rec.update(ratio_intervals(rec["global_batch"], est["interval"]))
     else:
         rec, current = None, {"replicas": s["replicas"], "global_batch": current_batch}
@@ -346,22 +213,12 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
                                       "current", "recommended"])
         frame.attrs["why"] = est["warnings"][-1] if est["warnings"] else "no noise scale"
     result = {
-        "run_dir": str(run_dir), "noise_scale": b_crit, "b_crit": b_crit, "noise_scale_interval": est["interval"],
-        "noise_scale_source": est["source"], "reliable": est["reliable"], "warnings": est["warnings"],
-        "noise_scale_steps": est["window_steps"], "noise_scale_phase": est["phase"],
-        "noise_scale_early": est["early"], "noise_scale_growth": est["growth"],
-        "noise_scale_growth_interval": est["growth_interval"], "per_replica_batch": b, "max_replicas": max_replicas,
+        "run_dir": str(run_dir), **_estimate_fields(est), "per_replica_batch": b, "max_replicas": max_replicas,
         "max_per_replica_batch": cap, "max_per_replica_batch_source": cap_source,
         "current": current,
         "recommended": rec,
         "input_limit": input_fields,
-        "notes": [
-            "B_crit is taken as the measured B_simple = tr(Sigma)/|G|^2 (McCandlish et al. 2018); it can be off by a "
-            "small factor when the Hessian is far from a multiple of the identity.",
-            "The noise scale grows as the loss falls: measured early in training it understates the batch that pays "
-            "off later. Measure again later in training, and retune the learning rate for the new batch "
-            "(tftoolkit find-lr).",
-        ],
+        "notes": list(NOTES),
     }
     if time_refused:
         result["time_model_refused"] = time_refused
@@ -370,19 +227,55 @@ def advise(run_dir, out=None, *, per_replica_batch: int | None = None, max_repli
         result["time_model"] = {"interconnect": interconnect,
                                 "inter_host": inter_host if max_replicas > gpus_per_host else None,
                                 "gpus_per_host": gpus_per_host, **time_fields}
-    out = Path(out) if out is not None else Path(run_dir)
+    _write(Path(out) if out is not None else Path(run_dir), result, frame, input_frame,
+           (steps, est) if figures else None, usable)
+    result["frame"] = frame
+    result["input_frame"] = input_frame
+    return result
+
+
+NOTES = (
+    "B_crit is taken as the measured B_simple = tr(Sigma)/|G|^2 (McCandlish et al. 2018); it can be off by a "
+    "small factor when the Hessian is far from a multiple of the identity.",
+    "The noise scale grows as the loss falls: measured early in training it understates the batch that pays "
+    "off later. Measure again later in training, and retune the learning rate for the new batch "
+    "(tftoolkit find-lr).",
+)  # advice.json's notes, whatever the run
+
+
+def _estimate_fields(est: dict) -> dict:
+    """advice.json's noise-scale fields: the estimate, its interval, where it was measured, whether to trust it."""
+    b_crit = est["noise_scale"]
+    return {"noise_scale": b_crit, "b_crit": b_crit, "noise_scale_interval": est["interval"],
+            "noise_scale_source": est["source"], "reliable": est["reliable"], "warnings": est["warnings"],
+            "noise_scale_steps": est["window_steps"], "noise_scale_phase": est["phase"],
+            "noise_scale_early": est["early"], "noise_scale_growth": est["growth"],
+            "noise_scale_growth_interval": est["growth_interval"]}
+
+
+def _current(s: dict, current_batch: int, run_k: int, b_crit: float, interval) -> dict:
+    """advice.json's ``current``: the run's own layout and what its global batch costs in steps and examples."""
+    return {"replicas": s["replicas"], "global_batch": current_batch,
+            **({"per_replica_batch": s["per_replica_batch"], "accumulate": run_k} if run_k > 1 else {}),
+            "steps_ratio": float(steps_ratio(current_batch, b_crit)),
+            "examples_ratio": float(examples_ratio(current_batch, b_crit)),
+            **ratio_intervals(current_batch, interval)}
+
+
+def _write(out: Path, result: dict, frame, input_frame, figures, usable: bool) -> None:
+    """tradeoff.csv, advice.json, input_limit.csv (when there is one) and, given ``figures`` = (steps, estimate),
+    the trade-off (with a recommendation) and the noise scale's trace (where steps.csv has it)."""
     fileio.write_csv(out / "tradeoff.csv", frame)
     fileio.write_json(out / "advice.json", result)
     if input_frame is not None:
         fileio.write_csv(out / "input_limit.csv", input_frame)
-    if figures:
-        if usable:
-            save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
-        if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
-            save_figure(bplots.noise_scale_trace(steps, est), out, "noise_scale", formats=("png",))
-    result["frame"] = frame
-    result["input_frame"] = input_frame
-    return result
+    if figures is None:
+        return
+    steps, est = figures
+    if usable:
+        save_figure(bplots.tradeoff(frame), out, "tradeoff", formats=("png",))
+    if steps is not None and "noise_scale" in steps.columns and steps["noise_scale"].notna().any():
+        save_figure(bplots.noise_scale_trace(steps, est), out, "noise_scale", formats=("png",))
 
 
 def memory_cap(max_per_replica_batch: int | None = None, batch_find=None) -> tuple[int | None, str | None]:

@@ -9,7 +9,7 @@ The rule (TIME_RULE, rank): the count with the least T(N) × N·T(N), the time t
 takes. While the step time does not grow with N, T × GPU-time ∝ S/S_min × E/E_min (E = S·B examples), which
 McCandlish et al. 2018 show is smallest at B = B_crit, each at twice its minimum; over powers of two its smallest
 value is at the global batch closest to B_crit in log scale (B + B_crit²/B compared at B and 2B), the count
-``advise.recommend`` names from the noise scale alone. Where the all-reduce lengthens the step (a slow link between
+``tradeoff.recommend`` names from the noise scale alone. Where the all-reduce lengthens the step (a slow link between
 hosts), a doubling of GPUs must cut T by at least √2 (DOUBLING_PAYS), so that the GPU-time grows by at most √2, and
 the count stops lower. The count with the least T alone, the fastest, is always the largest allowed (steps keep
 falling, if ever more slowly), so it is reported in the recommendation's terms: how much sooner, at how many times

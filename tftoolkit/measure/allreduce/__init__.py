@@ -266,8 +266,6 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
     "time_raw_s": median uncorrected per all-reduce, "overhead_s": median of the no-all-reduce call, "iters",
     "repeats": repeats run}.
     """
-    from ...engine import timer
-
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
 
     shapes = [tuple(int(d) for d in s) for s in shapes]
@@ -280,8 +278,23 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
 
     # The buffers are function arguments, so nothing is constant-folded.
     values = strategy.experimental_distribute_values_from_function(make)
+    run, bare = (_chain_call(strategy, iters, reduce, options=options, jit=jit, allreduce_dtype=allreduce_dtype)
+                 for reduce in (True, False))
+    full, empty = _timed_pairs(run, bare, values, repeats=repeats, warmup=warmup, max_repeats=max_repeats)
+    diff, err = difference(full, empty)
+    corrected = np.maximum(np.array(full) - np.array(empty), 0.0) / iters
+    return {"time_s": max(diff, 0.0) / iters, "time_min_s": float(corrected.min()), "time_err_s": err / iters,
+            "resolved": bool(diff > RESOLVED_SE * err), "bound_s": (max(diff, 0.0) + RESOLVED_SE * err) / iters,
+            "time_raw_s": float(np.median(full)) / iters, "overhead_s": float(np.median(empty)), "iters": iters,
+            "repeats": len(full)}
 
-    def chain(xs, reduce: bool):
+
+def _chain_call(strategy, iters: int, reduce: bool, *, options, jit: bool, allreduce_dtype: str):
+    """The tf.function that runs, on every replica, a chain of ``iters`` all-reduces of its buffers (``reduce``)
+    or the same chain with the all-reduces left out (the call's own cost, to subtract)."""
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
+
+    def chain(xs):
         out, results = xs, []
         for _ in range(iters):
             # Each all-reduce starts when the previous one has finished on this replica, and reduces the same
@@ -298,17 +311,21 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
         # timed as fast as one; two chained, half the time each). Both calls return the same number of tensors.
         return results
 
-    def make_fn(reduce: bool):
-        # Partials, not lambdas: TensorFlow's retracing detector counts traces per code object, and each size of a
-        # sweep is its own unrolled chain, traced once by design (a lambda here warned "triggered tf.function
-        # retracing" from the sixth size on, in notebooks 00 and 03).
-        replica_fn = functools.partial(chain, reduce=reduce)
-        if jit:
-            replica_fn = tf.function(replica_fn, jit_compile=True, autograph=False)
-        # autograph=False: nothing to convert; the chain above is a Python loop, unrolled on purpose.
-        return tf.function(functools.partial(_run_on_replicas, strategy, replica_fn), autograph=False)
+    # Partials, not closures or lambdas: TensorFlow's retracing detector counts traces per code object, and each
+    # size of a sweep is its own unrolled chain, traced once by design (a lambda here warned "triggered tf.function
+    # retracing" from the sixth size on, in notebooks 00 and 03).
+    replica_fn = functools.partial(chain)
+    if jit:
+        replica_fn = tf.function(replica_fn, jit_compile=True, autograph=False)
+    # autograph=False: nothing to convert; the chain above is a Python loop, unrolled on purpose.
+    return tf.function(functools.partial(_run_on_replicas, strategy, replica_fn), autograph=False)
 
-    run, bare = make_fn(True), make_fn(False)
+
+def _timed_pairs(run, bare, values, *, repeats: int, warmup: int, max_repeats: int | None):
+    """(seconds of each ``run`` call, of each ``bare`` call), interleaved after ``warmup`` pairs, ``repeats`` pairs
+    at a time until their difference is resolved or ``max_repeats`` would be passed."""
+    from ...engine import timer
+
     for _ in range(max(1, warmup)):  # the first calls trace
         timer.timed(run, values)
         timer.timed(bare, values)
@@ -321,12 +338,7 @@ def time_allreduce(strategy, shapes, *, dtypes=None, options=None, repeats: int 
             empty.append(timer.timed(bare, values)[1])
         diff, err = difference(full, empty)
         if diff > RESOLVED_SE * err or len(full) + repeats > cap:
-            break
-    corrected = np.maximum(np.array(full) - np.array(empty), 0.0) / iters
-    return {"time_s": max(diff, 0.0) / iters, "time_min_s": float(corrected.min()), "time_err_s": err / iters,
-            "resolved": bool(diff > RESOLVED_SE * err), "bound_s": (max(diff, 0.0) + RESOLVED_SE * err) / iters,
-            "time_raw_s": float(np.median(full)) / iters, "overhead_s": float(np.median(empty)), "iters": iters,
-            "repeats": len(full)}
+            return full, empty
 
 
 def _run_on_replicas(strategy, replica_fn, xs):

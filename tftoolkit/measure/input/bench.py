@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from ...data.stream import cores
 from ...engine import feed as feed_mod, session
@@ -109,14 +110,8 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     load_s = time.perf_counter() - t0
 
     import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
-    from ...engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    store = source.store("train")  # the cold read (none for sources already in memory)
-    cold_s, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
-    cold_n = store.n if "train_read_s" in source.info and store.in_memory else 0
-    if cold_n and source.streams:  # decoded when it was loaded (data.source.from_streams): that was the cold read
-        cold_s, cold_cpu = source.info["train_read_s"], float("nan")
+    store, cold = _cold_read(source)
     feed = feed_mod.make(config, setup, strategy, source)
     pull = puller(strategy, feed)
     # Elements per epoch: one per step, or one per micro-batch with --accumulate (the iterator's unit).
@@ -127,26 +122,13 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
     # Trace on the real iterator's first step (tracing is not input time), then time whole epochs.
     iterator = iter(feed.train_input(strategy, source, config, 0))
     pull(iterator, tf.constant(1)).numpy()
-    warm_n, warm_s, warm_cpu, epochs = 0, 0.0, 0.0, 0
-    while warm_s < seconds or epochs == 0:
-        if not cache and epochs:
-            source.stores.pop("train", None)
-            t1 = time.perf_counter()
-            source.store("train")
-            warm_s += time.perf_counter() - t1
-        c1 = time.process_time()
-        n = call - 1 if epochs == 0 and call > 1 else call  # the first call's first step was the trace
-        pulled, pass_s = timer.timed(pull, iterator, tf.constant(n))
-        warm_n += int(pulled.numpy())
-        warm_s += pass_s
-        warm_cpu += time.process_time() - c1
-        epochs += 1
+    warm = _warm_passes(pull, iterator, source, call, seconds, cache)
     traces = pull.experimental_get_tracing_count()
     if traces > 1:
         log.warning("input benchmark: the pull loop was traced %d times; tracing time is in the figures", traces)
     del iterator
 
-    rate = warm_n / warm_s if warm_s else float("nan")
+    rate = warm.images / warm.seconds if warm.seconds else float("nan")
     n_cores = cores()
     decode_rate = decode_only_rate(store, config, seconds / 2) if streamed else float("nan")
     result = {
@@ -169,26 +151,77 @@ def measure(config, seconds: float = 10.0, cache: bool = True) -> dict:
         "data_placement_reason": feed.reason,
         "cached": bool(cache),
         "load_s": load_s,                    # verify shards + scan records (file sources)
-        "cold_images": cold_n,
-        "cold_s": cold_s,
-        "cold_images_per_sec": cold_n / cold_s if cold_n and cold_s else float("nan"),
-        "warm_images": warm_n,
-        "warm_s": warm_s,
-        "warm_images_per_sec": warm_n / warm_s if warm_s else float("nan"),
-        "warm_epochs": epochs if not streamed else warm_n / max(source.train_examples, 1),
-        # CPU seconds of this process (all its threads) per pass: what the pipeline costs, whatever else
-        # the machine is doing at the time (wall-clock figures on a shared machine are not).
-        "cold_cpu_s": cold_cpu,
-        "warm_cpu_s": warm_cpu,
-        "cold_images_per_cpu_s": cold_n / cold_cpu if cold_n and cold_cpu else float("nan"),
-        "warm_images_per_cpu_s": warm_n / warm_cpu if warm_cpu else float("nan"),
+        **_pass_figures(cold, warm, streamed, source.train_examples),
         "cross_device_ops": impl,
         "data_service": config.data_service,
     }
     log.info("input pipeline %s (%s placement): cold %.0f images/sec (%d in %.2f s), warm%s %.0f images/sec "
-             "(%d in %.2f s)", source.name, feed.placement, result["cold_images_per_sec"], cold_n, cold_s,
-             "" if cache else " (no cache)", result["warm_images_per_sec"], warm_n, warm_s)
+             "(%d in %.2f s)", source.name, feed.placement, result["cold_images_per_sec"], cold.images, cold.seconds,
+             "" if cache else " (no cache)", result["warm_images_per_sec"], warm.images, warm.seconds)
     return result
+
+
+@dataclass
+class _Pass:
+    """What one timed pass moved: images, wall seconds, CPU seconds of this process, and epochs (warm only)."""
+    images: int
+    seconds: float
+    cpu_s: float
+    epochs: int = 0
+
+
+def _cold_read(source) -> tuple:
+    """(the training split's store, the cold pass): the one read of the files into memory, none (0 images) for
+    sources that are in memory already."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    store = source.store("train")  # the cold read (none for sources already in memory)
+    cold_s, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
+    cold_n = store.n if "train_read_s" in source.info and store.in_memory else 0
+    if cold_n and source.streams:  # decoded when it was loaded (data.source.from_streams): that was the cold read
+        cold_s, cold_cpu = source.info["train_read_s"], float("nan")
+    return store, _Pass(cold_n, cold_s, cold_cpu)
+
+
+def _warm_passes(pull, iterator, source, call: int, seconds: float, cache: bool) -> _Pass:
+    """Calls of ``call`` steps on the traced iterator until they add up to ``seconds`` (at least one); without
+    ``cache`` the files are read again before every call after the first, and that read is counted."""
+    import tensorflow as tf  # deferred: the devices are configured (engine.devices) before TensorFlow starts
+    from ...engine import timer  # deferred with TensorFlow, which it imports: training.run imports this module first
+
+    warm = _Pass(0, 0.0, 0.0)
+    while warm.seconds < seconds or warm.epochs == 0:
+        if not cache and warm.epochs:
+            source.stores.pop("train", None)
+            t1 = time.perf_counter()
+            source.store("train")
+            warm.seconds += time.perf_counter() - t1
+        c1 = time.process_time()
+        n = call - 1 if warm.epochs == 0 and call > 1 else call  # the first call's first step was the trace
+        pulled, pass_s = timer.timed(pull, iterator, tf.constant(n))
+        warm.images += int(pulled.numpy())
+        warm.seconds += pass_s
+        warm.cpu_s += time.process_time() - c1
+        warm.epochs += 1
+    return warm
+
+
+def _pass_figures(cold: _Pass, warm: _Pass, streamed: bool, train_examples: int) -> dict:
+    """The result's cold and warm fields: images, seconds and rates per wall and per CPU second."""
+    return {
+        "cold_images": cold.images,
+        "cold_s": cold.seconds,
+        "cold_images_per_sec": cold.images / cold.seconds if cold.images and cold.seconds else float("nan"),
+        "warm_images": warm.images,
+        "warm_s": warm.seconds,
+        "warm_images_per_sec": warm.images / warm.seconds if warm.seconds else float("nan"),
+        "warm_epochs": warm.epochs if not streamed else warm.images / max(train_examples, 1),
+        # CPU seconds of this process (all its threads) per pass: what the pipeline costs, whatever else
+        # the machine is doing at the time (wall-clock figures on a shared machine are not).
+        "cold_cpu_s": cold.cpu_s,
+        "warm_cpu_s": warm.cpu_s,
+        "cold_images_per_cpu_s": cold.images / cold.cpu_s if cold.images and cold.cpu_s else float("nan"),
+        "warm_images_per_cpu_s": warm.images / warm.cpu_s if warm.cpu_s else float("nan"),
+    }
 
 
 STREAM_CALL_STEPS = 20

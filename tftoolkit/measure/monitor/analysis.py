@@ -106,6 +106,44 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
     even if the samples span a little more or less. ``phase``: only rows of that phase (e.g. "train").
     ``df`` may also be a path: a monitor.csv or the run directory holding one (read with read_monitor).
     """
+    df = _monitor_frame(df, phase)
+    span = float(df["time_s"].max() - df["time_s"].min()) if len(df) else 0.0
+    duration = float(duration_s) if duration_s is not None else span
+    gpus = sorted((d for d in df["device"].unique() if str(d).startswith("gpu")), key=lambda d: int(d[3:]))
+    idle = _idle_fracs(df, gpus)
+    out_gpus: dict[str, dict] = {}
+    flags: list[str] = []
+    notes: list[str] = []  # what is worth knowing and is not a fault
+    for g in gpus:
+        s = _gpu_figures(df, g, idle.get(g), duration if duration_s is not None else None)
+        out_gpus[g] = s
+        gpu_flags, gpu_notes = _gpu_findings(g, s)
+        flags += gpu_flags
+        notes += gpu_notes
+    energies = [s["energy_j"] for s in out_gpus.values() if s["energy_j"] is not None]
+    total_energy = sum(energies, 0.0)
+    have_energy = bool(energies)
+    if images is not None:
+        n = len(gpus)
+        for g, s in out_gpus.items():
+            # Data parallelism splits every global batch equally, so each GPU processed images / n of them.
+            s["images_per_joule"] = (images / n / s["energy_j"]) if s["energy_j"] else None
+    return {
+        "duration_s": duration,
+        "samples": int(df["time_s"].nunique()) if len(df) else 0,
+        "gpus": out_gpus,
+        "gpu_energy_j": total_energy if have_energy else None,
+        "images": images,
+        "images_per_joule": (images / total_energy) if images is not None and have_energy and total_energy > 0
+        else None,
+        "host": _host_figures(df),
+        "flags": flags,
+        "notes": notes,
+    }
+
+
+def _monitor_frame(df, phase: str | None):
+    """The monitor frame ``summarize`` was given (or read from its path), checked, and cut to ``phase``."""
     if isinstance(df, (str, Path)):
         df = read_monitor(df)
     elif not isinstance(df, pd.DataFrame):
@@ -116,85 +154,70 @@ def summarize(df, images: float | None = None, duration_s: float | None = None, 
         raise DataError(f"summarize: the frame lacks column(s) {', '.join(missing)}; read monitor.csv with read_monitor")
     if phase is not None:
         df = df[df["phase"] == phase]
-    span = float(df["time_s"].max() - df["time_s"].min()) if len(df) else 0.0
-    duration = float(duration_s) if duration_s is not None else span
-    gpus = sorted((d for d in df["device"].unique() if str(d).startswith("gpu")), key=lambda d: int(d[3:]))
-    idle = _idle_fracs(df, gpus)
-    out_gpus: dict[str, dict] = {}
-    flags: list[str] = []
-    notes: list[str] = []  # what is worth knowing and is not a fault
-    total_energy = 0.0
-    have_energy = False
-    for g in gpus:
-        util = _series(df, g, "util_gpu_pct")["value"]
-        mem = _series(df, g, "mem_used_bytes")["value"]
-        mem_total = _series(df, g, "mem_total_bytes")["value"]
-        temp = _series(df, g, "temp_c")["value"]
-        energy, mean_power, energy_source = _energy_j(_series(df, g, "power_w"), _series(df, g, "energy_j"))
-        if duration_s is not None and mean_power is not None:
-            energy = mean_power * duration
-        thr = _series(df, g, "throttle_reasons")["value"].astype("int64")
-        throttle_frac = _share(thr, PERF_THROTTLE_MASK)
-        reasons = _names(thr, PERF_THROTTLE_MASK)
-        power_cap_frac, slowdown_frac = _share(thr, POWER_CAP_MASK), _share(thr, SLOWDOWN_MASK)
-        s = {
-            "util_mean_pct": float(util.mean()) if len(util) else None,
-            "util_max_pct": float(util.max()) if len(util) else None,
-            "mem_peak_bytes": int(mem.max()) if len(mem) else None,
-            "mem_total_bytes": int(mem_total.max()) if len(mem_total) else None,
-            "mem_peak_frac": float(mem.max() / mem_total.max()) if len(mem) and len(mem_total) and mem_total.max() > 0
-            else None,
-            "temp_max_c": float(temp.max()) if len(temp) else None,
-            "power_mean_w": mean_power,
-            "energy_j": energy,
-            "energy_source": energy_source,
-            "idle_frac": idle.get(g),
-            "idle": bool(idle.get(g) is not None and idle[g] > IDLE_TIME_FRAC),
-            "throttle_frac": throttle_frac,
-            "throttle_reasons": reasons,
-            "throttled": bool(throttle_frac is not None and throttle_frac >= THROTTLE_TIME_FRAC),
-            # Told apart: the power cap is how a loaded GPU runs; a thermal or hardware slowdown is a fault.
-            "power_cap_frac": power_cap_frac,
-            "power_capped": bool(power_cap_frac is not None and power_cap_frac >= THROTTLE_TIME_FRAC),
-            "slowdown_frac": slowdown_frac,
-            "slowdown_reasons": _names(thr, SLOWDOWN_MASK),
-            "slowed_down": bool(slowdown_frac is not None and slowdown_frac >= THROTTLE_TIME_FRAC),
-        }
-        if energy is not None:
-            total_energy += energy
-            have_energy = True
-        out_gpus[g] = s
-        if s["idle"]:
-            flags.append(f"{g} was under {IDLE_UTIL_PCT:g}% utilisation {s['idle_frac']:.0%} of the time other GPUs "
-                         "worked: check input sharding and per-replica batch")
-        if s["slowed_down"]:
-            flags.append(f"{g} slowed down in {slowdown_frac:.0%} of samples ({', '.join(s['slowdown_reasons'])}): "
-                         "a thermal or hardware slowdown, not the power cap: check cooling, airflow and the power "
-                         "supply (nvidia-smi -q -d PERFORMANCE says which)")
-        if s["power_capped"]:
-            notes.append(f"{g} ran at its software power cap in {power_cap_frac:.0%} of samples (sw_power_cap): the "
-                         "driver held the clocks to the board's power limit, which is how data-centre GPUs run under "
-                         "a full load, not a cooling fault (nvidia-smi -q -d POWER shows the limit)")
-    if images is not None:
-        n = len(gpus)
-        for g, s in out_gpus.items():
-            # Data parallelism splits every global batch equally, so each GPU processed images / n of them.
-            s["images_per_joule"] = (images / n / s["energy_j"]) if s["energy_j"] else None
+    return df
+
+
+def _gpu_figures(df, g: str, idle_frac: float | None, duration: float | None) -> dict:
+    """One GPU's figures: utilisation, memory, temperature, power and energy (over ``duration`` when given, else
+    over its samples), idle share, and its throttle reasons told apart."""
+    util = _series(df, g, "util_gpu_pct")["value"]
+    mem = _series(df, g, "mem_used_bytes")["value"]
+    mem_total = _series(df, g, "mem_total_bytes")["value"]
+    temp = _series(df, g, "temp_c")["value"]
+    energy, mean_power, energy_source = _energy_j(_series(df, g, "power_w"), _series(df, g, "energy_j"))
+    if duration is not None and mean_power is not None:
+        energy = mean_power * duration
+    thr = _series(df, g, "throttle_reasons")["value"].astype("int64")
+    throttle_frac = _share(thr, PERF_THROTTLE_MASK)
+    power_cap_frac, slowdown_frac = _share(thr, POWER_CAP_MASK), _share(thr, SLOWDOWN_MASK)
+    return {
+        "util_mean_pct": float(util.mean()) if len(util) else None,
+        "util_max_pct": float(util.max()) if len(util) else None,
+        "mem_peak_bytes": int(mem.max()) if len(mem) else None,
+        "mem_total_bytes": int(mem_total.max()) if len(mem_total) else None,
+        "mem_peak_frac": float(mem.max() / mem_total.max()) if len(mem) and len(mem_total) and mem_total.max() > 0
+        else None,
+        "temp_max_c": float(temp.max()) if len(temp) else None,
+        "power_mean_w": mean_power,
+        "energy_j": energy,
+        "energy_source": energy_source,
+        "idle_frac": idle_frac,
+        "idle": bool(idle_frac is not None and idle_frac > IDLE_TIME_FRAC),
+        "throttle_frac": throttle_frac,
+        "throttle_reasons": _names(thr, PERF_THROTTLE_MASK),
+        "throttled": bool(throttle_frac is not None and throttle_frac >= THROTTLE_TIME_FRAC),
+        # Told apart: the power cap is how a loaded GPU runs; a thermal or hardware slowdown is a fault.
+        "power_cap_frac": power_cap_frac,
+        "power_capped": bool(power_cap_frac is not None and power_cap_frac >= THROTTLE_TIME_FRAC),
+        "slowdown_frac": slowdown_frac,
+        "slowdown_reasons": _names(thr, SLOWDOWN_MASK),
+        "slowed_down": bool(slowdown_frac is not None and slowdown_frac >= THROTTLE_TIME_FRAC),
+    }
+
+
+def _gpu_findings(g: str, s: dict) -> tuple[list[str], list[str]]:
+    """(flags, notes) for one GPU's figures: idle and slowdown are faults; the power cap is a note."""
+    flags, notes = [], []
+    if s["idle"]:
+        flags.append(f"{g} was under {IDLE_UTIL_PCT:g}% utilisation {s['idle_frac']:.0%} of the time other GPUs "
+                     "worked: check input sharding and per-replica batch")
+    if s["slowed_down"]:
+        flags.append(f"{g} slowed down in {s['slowdown_frac']:.0%} of samples ({', '.join(s['slowdown_reasons'])}): "
+                     "a thermal or hardware slowdown, not the power cap: check cooling, airflow and the power "
+                     "supply (nvidia-smi -q -d PERFORMANCE says which)")
+    if s["power_capped"]:
+        notes.append(f"{g} ran at its software power cap in {s['power_cap_frac']:.0%} of samples (sw_power_cap): the "
+                     "driver held the clocks to the board's power limit, which is how data-centre GPUs run under "
+                     "a full load, not a cooling fault (nvidia-smi -q -d POWER shows the limit)")
+    return flags, notes
+
+
+def _host_figures(df) -> dict:
+    """The host's CPU utilisation and peak resident memory over the frame."""
     cpu = _series(df, "host", "cpu_util_pct")["value"]
     rss = _series(df, "host", "rss_bytes")["value"]
     return {
-        "duration_s": duration,
-        "samples": int(df["time_s"].nunique()) if len(df) else 0,
-        "gpus": out_gpus,
-        "gpu_energy_j": total_energy if have_energy else None,
-        "images": images,
-        "images_per_joule": (images / total_energy) if images is not None and have_energy and total_energy > 0
-        else None,
-        "host": {
-            "cpu_util_mean_pct": float(cpu.mean()) if len(cpu) else None,
-            "cpu_util_max_pct": float(cpu.max()) if len(cpu) else None,
-            "rss_peak_bytes": int(rss.max()) if len(rss) else None,
-        },
-        "flags": flags,
-        "notes": notes,
+        "cpu_util_mean_pct": float(cpu.mean()) if len(cpu) else None,
+        "cpu_util_max_pct": float(cpu.max()) if len(cpu) else None,
+        "rss_peak_bytes": int(rss.max()) if len(rss) else None,
     }

@@ -1,7 +1,8 @@
 """RunConfig: every parameter of a training run, validated once, with every derived number computed here.
 
 The config is a frozen dataclass of papermill-safe primitives (int, float, str, bool, None, lists of int),
-so the same object comes from CLI flags, a papermill parameters cell, a sweep YAML or a Python dict.
+so the same object comes from CLI flags, a papermill parameters cell, a sweep YAML or a Python dict. The rules
+its values must meet (types, ranges, choices, fields that must agree) are in config/rules.py.
 The CLI's train options are generated from the field metadata below, so ``--help`` and this file cannot
 drift apart.
 
@@ -14,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import numbers
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from . import rules
+from .rules import whole_number
 
 LR_RULES = ("none", "linear", "sqrt")
 SCHEDULES = ("constant", "cosine", "step")
@@ -33,7 +34,6 @@ VERIFY_MODES = ("full", "cached", "off")  # how TFRecord shards are checked befo
 SCALING_MODES = ("weak", "strong")  # weak keeps the per-replica batch as replicas grow, strong the global batch
 DEFAULT_MAX_REPLICAS = 64  # the most GPUs advise and predict consider unless told
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes per gradient element in each all-reduce dtype
-MAX_SEED = 2**32 - 1  # the largest seed keras.utils.set_random_seed accepts
 DEFAULT_PER_REPLICA_BATCH = 64  # when neither --per-replica-batch nor --global-batch is given
 
 
@@ -179,67 +179,9 @@ class RunConfig:
 
     # ------------------------------------------------------------------------------------------
     def __post_init__(self):
-        _check_types(self)
-        if self.gpus is not None:
-            gpus = [int(g) for g in self.gpus]
-            if not gpus:
-                raise ConfigError("gpus: give at least one GPU index, e.g. --gpus 0,1")
-            if len(set(gpus)) != len(gpus) or min(gpus) < 0:
-                raise ConfigError(f"gpus: indices must be distinct and >= 0, got {gpus}")
-            if self.replicas is not None and self.replicas != len(gpus) * self.workers:
-                raise ConfigError(f"replicas={self.replicas} but gpus names {len(gpus)} GPUs"
-                                  + (f" per worker x {self.workers} workers" if self.workers > 1 else "")
-                                  + "; give one or the other")
-            object.__setattr__(self, "gpus", gpus)
-        for name in ("replicas", "workers", "per_replica_batch", "global_batch", "base_batch", "steps",
-                     "steps_per_loop", "train_images", "image_size", "accumulate", "allreduce_packs"):
-            v = getattr(self, name)
-            if v is not None and v <= 0:
-                raise ConfigError(f"{name} must be > 0, got {v}")
-        if self.num_classes is not None and self.num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {self.num_classes}")
-        for name in ("base_lr", "epochs", "divergence_factor", "data_service_timeout"):
-            v = getattr(self, name)
-            if not (v > 0 and math.isfinite(v)):
-                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
-        if self.data_memory_gb is not None and not (self.data_memory_gb > 0 and math.isfinite(self.data_memory_gb)):
-            raise ConfigError(f"data_memory_gb must be a finite number > 0, got {self.data_memory_gb}")
-        for name in ("warmup_epochs", "weight_decay"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "timing_warmup_steps"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 <= self.seed <= MAX_SEED:  # what keras.utils.set_random_seed (NumPy's legacy seeding) accepts
-            raise ConfigError(f"seed must be a whole number from 0 to 2**32 - 1 = {MAX_SEED}, got {self.seed}")
-        for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                raise ConfigError(f"{f.name}: unknown value {getattr(self, f.name)!r}; choose one of {', '.join(choices)}")
-        if self.replicas is not None and self.replicas % self.workers:
-            raise ConfigError(f"replicas={self.replicas} does not divide among workers={self.workers}: replicas "
-                              f"counts every worker's replicas; use a multiple of {self.workers}")
-        k = self.accumulate
-        acc = f" x accumulate={k}" if k > 1 else ""
-        if self.global_batch is not None and self.replicas is not None and self.global_batch % (self.replicas * k):
-            fix = (f"use a multiple of {self.replicas * k}" if k == 1 else
-                   f"use a multiple of {self.replicas * k}, or give --per-replica-batch")
-            raise ConfigError(f"global_batch={self.global_batch} does not divide by replicas={self.replicas}{acc}; {fix}")
-        if self.global_batch is not None and self.per_replica_batch is not None and self.replicas is not None \
-                and self.per_replica_batch * self.replicas * k != self.global_batch:
-            raise ConfigError(f"global_batch={self.global_batch} and per_replica_batch={self.per_replica_batch} disagree "
-                              f"on {self.replicas} replica(s){acc} ({self.per_replica_batch} x {self.replicas}"
-                              f"{f' x {k}' if k > 1 else ''} = {self.per_replica_batch * self.replicas * k}); give one "
-                              "or the other")
-        if k > 1 and self.last_batch == "partial":
-            raise ConfigError("--accumulate needs whole batches (each replica runs --accumulate micro-batches of "
-                              "--per-replica-batch): use --last-batch drop")
-        if self.data_service is not None:
-            service_address(self.data_service)
-            if self.last_batch == "partial":
-                raise ConfigError("--last-batch partial cannot go through --data-service: the service carries each "
-                                  "step's replicas' batches as one element, which needs whole batches; use "
-                                  "--last-batch drop")
+        # The types (with the coercions papermill needs), ranges, choices and how fields agree: config/rules.py.
+        rules.coerce_types(self)
+        rules.check_values(self)
         if self.profile_steps is not None:
             self.profile_range()  # checks the form; the run checks the range against its steps
         if self.noise_scale:
@@ -375,35 +317,6 @@ class RunConfig:
 # records what they were decided to be, and a rerun that leaves them unset matches it (rundir.prepare).
 AUTO_KEYS = ("num_classes", "deterministic", "per_replica_batch", "image_size")
 
-# Keys that describe how a run is executed or reported, not what it computes (``identity=False`` on the field):
-# changing them does not make a run directory belong to a different run. The chunking of the loop
-# (steps_per_loop, checkpoint_every) cuts the same steps into other calls (tests/engine/test_equivalence.py), and
-# how many processes share the replicas does not change what a run computes (tests/cluster/test_multiworker.py),
-# so a run may resume with other values of these. tests/test_rundir.py checks every field both ways.
-def service_address(text: str, what: str = "--data-service") -> tuple[str, int]:
-    """(host, port) of a tf.data service address, ``host:port`` or ``grpc://host:port``; a one-line ConfigError
-    naming ``what`` when it is neither. An IPv6 host keeps its brackets (``[::1]:5050``), the form gRPC dials."""
-    example = "give HOST:PORT, e.g. node1:5050 or grpc://node1:5050 (what tftoolkit data-service start prints)"
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"{what} is empty; {example}")
-    rest = text.strip()
-    if "://" in rest:
-        protocol, _, rest = rest.partition("://")
-        if protocol != "grpc":
-            raise ConfigError(f"{what} {text!r} uses protocol {protocol!r}; the tf.data service speaks grpc:// only "
-                              f"({example})")
-    host, _, port = rest.rpartition(":")
-    bad_host = not host or any(c.isspace() or c in "/@" for c in host) or (":" in host and not host.startswith("["))
-    if bad_host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{what} {text!r} is not HOST:PORT with a port from 1 to 65535; {example}")
-    return host, int(port)
-
-
-def whole_number(v) -> bool:
-    """An int (NumPy's too), not a bool: a count of examples, replicas or micro-batches."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
 def _multiples(g: int, m: int) -> str:
     lo, hi = (g // m) * m, (g // m + 1) * m
     return f"{lo} or {hi}" if lo > 0 else f"{hi}"
@@ -451,6 +364,11 @@ def accumulation_plan(global_batch: int, replicas: int, max_per_replica_batch: i
                       "smaller model or more memory")
 
 
+# Keys that describe how a run is executed or reported, not what it computes (``identity=False`` on the field):
+# changing them does not make a run directory belong to a different run. The chunking of the loop
+# (steps_per_loop, checkpoint_every) cuts the same steps into other calls (tests/engine/test_equivalence.py), and
+# how many processes share the replicas does not change what a run computes (tests/cluster/test_multiworker.py),
+# so a run may resume with other values of these. tests/test_rundir.py checks every field both ways.
 NON_IDENTITY_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig) if not f.metadata.get("identity", True))
 
 
@@ -461,37 +379,3 @@ def cli_fields():
 
 def field_types() -> dict[str, Any]:
     return typing.get_type_hints(RunConfig)
-
-
-def _base_types(tp) -> tuple[type, ...]:
-    """(int,), (int, NoneType), (list,) ... from an annotation like ``int | None``."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        out = ()
-        for a in typing.get_args(tp):
-            out += _base_types(a)
-        return out
-    if origin is list:
-        return (list,)
-    return (tp,)
-
-
-def _check_types(cfg: RunConfig) -> None:
-    hints = field_types()
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        allowed = _base_types(hints[f.name])
-        if v is None and type(None) in allowed:
-            continue
-        if float in allowed and isinstance(v, int) and not isinstance(v, bool):
-            object.__setattr__(cfg, f.name, float(v))  # 1 is a fine float; papermill passes ints for 1.0
-            continue
-        if list in allowed and isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-            object.__setattr__(cfg, f.name, list(v))
-            continue
-        ok = any(isinstance(v, t) for t in allowed if t is not type(None))
-        if isinstance(v, bool) and bool not in allowed:
-            ok = False  # True is an int in Python; as a batch size it is a mistake
-        if not ok:
-            names = " or ".join("None" if t is type(None) else ("list of int" if t is list else t.__name__) for t in allowed)
-            raise ConfigError(f"{f.name}: expected {names}, got {type(v).__name__} {v!r}")
