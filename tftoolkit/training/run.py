@@ -313,10 +313,7 @@ class Run:
                 with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
                     self._probe_input()
                     if config.measure:  # the breakdown's rounds need the training iterator, released below
-                        self.step_parts = breakdown.measure_parts(
-                            eng, config, self.source, self.iterator, self.wall["train_steps_s"],
-                            float(np.median([s / n for s, n in self.loop_times] or [math.nan])))
-                        self.wall["measurement_s"] += self.step_parts["seconds"]
+                        self._measure_parts()
             elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
                 self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         finally:
@@ -349,6 +346,16 @@ class Run:
                 sys.stderr.flush()
             finally:
                 os._exit(1)  # whatever failed above: the stuck call would otherwise hold the process for ever
+
+    def _measure_parts(self):
+        """The breakdown's rounds, sized to the measuring budget (breakdown.budget: a share of the run's wall time so
+        far, less what the input probe took); the loop's first call says what a trace of it costs."""
+        step_s = float(np.median([s / n for s, n in self.loop_times] or [math.nan]))
+        trace_s = self.first_call[0] - self.first_call[1] * step_s if self.first_call else math.nan
+        self.step_parts = breakdown.measure_parts(
+            self.engine, self.config, self.source, self.iterator, step_s, trace_s,
+            elapsed_s=time.time() - self.started, spent_s=self.wall["measurement_s"], setup=self.setup)
+        self.wall["measurement_s"] += self.step_parts["seconds"]
 
     def _probe_input(self):
         """The input capacity of this run's own pipeline, pulled alone after the last step (measure.inputbench):
@@ -462,9 +469,11 @@ class Run:
                                                  first_call=self.first_call, resumed_from=self.resumed_from,
                                                  previous=self.previous_summary))
         if "measure_cost" in summary:  # what measuring cost, said where the user sees it
+            summary["measure_share"] = breakdown.share(self.wall["measurement_s"], summary["wall_time_s"])
             log.info("%s", breakdown.cost_line(self.wall["measurement_s"], summary["wall_time_s"],
                                                summary["measure_cost"], summary["breakdown_rounds"],
-                                               getattr(self, "step_parts", {}).get("steps_per_call", 0)))
+                                               getattr(self, "step_parts", {}).get("steps_per_call", 0),
+                                               summary.get("breakdown_method", "")))
         if self.profile is not None:
             summary["profiled_steps"] = config.profile_steps
             summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]
