@@ -167,7 +167,8 @@ def interleaved(*timers, rounds: int) -> list[np.ndarray]:
     return [np.array(x) for x in out]
 
 
-def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> tuple[float, float]:
+def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False,
+                          extra: bool = True) -> tuple[float, float]:
     """The model's gradient all-reduce alone, on the run's strategy, through the all-reduce the step uses: under
     XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops; in the run's
     --allreduce-dtype, casts included (as one pack: with several, the step's calls add their latencies). Returns
@@ -181,22 +182,23 @@ def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: 
     strategy = engine.strategy
     one_process = len(strategy.extended.worker_devices) == strategy.num_replicas_in_sync
     t = time_allreduce(strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1, jit=jit,
-                       max_repeats=(EXTRA_REPEATS if one_process else 1) * repeats,
+                       max_repeats=(EXTRA_REPEATS if one_process and extra else 1) * repeats,
                        allreduce_dtype=engine.exchange.dtype)
     return t["time_s"], t["time_err_s"]
 
 
-def before_rounds(engine, config, setup) -> dict:
+def before_rounds(engine, config, setup, extra: bool = True) -> dict:
     """What is measured before the rounds, so that they get what is left of the budget: the all-reduce timed alone
-    (``direct``: seconds and error) and the devices' peak FLOP/s (on CPU a matmul, once a process; flops caches it
-    for summary_fields), with what each took."""
+    (``direct``: seconds and error; more repeats for one within its noise only with ``extra``, when the budget holds
+    more than the rounds' floor) and the devices' peak FLOP/s (on CPU a matmul, once a process; flops caches it for
+    summary_fields), with what each took."""
     from . import flops
     from ..engine.step import jit_effective
 
     out, t0 = {}, time.perf_counter()
     try:
         jit = jit_effective(config, setup.kind, setup.replicas)
-        out["direct"] = direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else (0.0, 0.0)
+        out["direct"] = direct_allreduce_time(engine, jit=jit, extra=extra) if setup.replicas > 1 else (0.0, 0.0)
     except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
         out["direct_error"] = f"direct all-reduce: {type(e).__name__}: {e}"
     t1 = time.perf_counter()
@@ -215,7 +217,8 @@ def measure_parts(engine, config, source, iterator, step_s: float, trace_s: floa
     run's ``elapsed_s`` so far, ``spent_s`` measured already) at ``step_s`` a step, the loop's trace taking
     ``trace_s``; what fails is returned as ``error``."""
     t0 = time.perf_counter()
-    pre = before_rounds(engine, config, setup) if setup is not None else {}
+    floor_s = 2 * MIN_ROUNDS * step_s if step_s == step_s else math.inf  # the least the rounds will cost
+    pre = before_rounds(engine, config, setup, extra=budget(elapsed_s, spent_s) > floor_s) if setup else {}
     done = time.perf_counter() - t0
     budget_s = budget(elapsed_s + done, spent_s + done)
     # Every worker of a multi-worker run must run the same calls (each step's all-reduce joins them all), and each
