@@ -56,7 +56,8 @@ def row(name: str, s: dict, loads: list[float]) -> dict:
             "budget_s": s.get("measure_budget_s"), "cost": s.get("measure_cost", ""),
             "method": s.get("breakdown_method", ""), "rounds": s.get("breakdown_rounds"),
             "load": (min(loads), max(loads)), "step_ms": 1e3 * s.get("step_time_s", float("nan")),
-            "breakdown_step_ms": 1e3 * s.get("breakdown_step_time_s", float("nan")), "note": s.get("breakdown_note", "")}
+            "breakdown_step_ms": 1e3 * s.get("breakdown_step_time_s", float("nan")),
+            "note": s.get("breakdown_note", "")}
 
 
 def main() -> None:

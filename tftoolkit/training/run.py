@@ -78,54 +78,10 @@ class Run:
         self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
-        import tensorflow as tf  # deferred: see the note at the imports
-
-        config, setup, derived, strategy = self.config, self.setup, self.derived, self.session.strategy
-        sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
-        log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
-        acc = (f" x {config.accumulate} micro-batches accumulated (one all-reduce per optimizer step)"
-               if config.accumulate > 1 else "")
-        log.info("global batch %d = %d per replica x %d%s; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
-                 "%d steps/epoch, %d steps, warmup %d steps",
-                 derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
-                 config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
-                 derived["total_steps"], derived["warmup_steps"])
-        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (summary_build.input_fields)
-            for name, split in self.source.streams.items():
-                if split.skip_bad:
-                    split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
-        eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model,
-                           loss=self.session.loss, metrics=self.session.metrics,
-                           feed=feed.make(config, setup, strategy, self.source))
-        self.engine = eng
-        if eng.task.classification and self.source.structured:
-            losses.check_class_labels(self.source)
-        if not eng.task.classification or eng.task.metrics:
-            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
-            # (the default classification loss fits by construction, but a metric added to it may not).
-            losses.check(eng.task, eng.model, *pipeline.first_batch(self.source, min(4, self.source.train_examples)))
-        self.state = {
-            "step": tf.Variable(0, dtype=tf.int64, trainable=False),
-            "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
-            "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
-            "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
-        }
-        extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
-        self.checkpoints = Checkpoints(self.out / "checkpoints", {"model": eng.model, "optimizer": eng.optimizer,
-                                                                 **self.state, **extra}, worker_id=self.worker_id)
-        self.resumed_from = 0
-        latest = self.checkpoints.restore_latest()
-        # The previous process's summary, if it wrote one: the earlier segments of a resumed run.
-        self.previous_summary = None
-        if latest and (self.out / "summary.json").exists():
-            try:
-                self.previous_summary = summary_schema.read(self.out)
-            except (OSError, ValueError):
-                pass
-        if latest:
-            self.resumed_from = int(self.state["step"].numpy())
-            self._reload_logs()
-            log.info("resuming from step %d (%s)", self.resumed_from, latest)
+        self._log_plan()
+        self._build()
+        self._restore()
+        setup = self.setup
         if self.chief:
             run_records.write_env(self.out, setup.kind, setup.devices)
         self._start_tensorboard()
@@ -165,6 +121,64 @@ class Run:
             raise
         self.finishing.end()  # a signal held back while the run measured and wrote its summary: honoured now
         return summary
+
+    def _log_plan(self) -> None:
+        """The run's devices and derived arithmetic, in the log before anything is built."""
+        config, setup, derived = self.config, self.setup, self.derived
+        sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
+        log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
+        acc = (f" x {config.accumulate} micro-batches accumulated (one all-reduce per optimizer step)"
+               if config.accumulate > 1 else "")
+        log.info("global batch %d = %d per replica x %d%s; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
+                 "%d steps/epoch, %d steps, warmup %d steps",
+                 derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
+                 config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
+                 derived["total_steps"], derived["warmup_steps"])
+        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (summary_build.input_fields)
+            for name, split in self.source.streams.items():
+                if split.skip_bad:
+                    split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
+
+    def _build(self) -> None:
+        """The engine, its checks on a few real examples, the run's counters and its checkpoints."""
+        import tensorflow as tf  # deferred: see the note at the imports
+
+        config, setup, strategy = self.config, self.setup, self.session.strategy
+        eng = build_engine(config, strategy, self.source, self.derived["train_examples"], model=self.session.model,
+                           loss=self.session.loss, metrics=self.session.metrics,
+                           feed=feed.make(config, setup, strategy, self.source))
+        self.engine = eng
+        if eng.task.classification and self.source.structured:
+            losses.check_class_labels(self.source)
+        if not eng.task.classification or eng.task.metrics:
+            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
+            # (the default classification loss fits by construction, but a metric added to it may not).
+            losses.check(eng.task, eng.model, *pipeline.first_batch(self.source, min(4, self.source.train_examples)))
+        self.state = {
+            "step": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
+            "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
+        }
+        extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
+        self.checkpoints = Checkpoints(self.out / "checkpoints", {"model": eng.model, "optimizer": eng.optimizer,
+                                                                 **self.state, **extra}, worker_id=self.worker_id)
+
+    def _restore(self) -> None:
+        """Resume from the latest checkpoint, if there is one, with the rows and the summary it left."""
+        self.resumed_from = 0
+        latest = self.checkpoints.restore_latest()
+        # The previous process's summary, if it wrote one: the earlier segments of a resumed run.
+        self.previous_summary = None
+        if latest and (self.out / "summary.json").exists():
+            try:
+                self.previous_summary = summary_schema.read(self.out)
+            except (OSError, ValueError):
+                pass
+        if latest:
+            self.resumed_from = int(self.state["step"].numpy())
+            self._reload_logs()
+            log.info("resuming from step %d (%s)", self.resumed_from, latest)
 
     def _interrupted(self, e: KeyboardInterrupt) -> None:
         by = " by SIGTERM" if isinstance(e, Terminated) else ""
