@@ -7,7 +7,9 @@ one call of the same length of three variants, in a rotated order,
   A  the real training step (the run's own input pipeline)
   B  the same step on the run's own input cut to one step's elements, cached and repeated (nothing to wait for)
   C  B without the gradient all-reduce (the engine's ``compute_loop``, on training's own model and optimizer: each
-     replica applies its own gradient, so the only thing missing is communication; one replica has no C)
+     replica applies its own gradient, so the only thing missing is communication; one replica has no C, and
+     where C's trace does not fit the measuring budget (below) there is none either: then C = B - the all-reduce
+     timed alone, and breakdown_method says so)
 
 so that a round's three calls see the same machine state, and the parts split the step they were timed beside,
 not one from another moment (on a loaded host the two need not agree). summary.json gets:
@@ -15,6 +17,7 @@ not one from another moment (on a loaded host the two need not agree). summary.j
   breakdown_step_time_s   median of A, the step the parts split (training's step_time_s was timed earlier)
   step_time_no_input_s    median of B
   compute_time_s          median of C
+  breakdown_method        how the parts were timed: with C, or with the all-reduce timed alone
   micro_step_time_s       compute_time_s / accumulate (derived): with --accumulate K an optimizer step is K
                           micro-steps and one all-reduce
   allreduce_time_s        median of B - C: the all-reduce the step really pays, after any overlap with compute
@@ -35,6 +38,7 @@ not one from another moment (on a loaded host the two need not agree). summary.j
   imbalance               max / mean of the examples each replica trained on (1.0 = balanced)
   flops_per_example ... mfu  see tftoolkit.measure.flops
   measure_time_s, measure_cost  what measuring took, and where (the run logs it with its share of the run)
+  measure_budget_s        what the rounds could spend (``budget``)
 
 Cost: measuring gets a budget, MEASURE_BUDGET of the run's wall time so far (``budget``: less what the input probe
 took, and RESERVE_SHARE of it kept for what follows the rounds: the replayed input, the all-reduce timed alone, FLOPs
