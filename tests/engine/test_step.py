@@ -19,6 +19,10 @@ def test_each_run_s_own_functions_are_no_retracing_warning_but_a_real_retrace_st
     # tf.function retracing" for build_engine.<locals>.train_loop and .evaluate from the sixth run on.
     assert not _kept(RETRACING.format("build_engine.<locals>.train_loop"))
     assert not _kept(RETRACING.format("build_engine.<locals>.evaluate"))
+    # the functions build_engine's helpers make for each run (engine/step.py's BUILDERS)
+    for name in ("make_train_loop.<locals>.train_loop", "replica_functions.<locals>.replica_step",
+                 "make_evaluate.<locals>.evaluate"):
+        assert not _kept(RETRACING.format(name)), name
     assert _kept(RETRACING.format("my_step"))  # a user's function that retraces: still said
     assert _kept("some other TensorFlow warning about build_engine.<locals>.train_loop")
 

@@ -129,11 +129,65 @@ def test_breakdown_says_when_communication_exceeds_compute_and_handles_one_repli
     assert b["communication_note"] == "one replica: there is no gradient all-reduce"
 
 
+def test_the_budget_is_a_tenth_of_the_run_so_far_less_what_was_spent_and_the_reserve():
+    assert measure.budget(100.0) == pytest.approx(100.0 * measure.MEASURE_BUDGET * (1 - measure.RESERVE_SHARE))
+    assert measure.budget(100.0, spent_s=2.0) == pytest.approx(measure.budget(100.0) - 2.0)
+    assert measure.budget(10.0, spent_s=5.0) == 0.0 and measure.budget(math.nan) == 0.0 and measure.budget(0.0) == 0.0
+    # Spending the whole budget (and the reserve) after E seconds keeps the measurement's share under the goal
+    for elapsed in (20.0, 60.0, 600.0):
+        spent = measure.budget(elapsed) / (1 - measure.RESERVE_SHARE)
+        assert spent / (elapsed + spent) <= measure.MEASURE_BUDGET
+
+
+def _cost(p, step_s, trace_s):
+    """What a plan spends: the loop without the all-reduce's trace and warm-up step when split, every round's calls."""
+    calls = 3 if p.split else 2
+    return (trace_s + step_s if p.split else 0.0) + calls * p.rounds * p.steps * step_s
+
+
 def test_the_rounds_fit_the_budget_and_never_fall_under_the_floor():
-    assert measure.plan(10, 0.001, 100.0) == (measure.MAX_ROUNDS, 10)  # cheap steps: training's call length
-    rounds, n = measure.plan(10, 0.66, 127.0)  # the README's first command on a loaded 2-core host
-    assert (rounds, n) == (measure.MIN_ROUNDS, 1) and 3 * rounds * n * 0.66 < 0.1 * 127
-    assert measure.plan(10, math.nan, math.nan) == (measure.MIN_ROUNDS, 1)
+    p = measure.plan(10, 0.001, 7.0, trace_s=2.0, replicas=4)  # cheap steps: training's call length, every round
+    assert (p.rounds, p.steps, p.split) == (measure.MAX_ROUNDS, 10, True) and _cost(p, 0.001, 2.0) <= 7.0
+    # The README's first command on a loaded 2-core host: 0.66 s a step, 9 s to trace, 180 s before measuring. The
+    # loop without the all-reduce does not fit: the rounds time two calls, the all-reduce is timed alone.
+    budget = measure.budget(180.0)
+    p = measure.plan(10, 0.66, budget, trace_s=9.0, replicas=4)
+    assert not p.split and p.rounds >= measure.MIN_ROUNDS and _cost(p, 0.66, 9.0) <= budget
+    assert measure.plan(10, 0.66, budget, trace_s=3.0, replicas=4).split  # a cheaper trace fits
+    assert not measure.plan(10, 0.001, 100.0, trace_s=0.0, replicas=1).split  # one replica: nothing to split
+    # No budget (or nothing known): the floor, whatever it costs, never the trace
+    for args in ((10, 0.66, 0.0, 9.0, 4), (10, math.nan, math.nan, math.nan, 4)):
+        p = measure.plan(*args)
+        assert (p.rounds, p.steps, p.split) == (measure.MIN_ROUNDS, 1, False), args
+    assert not measure.plan(10, 0.01, 100.0, math.nan, 2).split  # a trace of unknown cost is not risked
+
+
+def test_without_the_step_without_the_all_reduce_the_all_reduce_timed_alone_splits_the_step():
+    # A known answer: 20 ms of compute, 5 ms of all-reduce (timed alone: 5.1 ± 0.4 ms), 8 ms of input wait.
+    drift = 0.001 * DRIFT
+    parts = {"step_all_s": 0.033 + drift, "no_input_all_s": 0.025 + drift, "compute_all_s": 0.025 + drift,
+             "split": False}
+    f = measure.split_fields(parts, {"allreduce_direct_time_s": 0.0051,
+                                     "allreduce_direct_time_uncertainty_s": 0.0004}, replicas=4)
+    assert f["breakdown_method"] == measure.DIRECT
+    assert f["allreduce_time_s"] == 0.0051 and f["allreduce_time_uncertainty_s"] == 0.0004
+    assert f["compute_time_s"] == pytest.approx(0.025 + np.median(drift) - 0.0051)
+    assert f["compute_time_uncertainty_s"] >= 0.0004 and f["allreduce_time_status"] == measure.MEASURED
+    assert f["input_wait_s"] == pytest.approx(0.008) and f["breakdown_adds_up"] is True
+    # An all-reduce timed alone inside its noise is said to be so, never drawn as a finding
+    f = measure.split_fields(parts, {"allreduce_direct_time_s": 0.0003,
+                                     "allreduce_direct_time_uncertainty_s": 0.0004}, replicas=4)
+    assert f["allreduce_time_status"] == measure.WITHIN_NOISE and "within noise" in f["communication_note"]
+    # Split rounds keep the interleaved method; one replica has no all-reduce to time
+    assert measure.split_fields({**parts, "split": True}, {}, replicas=4)["breakdown_method"] == measure.INTERLEAVED
+    assert measure.split_fields(parts, {}, replicas=1)["allreduce_time_s"] == 0.0
+
+
+def test_the_cost_line_says_the_share_and_when_it_is_over_the_budget():
+    assert measure.share(5.0, 100.0) == 0.05 and math.isnan(measure.share(1.0, 0.0))
+    line = measure.cost_line(5.0, 100.0, "rounds 3.0 s", 3, 1, measure.DIRECT)
+    assert "5% of the run's 100.0 s" in line and "timed alone" in line and "over the" not in line
+    assert "over the 10% budget" in measure.cost_line(15.0, 100.0, "rounds 13.0 s", 3, 1)
 
 
 def test_predict_calibrates_on_the_run_s_own_step():
@@ -328,6 +382,10 @@ def test_training_summary_has_the_breakdown_fields(tmp_path):
     assert s["compute_time_s"] > 0 and s["step_time_no_input_s"] > 0
     for _, key in measure.PARTS:  # each part measured (above 0), or within noise of 0 with its error said
         status, value, se = s[key[:-2] + "_status"], s[key], s[key[:-2] + "_uncertainty_s"]
+        if key == "other_time_s":  # the residual: within noise exactly when the parts add up (3 of its errors)
+            tolerance = max(measure.ADD_UP_SIGMAS * se, measure.ADD_UP_FLOOR_S)
+            assert (status == measure.WITHIN_NOISE) == (abs(value) <= tolerance) == s["breakdown_adds_up"], key
+            continue
         assert (status == measure.MEASURED and value > 0) or (status == measure.WITHIN_NOISE
                                                               and abs(value) < measure.NOISE_SIGMAS * se), key
     # The all-reduce timed alone: a time, or on a loaded machine 0 with the bound its noise sets (measure.allreduce)
@@ -343,6 +401,10 @@ def test_training_summary_has_the_breakdown_fields(tmp_path):
     assert s["flops_source"] == "tf_profiler" and s["flops_per_example"] == 3 * s["forward_flops_per_example"]
     assert s["achieved_flops"] == pytest.approx(s["flops_per_example"] * s["images_per_sec"])
     assert s["peak_flops_source"].startswith("measured") and 0 < s["mfu"] < 2
+    # What measuring cost the run, recorded: its share of the run's wall time, the budget the rounds were sized to
+    assert s["measure_share"] == pytest.approx(s["wall_breakdown"]["measurement_s"] / s["wall_time_s"], rel=1e-2)
+    assert 0 < s["measure_share"] < 1 and s["measure_budget_s"] >= 0
+    assert s["breakdown_method"] in (measure.INTERLEAVED, measure.DIRECT)
 
 
 @pytest.mark.slow  # a tiny training (~5 s idle) beside busy loops
@@ -384,15 +446,16 @@ def test_on_a_loaded_host_the_parts_add_up_to_the_step(tmp_path, monkeypatch):
 def test_every_worker_of_a_multi_worker_run_times_the_same_rounds(monkeypatch):
     # Each step's all-reduce joins every worker: a plan sized by each worker's own clock could differ between them.
     seen = []
-    monkeypatch.setattr(measure, "time_step_parts", lambda *a, rounds, steps: seen.append((rounds, steps)) or {})
+    monkeypatch.setattr(measure, "time_step_parts",
+                        lambda *a, rounds, steps, split: seen.append((rounds, steps, split)) or {})
 
     class Source:
         train_examples = 64
 
     for workers in (1, 2):
         cfg = RunConfig(replicas=2, steps=8, workers=workers, **SMALL)
-        measure.measure_parts(None, cfg, Source, None, train_s=100.0, step_s=0.001)
-    assert seen == [(measure.MAX_ROUNDS, cfg.steps_per_loop), (measure.MIN_ROUNDS, 1)]
+        measure.measure_parts(_FakeEngine(2), cfg, Source, None, step_s=0.001, trace_s=1.0, elapsed_s=200.0)
+    assert seen == [(measure.MAX_ROUNDS, cfg.steps_per_loop, True), (measure.MIN_ROUNDS, 1, True)]
 
 
 class _FakeEngine:
@@ -434,7 +497,9 @@ def test_one_replica_times_no_step_without_the_all_reduce(monkeypatch):
     monkeypatch.setattr(measure, "_time_loop", lambda f, it, n: calls.append(f) or 0.01)
     engine = _FakeEngine(replicas=1)
     t = measure.time_step_parts(engine, RunConfig(replicas=1, steps=8, **SMALL), None, 64, object(), rounds=5, steps=1)
-    assert engine.compute_loop not in calls and len(calls) == 2 + 2 * 5  # warm-up and rounds: two calls each
+    # no warm-up call (the real step needs none: training ran it; the replayed input is filled by one pull), then
+    # two calls a round
+    assert engine.compute_loop not in calls and len(calls) == 2 * 5
     assert t["compute_all_s"] == t["no_input_all_s"]
     assert measure.breakdown(t["step_all_s"], t["no_input_all_s"], t["compute_all_s"], replicas=1)[
         "allreduce_time_s"] == 0.0

@@ -94,9 +94,11 @@ def test_step_breakdown_draws_errors_noise_and_failures_as_measured(runs):
                        allreduce_time_s=[0.0, 0.001, math.nan], allreduce_time_uncertainty_s=[0.0, 0.002, 0.004],
                        allreduce_time_status=["measured", "within noise", "failed"], input_wait_uncertainty_s=0.0005,
                        breakdown_step_time_s=[0.052, 0.053, 0.060], breakdown_step_time_uncertainty_s=0.001,
-                       step_time_s=[0.052, 0.053, 0.030])
+                       step_time_s=[0.040, 0.041, 0.020], global_batch=[52.0, 95.4, 90.0])
     long = scaling.breakdown_frame(data)
     at = long.set_index(["replicas", "part"])
+    # training's tick is the throughput's step (global batch / images/sec: 52, 53, 30 ms), not the median step
+    assert list(long.groupby("replicas")["training_step_ms"].first()) == pytest.approx([52.0, 53.0, 30.0])
     assert at.loc[(2, "gradient all-reduce"), "status"] == "within noise"
     assert at.loc[(4, "gradient all-reduce"), "status"] == "failed"
     assert at.loc[(2, "compute"), "err_ms"] == pytest.approx(2.0)
@@ -108,7 +110,7 @@ def test_step_breakdown_draws_errors_noise_and_failures_as_measured(runs):
     assert any("failed" in t.get_text() for t in ax.texts)  # the failed part is said, not drawn
     assert len(ax.patches) == 3 + 3 + 2  # compute and input wait everywhere, the all-reduce where it did not fail
     assert len(ax.containers) >= 6  # error bars on the parts and on the step
-    assert {"the step the parts split", "training's step (timed earlier)"} <= _texts(fig)
+    assert {"the step the parts split", "training's step (batch / images/sec)"} <= _texts(fig)
     assert "CPU-simulated" in fig._supxlabel.get_text() and "standard error" in fig._supxlabel.get_text()
     _render(fig)
 

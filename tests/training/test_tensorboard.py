@@ -165,18 +165,18 @@ def test_every_run_of_a_sweep_is_its_own_hparams_row(tmp_path):
 
 @pytest.mark.slow
 def test_a_failed_run_writes_no_final_figures_and_a_resumed_run_one_session(tmp_path, monkeypatch):
-    from tftoolkit.training import run as run_mod
+    from tftoolkit.training import hooks
 
     out = tmp_path / "run"
     cfg = RunConfig(**{**SMALL, "checkpoint_every": 4, "steps_per_loop": 2})
-    real = run_mod.Run._diverged
+    real = hooks.LoopHooks.diverged  # the divergence check after each loop call (training/hooks.py)
 
     def crash(self, losses, first_step):  # a fault at step 8, after the step-4 checkpoint
         if first_step + len(losses) >= 8:
             raise RuntimeError("a node went away")
         return real(self, losses, first_step)
 
-    monkeypatch.setattr(run_mod.Run, "_diverged", crash)
+    monkeypatch.setattr(hooks.LoopHooks, "diverged", crash)
     with pytest.raises(RuntimeError):
         tftoolkit.train(cfg, out, quiet=True)
     ids, finals = _sessions(out)

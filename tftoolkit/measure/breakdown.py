@@ -7,7 +7,9 @@ one call of the same length of three variants, in a rotated order,
   A  the real training step (the run's own input pipeline)
   B  the same step on the run's own input cut to one step's elements, cached and repeated (nothing to wait for)
   C  B without the gradient all-reduce (the engine's ``compute_loop``, on training's own model and optimizer: each
-     replica applies its own gradient, so the only thing missing is communication; one replica has no C)
+     replica applies its own gradient, so the only thing missing is communication; one replica has no C, and
+     where C's trace does not fit the measuring budget (below) there is none either: then C = B - the all-reduce
+     timed alone, and breakdown_method says so)
 
 so that a round's three calls see the same machine state, and the parts split the step they were timed beside,
 not one from another moment (on a loaded host the two need not agree). summary.json gets:
@@ -15,6 +17,7 @@ not one from another moment (on a loaded host the two need not agree). summary.j
   breakdown_step_time_s   median of A, the step the parts split (training's step_time_s was timed earlier)
   step_time_no_input_s    median of B
   compute_time_s          median of C
+  breakdown_method        how the parts were timed: with C, or with the all-reduce timed alone
   micro_step_time_s       compute_time_s / accumulate (derived): with --accumulate K an optimizer step is K
                           micro-steps and one all-reduce
   allreduce_time_s        median of B - C: the all-reduce the step really pays, after any overlap with compute
@@ -35,9 +38,17 @@ not one from another moment (on a loaded host the two need not agree). summary.j
   imbalance               max / mean of the examples each replica trained on (1.0 = balanced)
   flops_per_example ... mfu  see tftoolkit.measure.flops
   measure_time_s, measure_cost  what measuring took, and where (the run logs it with its share of the run)
+  measure_budget_s        what the rounds could spend (``budget``)
 
-Cost: the rounds get MEASURE_SHARE of the training loop's time (``plan``), but never fewer than MIN_ROUNDS rounds
-of one step: a median and its error need them, whatever they cost, and the run's log says what they cost.
+Cost: measuring gets a budget, MEASURE_BUDGET of the run's wall time so far (``budget``: less what the input probe
+took, and RESERVE_SHARE of it kept for what follows the rounds: the replayed input, the all-reduce timed alone, FLOPs
+and the peak). ``plan`` sizes the rounds to it: at least MIN_ROUNDS rounds of one step (the least a median and a
+bootstrap error need, whatever they cost), more and longer calls while they fit. The step without the all-reduce needs
+one more trace of the training loop (about training's own first-call trace): where that and its rounds do not fit the
+budget, the rounds time the step and the step without input only, and the all-reduce part is the all-reduce timed
+alone (``allreduce_direct_time_s``, with its error: its cost with nothing to overlap), compute the step without input
+less it (``breakdown_method`` says which). Fewer rounds give larger errors: a part inside them is within noise.
+summary.json records measure_budget_s and measure_share (the measurement's share of the run's wall time).
 
 Measuring never changes the trained model: the extra steps on the trained engine (with and without the all-reduce)
 run from a snapshot of every model and optimizer variable, restored afterwards.
@@ -52,19 +63,18 @@ import time
 
 import numpy as np
 
-from .parts import (ADD_UP_FLOOR_S, ADD_UP_SIGMAS, BOOTSTRAP, FAILED, MEASURED, PARTS, WITHIN_NOISE,  # noqa: F401
-                    Breakdown, Part, breakdown, communication_note, known, load_balance, split)
+from .parts import (ADD_UP_FLOOR_S, ADD_UP_SIGMAS, BOOTSTRAP, FAILED, MAX_ROUNDS, MEASURE_BUDGET,  # noqa: F401
+                    MEASURED, MIN_ROUNDS, PARTS, RESERVE_SHARE, WITHIN_NOISE, Breakdown, Part, Plan, breakdown, budget,
+                    communication_note, known, load_balance, plan, split)
 from .stats import NOISE_SIGMAS  # a part within this many standard errors of zero is within noise
 
 log = logging.getLogger("tftoolkit")
 
-# Rounds of three interleaved calls of steps_per_loop steps each, after a warm-up call each: the real training step
-# (the run's own iterator), the same step on one batch already on the devices (no input), and that step without the
-# all-reduce. Interleaving (in a rotated order) makes each round's three calls see the same machine state (turbo,
-# other processes), so per-round differences are the parts, and the step they split is timed beside them.
-MIN_ROUNDS, MAX_ROUNDS = 5, 9  # 5 rounds: a median and a bootstrap error that means something; more only if cheap
-MEASURE_SHARE = 0.05  # the rounds' share of the training loop's time above the floor of MIN_ROUNDS (the floor and the
-# trace dominate a short run: 13% of a 2-epoch default train on a loaded 2-core host, BENCHMARKS.md)
+# Rounds of interleaved calls of the same length (parts.plan sizes them to the budget): the real training step (the
+# run's own iterator), the same step on one batch already on the devices (no input), and that step without the
+# all-reduce where its trace fits the budget. Interleaving (in a rotated order) makes each round's calls see the same
+# machine state (turbo, other processes), so per-round differences are the parts, and the step they split is timed
+# beside them.
 DIRECT_ALLREDUCE_REPEATS = 5
 
 FIELDS = ("breakdown_step_time_s", "step_time_no_input_s", "compute_time_s", "micro_step_time_s", "allreduce_time_s",
@@ -72,7 +82,7 @@ FIELDS = ("breakdown_step_time_s", "step_time_no_input_s", "compute_time_s", "mi
           "compute_time_uncertainty_s", "allreduce_time_uncertainty_s", "allreduce_direct_time_uncertainty_s",
           "input_wait_uncertainty_s", "other_time_uncertainty_s", "compute_time_status", "allreduce_time_status",
           "input_wait_status", "other_time_status", "breakdown_rounds", "breakdown_adds_up", "breakdown_note",
-          "breakdown_step_matches_training",
+          "breakdown_step_matches_training", "breakdown_method",
           "input_wait_fraction", "communication_fraction", "communication_note", "imbalance", "flops_per_example",
           "forward_flops_per_example", "flops_source", "achieved_flops", "peak_flops", "peak_flops_source", "mfu")
 
@@ -114,25 +124,15 @@ def _restore(snapshot) -> None:
         v.assign(value)
 
 
-def plan(steps_per_loop: int, step_s: float, train_s: float) -> tuple[int, int]:
-    """(rounds, steps per call) for the interleaved rounds: MEASURE_SHARE of the training loop's ``train_s`` seconds
-    spent on 3 calls a round, at least MIN_ROUNDS rounds of at least one step (the floor a median and its error need,
-    whatever it costs), at most MAX_ROUNDS rounds of steps_per_loop steps (training's own call length)."""
-    budget = MEASURE_SHARE * train_s if train_s == train_s and train_s > 0 else 0.0
-    per_step = step_s if step_s == step_s and step_s > 0 else math.inf
-    n = int(min(steps_per_loop, max(1, budget // (3 * MIN_ROUNDS * per_step))))
-    rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, budget // (3 * n * per_step))))
-    return rounds, n
-
-
 def time_step_parts(engine, config, source, train_examples: int, iterator, rounds: int = MIN_ROUNDS,
-                    steps: int | None = None) -> dict:
+                    steps: int | None = None, split: bool = True) -> dict:
     """Per-round seconds per step of three calls of ``steps`` steps (default steps_per_loop), interleaved in a
     rotated order: the real step on ``iterator`` (the run's own training iterator: the input pipeline included),
     the same step on one batch already on the devices, and that step without the all-reduce (the engine's own
     ``compute_loop``: training's model and optimizer, no second engine to build). One replica all-reduces nothing:
-    its rounds time the first two, and its compute is the step without input. Every variable is restored
-    afterwards, so the trained model is unchanged."""
+    its rounds time the first two, and its compute is the step without input; so do several replicas without
+    ``split`` (the budget could not hold the third variant's trace). Every variable is restored afterwards, so the
+    trained model is unchanged."""
     strategy = engine.strategy
     n = steps or config.steps_per_loop
     t0 = time.perf_counter()
@@ -142,17 +142,22 @@ def time_step_parts(engine, config, source, train_examples: int, iterator, round
     saved = _snapshot(engine)
     try:
         variants = [(engine.train_loop, iterator), (engine.train_loop, replay)]
-        if strategy.num_replicas_in_sync > 1:
+        if strategy.num_replicas_in_sync > 1 and split:
             variants.append((engine.compute_loop, replay))
-        # Warm-up: one step each (the step count is a tensor, so these traces serve the timed loops too).
-        for loop_fn, it in variants:
-            _time_loop(loop_fn, it, 1)
+        # Warm-up: the real step needs none (training traced and ran it); the loop without the all-reduce is traced
+        # and run one step (the step count is a tensor: one trace serves every call), which fills the replayed
+        # input's cache; without it, one element pulled from the host fills it, with no step to pay for.
+        if len(variants) == 3:
+            _time_loop(*variants[2], 1)
+        else:
+            next(replay)
         warm_s = time.perf_counter() - t0
         times = interleaved(*[lambda f=f, it=it: _time_loop(f, it, n) for f, it in variants], rounds=rounds)
     finally:
         _restore(saved)
     return {"step_all_s": times[0].tolist(), "no_input_all_s": times[1].tolist(),
-            "compute_all_s": times[-1 if len(times) == 3 else 1].tolist(), "steps_per_call": n, "warmup_s": warm_s}
+            "compute_all_s": times[-1 if len(times) == 3 else 1].tolist(), "steps_per_call": n, "warmup_s": warm_s,
+            "split": len(times) == 3}
 
 
 def interleaved(*timers, rounds: int) -> list[np.ndarray]:
@@ -166,7 +171,8 @@ def interleaved(*timers, rounds: int) -> list[np.ndarray]:
     return [np.array(x) for x in out]
 
 
-def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False) -> tuple[float, float]:
+def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: bool = False,
+                          extra: bool = True) -> tuple[float, float]:
     """The model's gradient all-reduce alone, on the run's strategy, through the all-reduce the step uses: under
     XLA (``jit``) that is MirroredStrategy's collective all-reduce, not its cross_device_ops; in the run's
     --allreduce-dtype, casts included (as one pack: with several, the step's calls add their latencies). Returns
@@ -180,23 +186,58 @@ def direct_allreduce_time(engine, repeats: int = DIRECT_ALLREDUCE_REPEATS, jit: 
     strategy = engine.strategy
     one_process = len(strategy.extended.worker_devices) == strategy.num_replicas_in_sync
     t = time_allreduce(strategy, shapes, dtypes=dtypes, repeats=repeats, warmup=1, iters=1, jit=jit,
-                       max_repeats=(EXTRA_REPEATS if one_process else 1) * repeats,
+                       max_repeats=(EXTRA_REPEATS if one_process and extra else 1) * repeats,
                        allreduce_dtype=engine.exchange.dtype)
     return t["time_s"], t["time_err_s"]
 
 
-def measure_parts(engine, config, source, iterator, train_s: float, step_s: float) -> dict:
-    """The interleaved rounds (``time_step_parts``) while the run's training ``iterator`` is alive, sized by ``plan``
-    to the training loop's ``train_s`` seconds at ``step_s`` a step; what fails is returned as ``error``."""
-    # Every worker of a multi-worker run must run the same calls (each step's all-reduce joins them all), and each
-    # would size the plan by its own clock: they take the fixed floor instead.
-    rounds, n = plan(config.steps_per_loop, step_s, train_s) if config.workers <= 1 else (MIN_ROUNDS, 1)
-    t0 = time.perf_counter()
+def before_rounds(engine, config, setup, extra: bool = True) -> dict:
+    """What is measured before the rounds, so that they get what is left of the budget: the all-reduce timed alone
+    (``direct``: seconds and error; more repeats for one within its noise only with ``extra``, when the budget holds
+    more than the rounds' floor) and the devices' peak FLOP/s (on CPU a matmul, once a process; flops caches it for
+    summary_fields), with what each took."""
+    from . import flops
+    from ..engine.step import jit_effective
+
+    out, t0 = {}, time.perf_counter()
     try:
-        parts = time_step_parts(engine, config, source, source.train_examples, iterator, rounds=rounds, steps=n)
+        jit = jit_effective(config, setup.kind, setup.replicas)
+        out["direct"] = direct_allreduce_time(engine, jit=jit, extra=extra) if setup.replicas > 1 else (0.0, 0.0)
     except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
-        return {"error": f"step breakdown: {type(e).__name__}: {e}", "seconds": time.perf_counter() - t0}
-    return {**parts, "seconds": time.perf_counter() - t0}
+        out["direct_error"] = f"direct all-reduce: {type(e).__name__}: {e}"
+    t1 = time.perf_counter()
+    try:
+        flops.peak_flops(setup, config.precision)
+    except Exception:  # noqa: BLE001, S110 - summary_fields asks again and records why it failed
+        pass
+    out["direct_s"], out["peak_s"] = t1 - t0, time.perf_counter() - t1
+    return out
+
+
+def measure_parts(engine, config, source, iterator, step_s: float, trace_s: float = 0.0, elapsed_s: float = math.nan,
+                  spent_s: float = 0.0, setup=None) -> dict:
+    """The interleaved rounds (``time_step_parts``) while the run's training ``iterator`` is alive, after
+    ``before_rounds`` (given the run's ``setup``), sized by ``plan`` to what is left of the budget (``budget``: the
+    run's ``elapsed_s`` so far, ``spent_s`` measured already) at ``step_s`` a step, the loop's trace taking
+    ``trace_s``; what fails is returned as ``error``."""
+    t0 = time.perf_counter()
+    floor_s = 2 * MIN_ROUNDS * step_s if step_s == step_s else math.inf  # the least the rounds will cost
+    pre = before_rounds(engine, config, setup, extra=budget(elapsed_s, spent_s) > floor_s) if setup else {}
+    done = time.perf_counter() - t0
+    budget_s = budget(elapsed_s + done, spent_s + done)
+    # Every worker of a multi-worker run must run the same calls (each step's all-reduce joins them all), and each
+    # would size the plan by its own clock: they take the fixed floor, with the step without the all-reduce.
+    p = (plan(config.steps_per_loop, step_s, budget_s, trace_s, engine.strategy.num_replicas_in_sync)
+         if config.workers <= 1 else Plan(MIN_ROUNDS, 1, True, budget_s))
+    t1 = time.perf_counter()
+    try:
+        parts = time_step_parts(engine, config, source, source.train_examples, iterator, rounds=p.rounds,
+                                steps=p.steps, split=p.split)
+    except Exception as e:  # noqa: BLE001 - a failed measurement must not fail a finished run
+        return {**pre, "error": f"step breakdown: {type(e).__name__}: {e}", "seconds": time.perf_counter() - t0,
+                "budget_s": budget_s, "rounds_s": time.perf_counter() - t1}
+    return {**pre, **parts, "seconds": time.perf_counter() - t0, "budget_s": budget_s,
+            "rounds_s": time.perf_counter() - t1}
 
 
 def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1, parts: dict | None = None) -> dict:
@@ -206,32 +247,37 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
     from . import flops
 
     out = {k: math.nan for k in FIELDS}
-    out["communication_note"] = ""
+    out["communication_note"] = out["breakdown_method"] = ""
     errors = []
     t0 = time.perf_counter()
-    costs = {"rounds": (parts or {}).get("seconds", 0.0),
-             "of which traces and warm-up": (parts or {}).get("warmup_s", 0.0)}
-    if parts is None:
+    parts = parts or {}
+    costs = {"rounds": parts.get("rounds_s", 0.0), "of which traces and warm-up": parts.get("warmup_s", 0.0)}
+    if "direct" in parts or "direct_error" in parts:  # timed before the rounds (before_rounds)
+        if "direct" in parts:
+            out["allreduce_direct_time_s"], out["allreduce_direct_time_uncertainty_s"] = parts["direct"]
+        else:
+            errors.append(parts["direct_error"])
+        costs["direct all-reduce"], costs["peak"] = parts.get("direct_s", 0.0), parts.get("peak_s", 0.0)
+    else:
+        try:
+            from ..engine.step import jit_effective
+
+            jit = jit_effective(config, setup.kind, setup.replicas)
+            out["allreduce_direct_time_s"], out["allreduce_direct_time_uncertainty_s"] = (
+                direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else (0.0, 0.0))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"direct all-reduce: {type(e).__name__}: {e}")
+        costs["direct all-reduce"] = time.perf_counter() - t0
+    if not parts:
         errors.append("step breakdown: not timed (no training iterator)")
     elif "error" in parts:
         errors.append(parts["error"])
     else:
         try:
-            out.update(breakdown(parts["step_all_s"], parts["no_input_all_s"], parts["compute_all_s"],
-                                 setup.replicas, accumulate=config.accumulate))
+            out.update(split_fields(parts, out, setup.replicas, config.accumulate))
             out.update(against_training(out, summary, parts.get("steps_per_call", 0), config.steps_per_loop))
         except Exception as e:  # noqa: BLE001
             errors.append(f"step breakdown: {type(e).__name__}: {e}")
-    t1 = time.perf_counter()
-    try:
-        from ..engine.step import jit_effective
-
-        jit = jit_effective(config, setup.kind, setup.replicas)
-        out["allreduce_direct_time_s"], out["allreduce_direct_time_uncertainty_s"] = (
-            direct_allreduce_time(engine, jit=jit) if setup.replicas > 1 else (0.0, 0.0))
-    except Exception as e:  # noqa: BLE001
-        errors.append(f"direct all-reduce: {type(e).__name__}: {e}")
-    costs["direct all-reduce"] = time.perf_counter() - t1
     out.update(load_balance(summary.get("examples_per_replica", [])))
     t1 = time.perf_counter()
     try:
@@ -239,16 +285,38 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
                                      summary.get("images_per_sec", math.nan), workers=config.workers, hosts=hosts))
     except Exception as e:  # noqa: BLE001
         errors.append(f"flops: {type(e).__name__}: {e}")
-    costs["FLOPs and peak"] = time.perf_counter() - t1
-    out["measure_time_s"] = time.perf_counter() - t0 + costs["rounds"]  # the rounds ran before, in _loop
+    costs["FLOPs" if "peak" in costs else "FLOPs and peak"] = time.perf_counter() - t1
+    # The rounds (and what came before them) ran in the training loop's run, before the iterator was released
+    out["measure_time_s"] = time.perf_counter() - t0 + parts.get("seconds", 0.0)
     out["measure_cost"] = ", ".join(f"{k} {v:.1f} s" for k, v in costs.items())
+    out["measure_budget_s"] = parts.get("budget_s", math.nan)
     if errors:
         out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
         log.warning("measurement incomplete: %s", out["measure_error"])
-    if "error" not in (parts or {"error": 1}):
+    if parts and "error" not in parts:
         log.info("%s; %s; MFU %.1f%% (%s)", format_line({**out, "accumulate": config.accumulate}),
                  out["communication_note"], out["mfu"] * 100, out["peak_flops_source"])
     return out
+
+
+INTERLEAVED = "interleaved: step, step without input, step without the all-reduce"
+ONE_REPLICA = "interleaved: step, step without input (one replica: no all-reduce)"
+DIRECT = ("interleaved: step, step without input; the all-reduce timed alone (no overlap with compute): the step "
+          "without it did not fit the measuring budget")
+
+
+def split_fields(parts: dict, fields: dict, replicas: int, accumulate: int = 1) -> dict:
+    """The breakdown's fields from ``measure_parts``' rounds. Without the step without the all-reduce (``split``
+    false, several replicas), the all-reduce part is the all-reduce timed alone (``fields``'
+    allreduce_direct_time_s and its error) and compute is the step without input less it; ``breakdown_method``
+    says which."""
+    direct = None
+    if replicas > 1 and not parts.get("split", True):
+        direct = (fields.get("allreduce_direct_time_s", math.nan),
+                  fields.get("allreduce_direct_time_uncertainty_s", math.nan))
+    out = breakdown(parts["step_all_s"], parts["no_input_all_s"], parts["compute_all_s"], replicas,
+                    accumulate=accumulate, allreduce=direct)
+    return {**out, "breakdown_method": DIRECT if direct is not None else INTERLEAVED if replicas > 1 else ONE_REPLICA}
 
 
 def against_training(fields: dict, summary: dict, steps_per_call: int = 0, steps_per_loop: int = 0) -> dict:
@@ -273,14 +341,21 @@ def against_training(fields: dict, summary: dict, steps_per_call: int = 0, steps
     return {"breakdown_step_matches_training": False, "breakdown_note": fields.get("breakdown_note", "") + note}
 
 
-def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int) -> str:
+def share(measure_s: float, wall_s: float) -> float:
+    """The measurement's share of the run's wall time (summary's measure_share; at most MEASURE_BUDGET unless the
+    floor of MIN_ROUNDS rounds or what follows them outgrew the budget)."""
+    return measure_s / wall_s if wall_s > 0 else math.nan
+
+
+def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int, method: str = "") -> str:
     """What measuring cost the run, for the log: seconds, share of the run's wall time, and where they went."""
-    share = measure_s / wall_s if wall_s > 0 else math.nan
-    why = (f"; over {MEASURE_SHARE * 2:.0%}: on several replicas the step without the all-reduce is traced once, and "
-           f"{MIN_ROUNDS} rounds of one-step calls are the least a median with an error needs; --no-measure skips it"
-           if share > 2 * MEASURE_SHARE else "")
-    return (f"measurement: {measure_s:.1f} s, {share:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
-            f"rounds of {steps} step(s) a call){why}")
+    part = share(measure_s, wall_s)
+    why = (f"; over the {MEASURE_BUDGET:.0%} budget: {MIN_ROUNDS} rounds of one-step calls are the least a median with "
+           f"an error needs, and the all-reduce timed alone and the FLOP count follow them; --no-measure skips it"
+           if part > MEASURE_BUDGET else "")
+    how = f"; {method}" if method.startswith("interleaved: step, step without input;") else ""
+    return (f"measurement: {measure_s:.1f} s, {part:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
+            f"rounds of {steps} step(s) a call{how}){why}")
 
 
 def format_line(f: dict) -> str:

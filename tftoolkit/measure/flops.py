@@ -135,14 +135,15 @@ def training_flops_per_example(forward: float) -> float:
 
 
 # --- peak FLOP/s -----------------------------------------------------------------------------------------
-def cpu_matmul_peak(dtype: str = "float32", n: int = CPU_MATMUL_N, repeats: int = 5) -> tuple[float, str]:
+def cpu_matmul_peak(dtype: str = "float32", n: int = CPU_MATMUL_N, repeats: int = 3) -> tuple[float, str]:
     """Measured FLOP/s of an n x n tf.matmul on the host CPU, cached per process.
 
     Each repeat gives two rates: FLOPs / wall seconds, and FLOPs / CPU seconds of this process x the cores.
     On a shared machine other jobs take cores away and the wall rate drops (measured here: a 2-core host
     gave 165 GFLOP/s by wall time with one core busy elsewhere, 335 by CPU time), which would put MFU
     above 100%; the CPU-time rate is what the cores can do. The peak is the best of either over the
-    repeats. Every run of one process shares the figure, so a scaling study divides by one peak.
+    repeats (3: each costs measuring's budget; the run's first measurement pays them). Every run of one
+    process shares the figure, so a scaling study divides by one peak.
     """
     key = f"{dtype}:{n}"
     if key in _cpu_peak_cache:

@@ -1,5 +1,6 @@
 """The step breakdown's arithmetic: the parts of a step from interleaved rounds of timings (measure/breakdown.py
-times them), each with its bootstrap error and status, whether they add up, and the load balance.
+times them), each with its bootstrap error and status, whether they add up, and the load balance; the measuring
+budget and the rounds it pays for.
 
 Pure NumPy, no TensorFlow: tests/measure/test_breakdown.py pins these formulas in milliseconds.
 """
@@ -23,6 +24,51 @@ MEASURED, WITHIN_NOISE, FAILED = "measured", "within noise", "failed"  # a part'
 ADD_UP_SIGMAS = 3.0  # "other" beyond this many of its errors: the parts do not add up (2 fails 13% of honest
 # 5-round breakdowns, 3 none of 300: benchmarks/breakdown_estimator.py, docs/guides/measuring.md)
 ADD_UP_FLOOR_S = 1e-6  # the least "other" can be told from zero: the clock's resolution, not a fudge
+
+# --- the measuring budget (measure/breakdown.py times the rounds ``plan`` sizes) -----------------------------------
+MIN_ROUNDS, MAX_ROUNDS = 3, 9  # 3 rounds: a median with a bootstrap error (88-92% of 3-round errors cover a known
+# answer, 93-99% at 5: benchmarks/breakdown_estimator.py --rounds 3 5); more rounds only while the budget holds them
+MEASURE_BUDGET = 0.10  # measuring's share of the run's wall time so far, at most (BENCHMARKS.md measures it)
+RESERVE_SHARE = 0.3  # of the budget, kept for what the rounds' plan does not count: the replayed input's pipeline,
+# the FLOP count and the summaries after them (the all-reduce timed alone and the peak run before the rounds, and the
+# budget is what is left after them: measure.breakdown.measure_parts)
+
+
+def budget(elapsed_s: float, spent_s: float = 0.0) -> float:
+    """Seconds the breakdown's rounds may take: MEASURE_BUDGET of the run's ``elapsed_s`` wall seconds so far, less
+    RESERVE_SHARE of it, less ``spent_s`` already measured (the input probe, the all-reduce timed alone, the peak).
+    Measuring M seconds after E then keeps M / (E + M) under MEASURE_BUDGET."""
+    if not (elapsed_s == elapsed_s and elapsed_s > 0):
+        return 0.0
+    return max(0.0, MEASURE_BUDGET * elapsed_s * (1 - RESERVE_SHARE) - max(spent_s, 0.0))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the rounds are timed: ``rounds`` rounds of one call of ``steps`` steps per variant; ``split``: the step
+    without the all-reduce is one of them (its trace and warm-up fit the budget), else the all-reduce is timed alone."""
+
+    rounds: int
+    steps: int
+    split: bool
+    budget_s: float = math.nan
+
+
+def plan(steps_per_loop: int, step_s: float, budget_s: float, trace_s: float = 0.0, replicas: int = 1) -> Plan:
+    """The rounds for ``budget_s`` seconds (``budget``) at ``step_s`` a step. Every round times one call of each
+    variant: the real step and the step without input, and on several replicas the step without the all-reduce
+    when its trace (``trace_s``, about training's own) and warm-up step plus MIN_ROUNDS rounds of three one-step calls
+    fit. Then the calls get as many steps as MIN_ROUNDS rounds can pay for (up to steps_per_loop, training's own call
+    length), and the rounds as many as fit, between MIN_ROUNDS (whatever it costs) and MAX_ROUNDS."""
+    budget_s = budget_s if budget_s == budget_s and budget_s > 0 else 0.0
+    per_step = step_s if step_s == step_s and step_s > 0 else math.inf
+    trace = trace_s if trace_s == trace_s and trace_s >= 0 else math.inf
+    split = replicas > 1 and trace + per_step * (1 + 3 * MIN_ROUNDS) <= budget_s
+    calls = 3 if split else 2
+    avail = budget_s - (trace + per_step if split else 0.0)
+    n = int(min(steps_per_loop, max(1, avail // (calls * MIN_ROUNDS * per_step))))
+    rounds = int(min(MAX_ROUNDS, max(MIN_ROUNDS, avail // (calls * n * per_step))))
+    return Plan(rounds, n, split, budget_s)
 
 
 @dataclass(frozen=True)
@@ -120,12 +166,17 @@ class Breakdown:
                        f"{self.rounds} interleaved rounds)")
 
 
-def split(step_all, no_input_all, compute_all) -> Breakdown:
+def split(step_all, no_input_all, compute_all, allreduce: tuple[float, float] | None = None) -> Breakdown:
     """The parts of a step from per-round timings of the real step, the step without input and the step without
     all-reduce (same rounds, same lengths): compute = median(compute), all-reduce = median(no input - compute),
     input wait = median(step - no input), other = median(step) - the three. Errors: the standard deviation of each
-    median over BOOTSTRAP resamples of whole rounds (so the parts keep their correlation)."""
+    median over BOOTSTRAP resamples of whole rounds (so the parts keep their correlation).
+
+    ``allreduce`` (seconds, standard error): the all-reduce timed alone, where no step without it was timed; then
+    compute is the step without input less it, each round, and both parts carry its error."""
     a, b, c = (np.asarray(list(x), dtype=float) for x in (step_all, no_input_all, compute_all))
+    if allreduce is not None:
+        c = b - allreduce[0]
     if not len(a) == len(b) == len(c) or len(a) == 0:
         raise ValueError(f"split needs the same rounds of each variant, got {len(a)}, {len(b)} and {len(c)}")
 
@@ -139,14 +190,19 @@ def split(step_all, no_input_all, compute_all) -> Breakdown:
     rng = np.random.default_rng(0)  # a fixed seed: the same timings give the same errors
     se = (medians(rounds[rng.integers(0, len(a), size=(BOOTSTRAP, len(a)))]).std(axis=0, ddof=1) if len(a) > 1
           else np.full(7, math.nan))
+    if allreduce is not None:  # a constant in every round: its own error, added to what depends on it
+        extra = allreduce[1] if allreduce[1] == allreduce[1] else 0.0
+        se[2], se[3], se[6] = math.hypot(se[2], extra), allreduce[1], math.hypot(se[6], extra)
     step, no_input, compute, allreduce, input_wait, other, rest = (Part(float(m), float(s)) for m, s in zip(med, se))
     return Breakdown(step, no_input, compute, allreduce, input_wait, other, rounds=len(a), rest=rest)
 
 
-def breakdown(step_all, no_input_all, compute_all, replicas: int, accumulate: int = 1) -> dict:
+def breakdown(step_all, no_input_all, compute_all, replicas: int, accumulate: int = 1,
+              allreduce: tuple[float, float] | None = None) -> dict:
     """summary.json's breakdown fields from per-round timings (``split``): each part with its error and its status
-    (``*_status``: measured, within noise, failed), and whether they add up to the step (``breakdown_adds_up``)."""
-    b = split(step_all, no_input_all, compute_all)
+    (``*_status``: measured, within noise, failed), and whether they add up to the step (``breakdown_adds_up``).
+    ``allreduce``: the all-reduce timed alone, when no step without it was timed (``split``)."""
+    b = split(step_all, no_input_all, compute_all, allreduce if replicas > 1 else None)
     compute_s, allreduce_s = b.compute.seconds, b.allreduce.seconds if replicas > 1 else 0.0
     denom = compute_s + allreduce_s
     step = b.step.seconds

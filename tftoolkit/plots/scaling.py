@@ -146,12 +146,23 @@ PART_STATUS = {"compute": "compute_time_status", "gradient all-reduce": "allredu
 NOISE_SIGMAS = 2.0  # as measure.breakdown's: a mean within this many errors of zero is within noise
 
 
+def training_step_ms(g: pd.DataFrame) -> float:
+    """Training's step as the throughput figure has it: global batch / images_per_sec (the mean step of the timed
+    calls, stats.throughput), so that the breakdown's tick and the throughput describe the same steps; where the
+    batch is not in the frame, training's median step (step_time_s)."""
+    if {"global_batch", "images_per_sec"} <= set(g.columns):
+        ms = float((g["global_batch"].astype(float) / g["images_per_sec"].astype(float)).mean()) * 1e3
+        if ms == ms:
+            return ms
+    return float(g["step_time_s"].astype(float).mean()) * 1e3 if "step_time_s" in g.columns else math.nan
+
+
 def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Long frame (group, replicas, part, ms, err_ms, status, step_ms, step_err_ms, training_step_ms) of compute /
     all-reduce / input wait per step, averaged over the runs of one configuration (``configurations``: its label is
     ``group``) at one replica count. ``status``: measured, within noise (the mean within 2 errors of 0) or failed
     (a run's part failed: negative beyond its noise); ``step_ms`` is the step the parts split, ``training_step_ms``
-    training's own."""
+    training's own, as the throughput has it (``training_step_ms``)."""
     require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "step-time breakdown")
     data = df.copy()
     if "input_wait_s" not in data.columns:
@@ -170,7 +181,7 @@ def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
     for name, runs in configurations(data):
         for n, g in runs.groupby("replicas"):
             step, step_err = mean_ms(g, "breakdown_step_time_s")
-            train = float(g["step_time_s"].astype(float).mean()) * 1e3 if "step_time_s" in g.columns else math.nan
+            train = training_step_ms(g)
             for col, part in BREAKDOWN_PARTS:
                 ms, err = mean_ms(g, col)
                 statuses = set(g[PART_STATUS[part]].dropna()) if PART_STATUS[part] in g.columns else set()
@@ -234,7 +245,7 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
         if train == train and step == step and abs(train - step) > NOISE_SIGMAS * (step_err if step_err == step_err
                                                                                     else 0.0):
             ax.plot([x[i] - 0.34], [train], marker="_", ms=12, color="black", ls="none", alpha=0.5,
-                    label=None if "train" in labelled else "training's step (timed earlier)")
+                    label=None if "train" in labelled else "training's step (batch / images/sec)")
             labelled.add("train")
         text = (f"step {step:.1f}" + (f" ± {step_err:.1f}" if step_err == step_err else "") + " ms" if step == step
                 else f"{bottom:.1f} ms")

@@ -37,6 +37,7 @@ from ..measure.input import bench as inputbench
 from ..measure.monitor.sampler import Monitor
 from . import run_records, signals, summary_build
 from .summary_build import NOTHING_TRAINED
+from .hooks import LoopHooks
 from .tensorboard import Events, profile_for_run, trial_id
 
 # TensorFlow is imported where it is used, not here: the CLI imports this module before the run's set-up, and
@@ -78,54 +79,10 @@ class Run:
         self.events = self.profile = None  # set when the run starts (tensorboard events, the profiler)
 
     def execute(self) -> dict:
-        import tensorflow as tf  # deferred: see the note at the imports
-
-        config, setup, derived, strategy = self.config, self.setup, self.derived, self.session.strategy
-        sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
-        log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
-        acc = (f" x {config.accumulate} micro-batches accumulated (one all-reduce per optimizer step)"
-               if config.accumulate > 1 else "")
-        log.info("global batch %d = %d per replica x %d%s; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
-                 "%d steps/epoch, %d steps, warmup %d steps",
-                 derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
-                 config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
-                 derived["total_steps"], derived["warmup_steps"])
-        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (summary_build.input_fields)
-            for name, split in self.source.streams.items():
-                if split.skip_bad:
-                    split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
-        eng = build_engine(config, strategy, self.source, derived["train_examples"], model=self.session.model,
-                           loss=self.session.loss, metrics=self.session.metrics,
-                           feed=feed.make(config, setup, strategy, self.source))
-        self.engine = eng
-        if eng.task.classification and self.source.structured:
-            losses.check_class_labels(self.source)
-        if not eng.task.classification or eng.task.metrics:
-            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
-            # (the default classification loss fits by construction, but a metric added to it may not).
-            losses.check(eng.task, eng.model, *pipeline.first_batch(self.source, min(4, self.source.train_examples)))
-        self.state = {
-            "step": tf.Variable(0, dtype=tf.int64, trainable=False),
-            "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
-            "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
-            "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
-        }
-        extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
-        self.checkpoints = Checkpoints(self.out / "checkpoints", {"model": eng.model, "optimizer": eng.optimizer,
-                                                                 **self.state, **extra}, worker_id=self.worker_id)
-        self.resumed_from = 0
-        latest = self.checkpoints.restore_latest()
-        # The previous process's summary, if it wrote one: the earlier segments of a resumed run.
-        self.previous_summary = None
-        if latest and (self.out / "summary.json").exists():
-            try:
-                self.previous_summary = summary_schema.read(self.out)
-            except (OSError, ValueError):
-                pass
-        if latest:
-            self.resumed_from = int(self.state["step"].numpy())
-            self._reload_logs()
-            log.info("resuming from step %d (%s)", self.resumed_from, latest)
+        self._log_plan()
+        self._build()
+        self._restore()
+        setup = self.setup
         if self.chief:
             run_records.write_env(self.out, setup.kind, setup.devices)
         self._start_tensorboard()
@@ -166,6 +123,64 @@ class Run:
         self.finishing.end()  # a signal held back while the run measured and wrote its summary: honoured now
         return summary
 
+    def _log_plan(self) -> None:
+        """The run's devices and derived arithmetic, in the log before anything is built."""
+        config, setup, derived = self.config, self.setup, self.derived
+        sim = " (simulated: logical CPU devices sharing the host's cores)" if setup.kind == "CPU-simulated" else ""
+        log.info("%d replica(s) on %s%s", setup.replicas, ", ".join(setup.devices), sim)
+        acc = (f" x {config.accumulate} micro-batches accumulated (one all-reduce per optimizer step)"
+               if config.accumulate > 1 else "")
+        log.info("global batch %d = %d per replica x %d%s; lr %.4g = %.4g x %.4g (%s rule, base batch %d); "
+                 "%d steps/epoch, %d steps, warmup %d steps",
+                 derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
+                 config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
+                 derived["total_steps"], derived["warmup_steps"])
+        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (summary_build.input_fields)
+            for name, split in self.source.streams.items():
+                if split.skip_bad:
+                    split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
+
+    def _build(self) -> None:
+        """The engine, its checks on a few real examples, the run's counters and its checkpoints."""
+        import tensorflow as tf  # deferred: see the note at the imports
+
+        config, setup, strategy = self.config, self.setup, self.session.strategy
+        eng = build_engine(config, strategy, self.source, self.derived["train_examples"], model=self.session.model,
+                           loss=self.session.loss, metrics=self.session.metrics,
+                           feed=feed.make(config, setup, strategy, self.source))
+        self.engine = eng
+        if eng.task.classification and self.source.structured:
+            losses.check_class_labels(self.source)
+        if not eng.task.classification or eng.task.metrics:
+            # The loss and metrics on a few real examples, before anything trains: what does not fit is one line
+            # (the default classification loss fits by construction, but a metric added to it may not).
+            losses.check(eng.task, eng.model, *pipeline.first_batch(self.source, min(4, self.source.train_examples)))
+        self.state = {
+            "step": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "counts": tf.Variable(tf.zeros([strategy.num_replicas_in_sync], tf.int64), trainable=False),
+            "dropped": tf.Variable(0, dtype=tf.int64, trainable=False),
+            "initial_loss": tf.Variable(float("nan"), dtype=tf.float32, trainable=False),
+        }
+        extra = eng.noise.checkpoint_items() if eng.noise is not None else {}
+        self.checkpoints = Checkpoints(self.out / "checkpoints", {"model": eng.model, "optimizer": eng.optimizer,
+                                                                 **self.state, **extra}, worker_id=self.worker_id)
+
+    def _restore(self) -> None:
+        """Resume from the latest checkpoint, if there is one, with the rows and the summary it left."""
+        self.resumed_from = 0
+        latest = self.checkpoints.restore_latest()
+        # The previous process's summary, if it wrote one: the earlier segments of a resumed run.
+        self.previous_summary = None
+        if latest and (self.out / "summary.json").exists():
+            try:
+                self.previous_summary = summary_schema.read(self.out)
+            except (OSError, ValueError):
+                pass
+        if latest:
+            self.resumed_from = int(self.state["step"].numpy())
+            self._reload_logs()
+            log.info("resuming from step %d (%s)", self.resumed_from, latest)
+
     def _interrupted(self, e: KeyboardInterrupt) -> None:
         by = " by SIGTERM" if isinstance(e, Terminated) else ""
         step = int(self.state["step"].numpy())
@@ -201,90 +216,7 @@ class Run:
                         "a steadier rate", config.timing_warmup_steps, n_calls, n_calls - self.warm_loops_left,
                         self.warm_loops_left)
         bar = logs.progress_bar(total, quiet=self.quiet, initial=start, unit="step", leave=False)
-        self.dist_val = None
-        self.epoch_start_count = {}
-
-        def make_iterator(start_step):
-            # Held here, not only by the drive, so its release is timed (teardown) rather than hidden.
-            t0 = time.perf_counter()
-            self.iterator = iter(eng.feed.train_input(eng.strategy, self.source, config, start_step))
-            self.wall["setup_s"] += time.perf_counter() - t0  # building the input pipeline is set-up
-            return self.iterator
-
-        def on_epoch_start(epoch, pos):
-            # Examples counted before this epoch began: what the epoch trains on decides what it dropped.
-            self.epoch_start_count[epoch] = int(st["counts"].numpy().sum()) - pos * config.global_batch_size
-
-        def before_call(step, n):
-            if self.profile is not None:
-                self.profile.before(step)
-
-        def on_loop(chunk: loop.Chunk) -> bool:
-            losses, counts = chunk.outputs
-            n, step = chunk.steps, chunk.last_step
-            self.wall["train_steps_s"] += chunk.seconds
-            if self.first_call is None:
-                self.first_call = (chunk.seconds, n)
-            st["counts"].assign_add(counts)
-            profiled = self.profile is not None and self.profile.covers(chunk.first_step, step)
-            if self.profile is not None:
-                self.profile.after(step)
-            if self.warm_loops_left > 0:
-                self.warm_loops_left -= 1
-                if not self.warm_loops_left:
-                    self.monitor.phase("train")
-            elif not profiled:  # a traced call runs slower: it is no measure of throughput
-                self.loop_times.append((chunk.seconds, n))
-            noise_rows = eng.noise.last.numpy() if eng.noise is not None else None
-            for i, loss in enumerate(losses):
-                self.rows.append({"step": chunk.first_step + i + 1, "epoch": chunk.epoch, "loss": float(loss),
-                                  "step_time_s": chunk.seconds / n})
-                if noise_rows is not None:
-                    self.rows[-1].update(noise_grad_sq=float(noise_rows[i, 0]), noise_trace=float(noise_rows[i, 1]),
-                                         noise_scale=float(noise_rows[i, 2]))
-            if self.events is not None:
-                lrs = np.asarray(self.engine.schedule(np.arange(chunk.first_step, step, dtype=np.float32)))
-                self.events.steps(chunk.first_step, losses, lrs, chunk.seconds / n,
-                                  n * config.global_batch_size / chunk.seconds,
-                                  noise_rows[:, 2] if noise_rows is not None else None)
-            if math.isnan(float(st["initial_loss"].numpy())):
-                st["initial_loss"].assign(float(losses[0]))
-            st["step"].assign(step)
-            bar.update(n)
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-            if self._diverged(losses, chunk.first_step):
-                return True
-            # A checkpoint at an epoch's end waits for on_epoch_end: it must hold the epoch's dropped count and
-            # follow its evaluation, or a kill between them loses both for good (the resume starts after the epoch).
-            if step % spe and step < total and (save_due(step) or _Stop.requested):
-                self._checkpoint()
-            if _Stop.requested and step % spe:
-                # SIGTERM arrived during this call: its steps are counted and saved; stop. Only one process can
-                # decide this alone: the workers of a multi-worker run must all stop at the same step.
-                raise Terminated()
-            return False
-
-        def save_due(step):
-            return bool(config.checkpoint_every) and step % config.checkpoint_every == 0
-
-        def on_epoch_end(epoch, step, complete, stopped):
-            if complete:  # a whole epoch went through: count what it did not train on
-                seen = int(st["counts"].numpy().sum()) - self.epoch_start_count[epoch]
-                st["dropped"].assign_add(self.source.train_examples - seen)
-            if self.status == "ok" and config.eval_every_epoch and (complete or step == total):
-                if self.dist_val is None:
-                    self.dist_val = pipeline.eval_input(self.engine.strategy, self.source, config)
-                self.monitor.phase("eval")
-                t0 = time.perf_counter()
-                self._evaluate(self.dist_val, epoch, step)
-                self.wall["evaluation_s"] += time.perf_counter() - t0
-                self.monitor.phase("train" if self.warm_loops_left == 0 else "warmup")
-            if complete and not stopped and step < total and (save_due(step) or _Stop.requested):
-                self._checkpoint()
-            if _Stop.requested and not stopped and step < total:
-                raise Terminated()
-
-        span = config.profile_range()
+        hooks = LoopHooks(self, bar)  # what happens between the loop's calls (training/hooks.py)
         self.iterator = None
         t_drive = time.perf_counter()
         self.wall["import_s"] = self.session.import_s
@@ -297,27 +229,23 @@ class Run:
         try:
             _Stop.deferring = config.workers == 1
             try:
-                loop.drive(train_loop, make_iterator, start=start, total=total, steps_per_epoch=spe,
+                loop.drive(train_loop, hooks.make_iterator, start=start, total=total, steps_per_epoch=spe,
                            steps_per_loop=config.steps_per_loop, every=config.checkpoint_every,
-                           breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=on_epoch_start,
-                           before_call=before_call, on_loop=on_loop,
-                           on_epoch_end=on_epoch_end)
+                           breaks=(span[0] - 1, span[1]) if span else (), on_epoch_start=hooks.on_epoch_start,
+                           before_call=hooks.before_call, on_loop=hooks.on_loop, on_epoch_end=hooks.on_epoch_end)
             finally:
                 _Stop.deferring = False
             # Every step is trained (or the run diverged): a signal from here on (one during the last call or
             # evaluation, too) waits until the summary is written, and the steps are saved before it is measured.
             self.finishing.start(signal.SIGTERM if _Stop.requested else None)
             if self.status == "ok":
-                self._checkpoint()
+                self.checkpoint()
             if self.status == "ok" and start < total:
                 # Both read on from the training input, so from the service too: the deadline still holds.
                 with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
                     self._probe_input()
                     if config.measure:  # the breakdown's rounds need the training iterator, released below
-                        self.step_parts = breakdown.measure_parts(
-                            eng, config, self.source, self.iterator, self.wall["train_steps_s"],
-                            float(np.median([s / n for s, n in self.loop_times] or [math.nan])))
-                        self.wall["measurement_s"] += self.step_parts["seconds"]
+                        self._measure_parts()
             elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
                 self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         finally:
@@ -351,6 +279,16 @@ class Run:
             finally:
                 os._exit(1)  # whatever failed above: the stuck call would otherwise hold the process for ever
 
+    def _measure_parts(self):
+        """The breakdown's rounds, sized to the measuring budget (breakdown.budget: a share of the run's wall time so
+        far, less what the input probe took); the loop's first call says what a trace of it costs."""
+        step_s = float(np.median([s / n for s, n in self.loop_times] or [math.nan]))
+        trace_s = self.first_call[0] - self.first_call[1] * step_s if self.first_call else math.nan
+        self.step_parts = breakdown.measure_parts(
+            self.engine, self.config, self.source, self.iterator, step_s, trace_s,
+            elapsed_s=time.time() - self.started, spent_s=self.wall["measurement_s"], setup=self.setup)
+        self.wall["measurement_s"] += self.step_parts["seconds"]
+
     def _probe_input(self):
         """The input capacity of this run's own pipeline, pulled alone after the last step (measure.input.bench):
         a figure for the summary's input verdict; a failure to measure it fails nothing."""
@@ -363,35 +301,6 @@ class Run:
             log.warning("input capacity not measured: %s", error_line(e))
             self.input_capacity = {"input_capacity_method": f"not measured: {error_line(e)}"}
         self.wall["measurement_s"] += time.perf_counter() - t0
-
-    def _diverged(self, losses, first_step) -> bool:
-        start = float(self.state["initial_loss"].numpy())
-        limit = self.config.divergence_factor * max(start, 1e-8)
-        for i, loss in enumerate(losses):
-            if not np.isfinite(loss) or loss > limit:
-                what = f"loss became {loss}" if not np.isfinite(loss) else f"loss {loss:.4g} > {self.config.divergence_factor:g} x initial {start:.4g}"
-                self.status, self.error = "diverged", f"{what} at step {first_step + i + 1}"
-                log.warning("diverged: %s; stopping", self.error)
-                return True
-        return False
-
-    def _evaluate(self, dist_val, epoch, step):
-        if dist_val is None:
-            return
-        task = self.engine.task
-        for m in task.metrics:
-            m.reset_state()
-        loss_sum, correct, count = self.engine.evaluate(dist_val).numpy()
-        metrics = {f"val_{m.name}": float(np.asarray(m.result())) for m in task.metrics}
-        row = {"epoch": epoch, "step": step, "val_loss": float(loss_sum / count),
-               "val_accuracy": float(correct / count) if task.classification else math.nan, "val_examples": int(count),
-               **metrics}
-        self.evals.append(row)
-        if self.events is not None:
-            self.events.evaluation(step, row["val_loss"], row["val_accuracy"], {k[4:]: v for k, v in metrics.items()})
-        shown = {**({"val_accuracy": row["val_accuracy"]} if task.classification else {}), **metrics}
-        log.info("epoch %d (step %d): val_loss %.4f%s", epoch, step, row["val_loss"],
-                 "".join(f", {k} {v:.4f}" for k, v in shown.items()))
 
     # --- files ---------------------------------------------------------------------------------
     def _write_logs(self):
@@ -406,7 +315,7 @@ class Run:
         self.rows, self.evals = run_records.read_logs(self.out, self.resumed_from,
                                                       run_records.row_columns(self.config.noise_scale))
 
-    def _checkpoint(self):
+    def checkpoint(self):
         # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
         # the checkpoint is; rows past a checkpoint that a kill left unfinished are dropped and trained again.
         t0 = time.perf_counter()
@@ -463,9 +372,11 @@ class Run:
                                                  first_call=self.first_call, resumed_from=self.resumed_from,
                                                  previous=self.previous_summary))
         if "measure_cost" in summary:  # what measuring cost, said where the user sees it
+            summary["measure_share"] = breakdown.share(self.wall["measurement_s"], summary["wall_time_s"])
             log.info("%s", breakdown.cost_line(self.wall["measurement_s"], summary["wall_time_s"],
                                                summary["measure_cost"], summary["breakdown_rounds"],
-                                               getattr(self, "step_parts", {}).get("steps_per_call", 0)))
+                                               getattr(self, "step_parts", {}).get("steps_per_call", 0),
+                                               summary.get("breakdown_method", "")))
         if self.profile is not None:
             summary["profiled_steps"] = config.profile_steps
             summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]
