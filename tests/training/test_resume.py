@@ -245,6 +245,38 @@ def test_a_run_finished_by_its_resume_says_it_measured_nothing_in_valid_fields(t
     assert on_disk["input_verdict"] == ""
 
 
+@pytest.mark.slow  # two trainings of 8 steps, the second only measuring (~10 s on a busy 2-core host)
+def test_a_kill_after_the_last_step_loses_no_measurement_its_rerun_takes_them_again(tmp_path, caplog):
+    # SIGKILL while the run measured (after the last step's checkpoint, before the summary) left the rerun "ok" with
+    # images/sec, the step times, compute and MFU null for good. Now steps.csv says which calls were timed, so the
+    # rerun computes the rates from them, and it measures the input and the breakdown itself.
+    args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 8, "measure": True}
+    ref = tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
+    assert ref["timed_steps"] > 0
+    (tmp_path / "run" / "summary.json").unlink()  # as a kill after the last checkpoint leaves it
+    with caplog.at_level("INFO", logger="tftoolkit"):
+        s = tftoolkit.train(RunConfig(**args), tmp_path / "run")
+    assert s["status"] == "ok" and s["resumed_from_step"] == 8 and s["steps"] == 8
+    assert s["timed_steps"] == ref["timed_steps"]
+    for k in ("images_per_sec", "images_per_sec_uncertainty", "step_time_s", "step_time_p90_s"):
+        assert s[k] == pytest.approx(ref[k], rel=1e-9), k  # the same calls, read back from steps.csv
+    assert "the earlier process timed" in caplog.text
+    assert s["input_capacity_method"].startswith("measured"), s["input_capacity_method"]
+    assert s["compute_time_s"] > 0 and s["mfu"] > 0 and "not timed" not in (s.get("measure_error") or "")
+
+
+def test_the_timed_calls_are_read_back_from_steps_rows():
+    from tftoolkit.training.run_records import timed_loops
+
+    nan = float("nan")
+    rows = [{"step": 1, "step_time_s": 0.5, "call": 1, "timed": 0}, {"step": 2, "step_time_s": 0.5, "call": 1, "timed": 0},
+            {"step": 3, "step_time_s": 0.25, "call": 3, "timed": 1}, {"step": 4, "step_time_s": 0.25, "call": 3, "timed": 1},
+            {"step": 5, "step_time_s": 0.2, "call": 5, "timed": 1.0}]
+    assert timed_loops(rows) == [(0.5, 2), (0.2, 1)]  # the warm-up call left out; one (seconds, steps) per call
+    assert timed_loops([{"step": 1, "step_time_s": 0.3, "call": nan, "timed": nan}]) == []  # an older steps.csv
+    assert timed_loops([{"step": 1, "step_time_s": 0.3}]) == []
+
+
 # --- a signal after the last step, while the run measures ------------------------------------------------------
 @pytest.mark.slow  # two trainings of 4 steps with the input probe (~3 s each)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -22,7 +22,7 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path):
     s = tftoolkit.train(cfg, tmp_path / "run", quiet=True)
     assert s["status"] == "ok" and s["error"] is None
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")
-    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s"]
+    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s", "call", "timed"]
     assert steps["step"].tolist() == list(range(1, 49))
     first, last = steps["loss"].iloc[:4].mean(), steps["loss"].iloc[-4:].mean()
     assert last < 0.5 * first, (first, last)  # "really learns": loss falls by half
@@ -34,6 +34,9 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path):
     assert s["examples_per_replica"] == [1536, 1536] and s["dropped_examples"] == 0
     assert s["images_per_sec"] > 0 and s["images_per_sec_uncertainty"] >= 0
     assert s["timed_steps"] == 32  # 6 loops of 8 steps; the first two (>= 10 warm-up steps) are not timed
+    # steps.csv says which call each step ran in and which calls were timed: a rerun after a kill reads them back.
+    assert steps["call"].tolist() == [1 + 8 * (i // 8) for i in range(48)]
+    assert steps["timed"].tolist() == [0] * 16 + [1] * 32
     assert s["final_loss"] == pytest.approx(steps["loss"].iloc[-1])
     # The input verdict: the run's own pipeline pulled alone after training, against what training consumed.
     assert s["input_capacity_images_per_sec"] > s["images_per_sec"] and s["input_cores"] >= 1

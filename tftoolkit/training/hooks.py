@@ -58,13 +58,15 @@ class LoopHooks:
         profiled = run.profile is not None and run.profile.covers(chunk.first_step, step)
         if run.profile is not None:
             run.profile.after(step)
-        if run.warm_loops_left > 0:
+        was_warm = run.warm_loops_left > 0
+        if was_warm:
             run.warm_loops_left -= 1
             if not run.warm_loops_left:
                 run.monitor.phase("train")
-        elif not profiled:  # a traced call runs slower: it is no measure of throughput
+        timed = not was_warm and not profiled
+        if timed:  # a traced call runs slower: it is no measure of throughput
             run.loop_times.append((chunk.seconds, n))
-        self.record(chunk)
+        self.record(chunk, timed)
         if math.isnan(float(st["initial_loss"].numpy())):
             st["initial_loss"].assign(float(losses[0]))
         st["step"].assign(step)
@@ -82,13 +84,14 @@ class LoopHooks:
             raise signals.Terminated()
         return False
 
-    def record(self, chunk: loop.Chunk) -> None:
-        """The call's step rows (steps.csv) and TensorBoard's step events."""
+    def record(self, chunk: loop.Chunk, timed: bool) -> None:
+        """The call's step rows (steps.csv; ``timed``: the call counts in images/sec) and TensorBoard's step
+        events."""
         run, losses, n = self.run, chunk.outputs[0], chunk.steps
         noise_rows = run.engine.noise.last.numpy() if run.engine.noise is not None else None
         for i, loss in enumerate(losses):
             run.rows.append({"step": chunk.first_step + i + 1, "epoch": chunk.epoch, "loss": float(loss),
-                             "step_time_s": chunk.seconds / n})
+                             "step_time_s": chunk.seconds / n, "call": chunk.first_step + 1, "timed": int(timed)})
             if noise_rows is not None:
                 run.rows[-1].update(noise_grad_sq=float(noise_rows[i, 0]), noise_trace=float(noise_rows[i, 1]),
                                     noise_scale=float(noise_rows[i, 2]))

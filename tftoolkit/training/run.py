@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import signal
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 from .. import fileio, logs
 from .. import summary as summary_schema
@@ -33,10 +30,8 @@ from ..engine.session import Session
 from ..engine.step import build_engine
 from ..errors import DataError, ToolkitError, error_line
 from ..measure import breakdown
-from ..measure.input import bench as inputbench
 from ..measure.monitor.sampler import Monitor
-from . import run_records, signals, summary_build
-from .summary_build import NOTHING_TRAINED
+from . import after_steps, run_records, signals, summary_build
 from .hooks import LoopHooks
 from .tensorboard import Events, profile_for_run, trial_id
 
@@ -243,11 +238,11 @@ class Run:
             if self.status == "ok" and start < total:
                 # Both read on from the training input, so from the service too: the deadline still holds.
                 with self.watchdog.watching() if self.watchdog else contextlib.nullcontext():
-                    self._probe_input()
+                    after_steps.probe_input(self)
                     if config.measure:  # the breakdown's rounds need the training iterator, released below
-                        self._measure_parts()
+                        after_steps.measure_parts(self)
             elif self.status == "ok":  # a resume after the last checkpoint (a kill before the summary): no input ran
-                self.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
+                after_steps.measure_what_was_trained(self, hooks)
         finally:
             if self.watchdog:
                 self.watchdog.close()
@@ -278,29 +273,6 @@ class Run:
                 sys.stderr.flush()
             finally:
                 os._exit(1)  # whatever failed above: the stuck call would otherwise hold the process for ever
-
-    def _measure_parts(self):
-        """The breakdown's rounds, sized to the measuring budget (breakdown.budget: a share of the run's wall time so
-        far, less what the input probe took); the loop's first call says what a trace of it costs."""
-        step_s = float(np.median([s / n for s, n in self.loop_times] or [math.nan]))
-        trace_s = self.first_call[0] - self.first_call[1] * step_s if self.first_call else math.nan
-        self.step_parts = breakdown.measure_parts(
-            self.engine, self.config, self.source, self.iterator, step_s, trace_s,
-            elapsed_s=time.time() - self.started, spent_s=self.wall["measurement_s"], setup=self.setup)
-        self.wall["measurement_s"] += self.step_parts["seconds"]
-
-    def _probe_input(self):
-        """The input capacity of this run's own pipeline, pulled alone after the last step (measure.input.bench):
-        a figure for the summary's input verdict; a failure to measure it fails nothing."""
-        t0 = time.perf_counter()
-        try:
-            seconds = min(inputbench.PROBE_S, inputbench.PROBE_SHARE * self.wall["train_steps_s"])
-            self.input_capacity = inputbench.probe(self.engine.strategy, self.engine.feed, self.iterator,
-                                                   workers=self.config.workers, seconds=seconds)
-        except Exception as e:  # noqa: BLE001 - the run trained; say what could not be measured
-            log.warning("input capacity not measured: %s", error_line(e))
-            self.input_capacity = {"input_capacity_method": f"not measured: {error_line(e)}"}
-        self.wall["measurement_s"] += time.perf_counter() - t0
 
     # --- files ---------------------------------------------------------------------------------
     def _write_logs(self):

@@ -30,8 +30,23 @@ def write_env(out: Path, kind: str, device_names) -> None:
 
 
 def row_columns(noise_scale: bool) -> list[str]:
-    """steps.csv's columns as a train run's rows hold them (the learning rate is added on writing)."""
-    return ["step", "epoch", "loss", "step_time_s"] + (NOISE_COLUMNS if noise_scale else [])
+    """steps.csv's columns as a train run's rows hold them (the learning rate is added on writing). ``call``: the
+    first step of the loop call the step ran in; ``timed``: 1 where that call counts in images/sec (not a warm-up
+    or profiled call), so the rates can be computed again from the file (timed_loops)."""
+    return ["step", "epoch", "loss", "step_time_s", "call", "timed"] + (NOISE_COLUMNS if noise_scale else [])
+
+
+def timed_loops(rows: list[dict]) -> list[tuple[float, int]]:
+    """(seconds, steps) of every timed loop call in steps.csv's ``rows``, in order: what the process that trained
+    them timed, for a rerun that has nothing left to train (a kill after the last step, before the summary).
+    Rows from a steps.csv without the ``call``/``timed`` columns give none."""
+    calls: dict[int, list[float]] = {}
+    for r in rows:
+        call, timed = r.get("call"), r.get("timed")
+        if call is None or timed is None or call != call or timed != timed or not timed:  # absent or NaN
+            continue
+        calls.setdefault(int(call), []).append(float(r["step_time_s"]))
+    return [(sum(times), len(times)) for _, times in sorted(calls.items())]
 
 
 def steps_frame(rows: list[dict], columns: list[str], schedule) -> pd.DataFrame:
