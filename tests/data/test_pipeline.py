@@ -13,9 +13,10 @@ import tftoolkit
 from tftoolkit.engine import devices
 from tftoolkit.data import catalog, pipeline, shapes
 from tftoolkit.config import RunConfig
-from tftoolkit.engine.strategy import make_strategy
 
-from helpers import FAST
+from helpers import FAST, lazy
+
+strategy_mod = lazy("tftoolkit.engine.strategy")  # collected without TensorFlow (tests/helpers.py)
 
 N = 400  # training images; 4 shards of 100
 # The post-training step-time breakdown (RunConfig.measure, where present) is not what these tests are about
@@ -36,7 +37,7 @@ def source(prepared):
 
 
 def _ids_per_replica(source, config, epoch=0):
-    strategy, _ = make_strategy(devices.init(config.replicas), "auto")
+    strategy, _ = strategy_mod.make_strategy(devices.init(config.replicas), "auto")
     per_replica = [[] for _ in range(config.replicas)]
     spe = config.steps_per_epoch(source.train_examples)
     # The input runs on across epochs (one iterator per run): take one epoch's steps of it.

@@ -7,7 +7,11 @@ import pytest
 
 from tftoolkit import cli
 import fake_nvml
-from tftoolkit.measure import doctor, doctor_check, doctor_driver, doctor_tensorflow
+from tftoolkit.measure import doctor, doctor_check, doctor_driver
+
+from helpers import lazy
+
+doctor_tensorflow = lazy("tftoolkit.measure.doctor_tensorflow")  # imports TensorFlow: collected without it
 
 
 
