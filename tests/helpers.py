@@ -17,6 +17,38 @@ FAST = dict(model="small_cnn", warmup_epochs=0.0, schedule="constant")
 FAST_ARGS = ["--model", "small_cnn", "--warmup-epochs", "0", "--schedule", "constant"]
 
 
+class lazy:
+    """A module imported at its first attribute, not when the test module is: ``tf = lazy("tensorflow")``; setting
+    or deleting an attribute (monkeypatch) reaches the module. Test
+    modules that name TensorFlow (or a toolkit module that imports it) at their top then collect without it; the
+    session fixture in conftest.py imports it before the first test either way."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def _module(self):
+        import importlib
+
+        return importlib.import_module(self._name)
+
+    @property
+    def __dict__(self):  # monkeypatch reads the value it restores from here
+        return vars(self._module())
+
+    def __getattr__(self, attr):
+        if attr.startswith(("_", "pytest")) and self._name not in sys.modules:
+            raise AttributeError(attr)  # pytest's collection probes every module global (_mock_name, pytestmark, ...)
+        return getattr(self._module(), attr)
+
+    def __setattr__(self, attr, value):  # monkeypatch.setattr(timer, "sync", ...) patches the module itself
+        setattr(self._module(), attr, value)
+
+    def __delattr__(self, attr):
+        delattr(self._module(), attr)
+
+
 def env_with_tests_on_path(**extra) -> dict:
     """os.environ for a subprocess that must import this folder's modules (``--model models_for_tests:...``)."""
     path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p)

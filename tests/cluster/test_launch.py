@@ -11,9 +11,13 @@ import pytest
 
 from tftoolkit import cli, gpus
 from tftoolkit.cli import cluster as cli_cluster
-from tftoolkit.cluster import launch, spec as multiworker
+from tftoolkit.cluster import spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ClusterError, ConfigError
+
+from helpers import lazy
+
+launch = lazy("tftoolkit.cluster.launch")  # collected without TensorFlow (tests/helpers.py)
 
 TRAIN = ["train", "--out", "runs/x", "--steps", "2"]
 

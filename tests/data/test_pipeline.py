@@ -13,9 +13,10 @@ import tftoolkit
 from tftoolkit.engine import devices
 from tftoolkit.data import registry, pipeline, shapes
 from tftoolkit.config import RunConfig
-from tftoolkit.engine.strategy import make_strategy
 
-from helpers import FAST
+from helpers import FAST, lazy
+
+strategy_mod = lazy("tftoolkit.engine.strategy")  # collected without TensorFlow (tests/helpers.py)
 
 N = 400  # training images; 4 shards of 100
 # The post-training step-time breakdown (RunConfig.measure, where present) is not what these tests are about
@@ -36,7 +37,7 @@ def source(prepared):
 
 
 def _ids_per_replica(source, config, epoch=0):
-    strategy, _ = make_strategy(devices.init(config.replicas), "auto")
+    strategy, _ = strategy_mod.make_strategy(devices.init(config.replicas), "auto")
     per_replica = [[] for _ in range(config.replicas)]
     spe = config.steps_per_epoch(source.train_examples)
     # The input runs on across epochs (one iterator per run): take one epoch's steps of it.
@@ -89,17 +90,27 @@ def test_each_epoch_is_a_new_order_of_the_same_examples(source):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("last_batch, per_replica, dropped", [("drop", [90] * 4, 40), ("partial", [100] * 4, 0)])
-def test_training_summary_counts_what_each_replica_trained_on(prepared, tmp_path, last_batch, per_replica, dropped):
-    # Global batch 120 on 4 replicas: 3 full batches (90 per replica) and a short one of 40 (10 each).
-    cfg = RunConfig(dataset=str(prepared), replicas=4, per_replica_batch=30, epochs=1, last_batch=last_batch,
+@pytest.mark.parametrize("last_batch, replicas, per_replica, dropped, steps", [
+    ("drop", 4, [90] * 4, 40, 3),
+    ("partial", 3, [133, 133, 134], 0, 5),
+])
+def test_training_summary_counts_what_each_replica_trained_on(prepared, tmp_path, last_batch, replicas, per_replica,
+                                                               dropped, steps):
+    # drop: global batch 120 on 4 replicas, 3 full batches (90 per replica) and a short one of 40, dropped.
+    # partial: global batch 90 on 3 replicas, 4 full batches (120 per replica) and a short one of 40 that cannot be
+    # split evenly (13, 13, 14), trained. These two trainings are also what tests/training/test_train.py's
+    # drop and partial tests (3 replicas x 1000 synthetic images each) checked: counted on the devices.
+    cfg = RunConfig(dataset=str(prepared), replicas=replicas, per_replica_batch=30, epochs=1, last_batch=last_batch,
                     optimizer="adam", base_lr=0.002, lr_rule="none", steps_per_loop=4,
                     eval_every_epoch=(last_batch == "partial"), **NO_MEASURE)
     s = tftoolkit.train(cfg, tmp_path / last_batch, quiet=True)
     assert s["status"] == "ok" and s["dataset"] == "shapes16k" and s["train_examples"] == N
     assert s["examples_per_replica"] == per_replica and s["dropped_examples"] == dropped
     assert sum(s["examples_per_replica"]) + s["dropped_examples"] == N
-    assert s["steps"] == (3 if last_batch == "drop" else 4)
+    assert dropped == pipeline.dropped_per_epoch(cfg, N)
+    if last_batch == "partial":
+        assert max(s["examples_per_replica"]) - min(s["examples_per_replica"]) <= 1  # split as evenly as it can be
+    assert s["steps"] == steps
     assert np.isfinite(s["val_loss"]) == (last_batch == "partial")  # evaluated on the 40 val images
 
 

@@ -3,9 +3,12 @@ Keras' own, with one all-reduce per layer."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tftoolkit.engine import collectives, devices, models
+
+from helpers import lazy
+
+tf = lazy("tensorflow")  # collected without TensorFlow (tests/helpers.py)
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,12 @@ import pandas as pd
 import pytest
 
 import tftoolkit
-from tftoolkit.engine import noise
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
+
+from helpers import lazy
+
+noise = lazy("tftoolkit.engine.noise")  # collected without TensorFlow (tests/helpers.py)
 
 TOLERANCE = 0.15  # the bar; the estimates below land within a few percent
 

@@ -1,8 +1,12 @@
 import pytest
 
-from tftoolkit.engine import devices, strategy
+from tftoolkit.engine import devices
 from tftoolkit.engine.devices import DeviceSetup
 from tftoolkit.errors import ConfigError
+
+from helpers import lazy
+
+strategy = lazy("tftoolkit.engine.strategy")  # collected without TensorFlow (tests/helpers.py)
 
 GPU4 = DeviceSetup("GPU", ("/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"), (0, 1, 2, 3), 16)
 CPU4 = DeviceSetup("CPU-simulated", ("/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"), None, 2)

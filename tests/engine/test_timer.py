@@ -12,7 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from tftoolkit.engine import loop, timer
+from tftoolkit.engine import loop
+
+from helpers import lazy
+
+timer = lazy("tftoolkit.engine.timer")  # collected without TensorFlow (tests/helpers.py)
 
 WORK_S = 0.2
 

@@ -7,14 +7,11 @@ import pandas as pd
 import pytest
 
 from tftoolkit import cli
-from tftoolkit.engine import devices
 from tftoolkit.experiments import scale
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 
 from helpers import FAST
-
-devices.init(4)  # before anything touches TensorFlow (conftest does the same)
 
 TINY = dict(dataset="synthetic", image_size=16, train_images=256, steps=6, steps_per_loop=2, timing_warmup_steps=2,
             eval_every_epoch=False, **FAST)

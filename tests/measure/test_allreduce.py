@@ -14,8 +14,6 @@ from tftoolkit.measure import allreduce
 from tftoolkit.measure.allreduce import bench as allreduce_bench
 from tftoolkit.errors import ConfigError
 
-devices.init(4)  # before anything touches TensorFlow (conftest does the same)
-
 
 def test_bus_factor_and_bandwidths_follow_nccl_tests():
     assert [allreduce.bus_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]

@@ -11,8 +11,6 @@ from tftoolkit.config import RunConfig
 
 from helpers import FAST
 
-devices.init(4)  # before anything touches TensorFlow (conftest does the same)
-
 
 # --- breakdown formulas ------------------------------------------------------------------------------------
 # Per-round seconds per step of the three interleaved calls: the real step, the step without input, the step

@@ -8,7 +8,11 @@ import pytest
 from tftoolkit import cli
 import fake_nvml
 from tftoolkit.measure import doctor
-from tftoolkit.measure.doctor import check, driver_checks, tensorflow_checks
+from tftoolkit.measure.doctor import check, driver_checks
+
+from helpers import lazy
+
+tensorflow_checks = lazy("tftoolkit.measure.doctor.tensorflow_checks")  # imports TensorFlow: collected without it
 
 
 

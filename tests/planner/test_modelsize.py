@@ -19,6 +19,7 @@ def test_resnet50_count_matches_the_validation_table():
     assert forward / 1e9 == pytest.approx(validation.FORWARD_GFLOPS["resnet50"], rel=1e-3)
 
 
+@pytest.mark.slow  # builds VGG16 twice: 9.4 s of CPU, the costliest test of test-fast (BENCHMARKS.md)
 def test_a_keras_applications_name_is_the_whole_network_and_name_headless_is_without_its_head():
     # At 32 px VGG16's head is smaller than at 224 (its first dense layer reads 1x1x512, not 7x7x512), but there.
     whole, _, _ = modelsize.count("vgg16", 32)
@@ -37,6 +38,7 @@ def test_vgg16_counts_the_138m_parameters_the_published_rows_trained():
     assert forward / 1e9 == pytest.approx(validation.FORWARD_GFLOPS["vgg16"], rel=1e-3)
 
 
+@pytest.mark.slow  # a fresh interpreter that imports TensorFlow: 5.1 s of CPU
 def test_counting_prints_none_of_tensorflows_start_up_lines(tmp_path):
     # A fresh process, as a user's: TensorFlow loads inside the count. Its C++ logging writes to file descriptor 2
     # directly ("failed call to cuInit", "Could not find cuda drivers", oneDNN), which capsys would not see.

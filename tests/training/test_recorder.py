@@ -13,11 +13,12 @@ import pytest
 import tftoolkit
 from tftoolkit import cli, rundir
 from tftoolkit.config import RunConfig
-from tftoolkit.engine import strategy as strategy_mod
-from tftoolkit.engine import timer
 from tftoolkit.errors import ConfigError, RunDirError
 
-from helpers import FAST, assert_no_tensorflow, event_accumulator, event_series
+from helpers import FAST, assert_no_tensorflow, event_accumulator, event_series, lazy
+
+strategy_mod = lazy("tftoolkit.engine.strategy")
+timer = lazy("tftoolkit.engine.timer")  # collected without TensorFlow (tests/helpers.py)
 
 # Every test here runs a model.fit (1-3 s each on 2 cores): make test runs them, make test-fast leaves them out.
 pytestmark = pytest.mark.slow

@@ -49,24 +49,6 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path):
     assert (tmp_path / "run" / "evals.csv").exists()
 
 
-def test_drop_last_batch_counts_dropped_examples(tmp_path):
-    # 1000 examples, global batch 96 on 3 replicas: 10 full batches, 40 examples dropped per epoch.
-    # No evaluation: what is counted is training's (an evaluation of the 4000 validation images would add a trace).
-    cfg = RunConfig(replicas=3, per_replica_batch=32, epochs=1, eval_every_epoch=False,
-                    **{**SMALL, "train_images": 1000})
-    s = tftoolkit.train(cfg, tmp_path / "drop", quiet=True)
-    assert s["examples_per_replica"] == [320, 320, 320] and s["dropped_examples"] == 40
-
-
-def test_partial_last_batch_is_trained_and_split_evenly(tmp_path):
-    cfg = RunConfig(replicas=3, per_replica_batch=32, epochs=1, last_batch="partial", eval_every_epoch=False,
-                    **{**SMALL, "train_images": 1000})
-    s = tftoolkit.train(cfg, tmp_path / "partial", quiet=True)
-    assert sum(s["examples_per_replica"]) == 1000 and s["dropped_examples"] == 0
-    assert max(s["examples_per_replica"]) - min(s["examples_per_replica"]) <= 1
-    assert s["steps"] == 11
-
-
 def test_divergence_stops_the_run_and_is_recorded(tmp_path):
     cfg = RunConfig(replicas=2, per_replica_batch=32, optimizer="sgd", base_lr=300.0, lr_rule="none", epochs=3, **SMALL)
     s = tftoolkit.train(cfg, tmp_path / "div", quiet=True)
