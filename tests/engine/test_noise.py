@@ -121,8 +121,8 @@ def test_training_loop_noise_scale_matches_the_closed_form(tmp_path, replicas, a
     # The LR is 1e-9: the loss stays at ln(4), and the summary says the figure cannot guide a batch choice.
     assert s["noise_scale_reliable"] is False and "near ln(4)" in s["noise_scale_warnings"][0]
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")
-    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s", "noise_grad_sq",
-                                   "noise_trace", "noise_scale"]
+    assert list(steps.columns) == ["step", "epoch", "loss", "learning_rate", "step_time_s", "call", "timed",
+                                   "noise_grad_sq", "noise_trace", "noise_scale"]
     assert steps["noise_scale"].iloc[-1] == pytest.approx(s["noise_scale_ema"], rel=1e-5)
     assert steps[["noise_grad_sq", "noise_trace", "noise_scale"]].notna().all().all()
     est = noise.robust_estimate(steps["noise_grad_sq"], steps["noise_trace"])
