@@ -80,11 +80,14 @@ def checkpoint_variables(run_dir: Path, checkpoint: str | None = None) -> dict:
 
 
 def checkpointed_step(run_dir: Path) -> int:
-    """The step of a run's newest checkpoint (0 when it has none)."""
-    import tensorflow as tf
+    """The step of a run's newest whole checkpoint (0 when it has none): the newest with its index file, which is
+    what a rerun restores (engine/checkpoint.py). Not tf.train.latest_checkpoint: the ``checkpoint`` state file it
+    reads is rewritten after the checkpoint is whole, so a SIGKILL between the two leaves it one save behind (a
+    rerun then rightly resumed from step 20 where that file still said 18)."""
+    from tftoolkit.engine.checkpoint import steps_on_disk
 
-    latest = tf.train.latest_checkpoint(str(Path(run_dir) / "checkpoints"))
-    return int(latest.rsplit("-", 1)[1]) if latest else 0
+    steps = steps_on_disk(Path(run_dir) / "checkpoints")
+    return steps[0] if steps else 0
 
 
 def load_dataset(dataset, **config):
