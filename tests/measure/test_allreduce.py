@@ -1,6 +1,8 @@
 """All-reduce bandwidth: nccl-tests' formulas, size parsing, and the benchmark end to end on CPU replicas."""
 
+import contextlib
 import json
+import logging
 import math
 
 import numpy as np
@@ -330,42 +332,38 @@ def test_the_communication_plots_leave_out_unresolved_rows_and_say_so():
         assert "within the call's noise, not drawn: reduce to one device (small_cnn's gradients, 4 KiB)" in notes
 
 
-def test_checking_sums_again_and_again_is_not_reported_as_retracing(cpu_devices):
-    # doctor checks each implementation's sum at two replica counts: each check is a new strategy and a new trace
-    # by design, which TensorFlow's frequent-retracing detector must not report as a user's mistake.
-    import logging
-
-    from tftoolkit.engine import strategy as strategy_mod
-
+@contextlib.contextmanager
+def _tensorflow_warnings():
+    """The messages TensorFlow's logger emits while the block runs."""
     seen = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())
     tf_log = logging.getLogger("tensorflow")
     tf_log.addHandler(handler)
     try:
-        for _ in range(7):
-            assert allreduce.check_sum(strategy_mod.mirrored(cpu_devices.devices[:2]))[0]
+        yield seen
     finally:
         tf_log.removeHandler(handler)
+
+
+def test_checking_sums_again_and_again_is_not_reported_as_retracing(cpu_devices):
+    # doctor checks each implementation's sum at two replica counts: each check is a new strategy and a new trace
+    # by design, which TensorFlow's frequent-retracing detector must not report as a user's mistake.
+    from tftoolkit.engine import strategy as strategy_mod
+
+    with _tensorflow_warnings() as seen:
+        for _ in range(7):
+            assert allreduce.check_sum(strategy_mod.mirrored(cpu_devices.devices[:2]))[0]
     assert not [m for m in seen if "retracing" in m], seen
 
 
 def test_a_size_sweep_is_not_reported_as_retracing(cpu_devices):
     # Each size is its own unrolled chain, so its own tf.function, traced once by design: notebooks 00 and 03 showed
     # TensorFlow's "triggered tf.function retracing" warning for time_allreduce's per-size functions.
-    import logging
-
     from tftoolkit.engine import strategy as strategy_mod
 
-    seen = []
-    handler = logging.Handler()
-    handler.emit = lambda record: seen.append(record.getMessage())
-    tf_log = logging.getLogger("tensorflow")
-    tf_log.addHandler(handler)
-    try:
+    with _tensorflow_warnings() as seen:
         strategy = strategy_mod.mirrored(cpu_devices.devices[:2])
         for size in (1024, 2048, 4096, 8192, 16384, 32768, 65536):
             allreduce.time_allreduce(strategy, [(size,)], repeats=1, warmup=1, iters=2)
-    finally:
-        tf_log.removeHandler(handler)
     assert not [m for m in seen if "retracing" in m], seen
