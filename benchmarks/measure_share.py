@@ -49,14 +49,18 @@ def run(argv: list[str]) -> tuple[float, list[float]]:
     return time.perf_counter() - t0, loads
 
 
+def _number(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
 def row(name: str, s: dict, loads: list[float]) -> dict:
     wall, measured = s["wall_time_s"], s["wall_breakdown"].get("measurement_s", float("nan"))
     return {"run": name, "replicas": s.get("replicas"), "steps": s.get("steps"), "wall_s": wall,
             "measurement_s": measured, "share": measured / wall, "measure_share": s.get("measure_share"),
             "budget_s": s.get("measure_budget_s"), "cost": s.get("measure_cost", ""),
             "method": s.get("breakdown_method", ""), "rounds": s.get("breakdown_rounds"),
-            "load": (min(loads), max(loads)), "step_ms": 1e3 * s.get("step_time_s", float("nan")),
-            "breakdown_step_ms": 1e3 * s.get("breakdown_step_time_s", float("nan")),
+            "load": (min(loads), max(loads)), "step_ms": 1e3 * _number(s.get("step_time_s")),
+            "breakdown_step_ms": 1e3 * _number(s.get("breakdown_step_time_s")),  # null where it was not measured
             "note": s.get("breakdown_note", "")}
 
 

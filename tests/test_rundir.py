@@ -171,7 +171,7 @@ OTHER_VALUE = {
     "data_service": "localhost:5050", "data_service_timeout": 60.0, "loss": "mse", "metrics": "mae",
     "last_batch": "partial", "precision": "mixed_bfloat16", "jit": True, "steps_per_loop": 3, "seed": 1,
     "deterministic": False, "checkpoint_every": 5, "eval_every_epoch": False, "timing_warmup_steps": 2,
-    "divergence_factor": 3.0, "measure": False, "profile_steps": "2-3", "noise_scale": True,
+    "divergence_factor": 3.0, "measure": False, "measure_budget": 0.5, "profile_steps": "2-3", "noise_scale": True,
     "accumulate": 2, "allreduce_dtype": "bfloat16", "allreduce_packs": 2,
 }
 

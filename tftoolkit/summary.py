@@ -216,12 +216,14 @@ _ALL = (
         ("measure_cost", "", "where measure_time_s went: the rounds, the direct all-reduce, FLOPs and the peak"),
         ("measure_budget_s", "s", "what the breakdown's rounds could spend: 10% of the run's wall time before them, "
                                   "less the input probe and a reserve for what follows (measure.breakdown.budget)"),
-        ("measure_share", "1", "wall_breakdown's measurement_s / wall_time_s: what measuring cost the run (the budget "
-                               "keeps it at most 0.10 unless the floor of 3 rounds outgrew it, which the log says)"),
+        ("measure_share", "1", "wall_breakdown's measurement_s / wall_time_s: what measuring cost the run (the budget, "
+                               "--measure-budget, 0.10 unless set, keeps it under that: the breakdown's rounds are "
+                               "left out where even their least does not fit, which breakdown_method says)"),
         ("breakdown_method", "", "how the parts were timed: interleaved rounds of the step, the step without input "
                                  "and the step without the all-reduce; or, where that step's trace did not fit the "
                                  "budget, the all-reduce timed alone (allreduce_direct_time_s) and compute the step "
-                                 "without input less it"),
+                                 "without input less it; or \"not measured: ...\" where even the rounds' least "
+                                 "(3 rounds of two one-step calls) did not fit the measuring budget"),
         ("measure_error", "", "what could not be measured, when something could not"),
     ])
     + _fields("FLOPs (measure=True)", [

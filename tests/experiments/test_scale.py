@@ -70,7 +70,9 @@ def test_speedup_and_efficiency_relative_to_the_smallest_count():
 
 @pytest.mark.slow
 def test_weak_scaling_study_on_one_and_two_replicas(tmp_path):
-    frame = scale.scale(RunConfig(per_replica_batch=8, **TINY), "1,2", tmp_path, "weak", quiet=True)
+    # Short runs: the whole of each may go to measuring (--measure-budget 1), so that every breakdown is taken
+    frame = scale.scale(RunConfig(per_replica_batch=8, measure_budget=1.0, **TINY), "1,2", tmp_path, "weak",
+                        quiet=True)
     csv = pd.read_csv(tmp_path / "scaling.csv")
     assert list(csv.columns) == scale.COLUMNS and len(csv) == len(frame) == 2
     assert csv["replicas"].tolist() == [1, 2] and csv["global_batch"].tolist() == [8, 16]

@@ -137,6 +137,36 @@ def test_the_budget_is_a_tenth_of_the_run_so_far_less_what_was_spent_and_the_res
         assert spent / (elapsed + spent) <= measure.MEASURE_BUDGET
 
 
+def test_the_budget_follows_the_run_s_measure_budget_and_a_floor_over_it_leaves_the_rounds_out(monkeypatch):
+    assert measure.budget(100.0, share=0.2) == pytest.approx(2 * measure.budget(100.0))
+    assert measure.floor_s(0.3) == pytest.approx(2 * measure.MIN_ROUNDS * 0.3) and measure.floor_s(math.nan) == math.inf
+    # The README's scale command at 4 replicas: 62 steps of ~0.3 s, 29.7 s into the run, 0.6 s spent on the input
+    # probe. Its floor (1.8 s) is over the 1.5 s budget: the rounds are left out, said so, and nothing is timed (no
+    # engine is touched).
+    timed = []
+    monkeypatch.setattr(measure, "time_step_parts", lambda *a, **k: timed.append(k) or {"step_all_s": [0.3]})
+    out = measure.measure_parts(None, RunConfig(), None, None, step_s=0.3, elapsed_s=29.7, spent_s=0.6)
+    assert not timed and out["rounds_s"] == 0.0 and out["budget_s"] < measure.floor_s(0.3)
+    assert out["skipped"].startswith("not measured") and "--measure-budget" in out["skipped"]
+    # A larger --measure-budget holds the floor: the rounds run
+    engine = type("Engine", (), {"strategy": type("Strategy", (), {"num_replicas_in_sync": 4})()})()
+    source = type("Source", (), {"train_examples": 16000})()
+    out = measure.measure_parts(engine, RunConfig(measure_budget=0.5), source, None, step_s=0.3, elapsed_s=29.7,
+                                spent_s=0.6)
+    assert "skipped" not in out and timed and timed[0]["rounds"] >= measure.MIN_ROUNDS
+    line = measure.cost_line(1.4, 29.7, "direct all-reduce 0.5 s", 0, 0, "not measured: ...")
+    assert "no breakdown" in line and "over the" not in line
+    assert "over the 5% budget" in measure.cost_line(2.0, 29.7, "peak 2.0 s", 0, 0, "not measured: ...", 0.05)
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, math.nan, math.inf])
+def test_a_measure_budget_that_is_not_a_fraction_is_refused(bad):
+    from tftoolkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="measure_budget is a fraction"):
+        RunConfig(measure_budget=bad)
+
+
 def _cost(p, step_s, trace_s):
     """What a plan spends: the loop without the all-reduce's trace and warm-up step when split, every round's calls."""
     calls = 3 if p.split else 2
@@ -186,6 +216,7 @@ def test_the_cost_line_says_the_share_and_when_it_is_over_the_budget():
     line = measure.cost_line(5.0, 100.0, "rounds 3.0 s", 3, 1, measure.DIRECT)
     assert "5% of the run's 100.0 s" in line and "timed alone" in line and "over the" not in line
     assert "over the 10% budget" in measure.cost_line(15.0, 100.0, "rounds 13.0 s", 3, 1)
+    assert "over the 20% budget" not in measure.cost_line(15.0, 100.0, "rounds 13.0 s", 3, 1, budget_share=0.2)
 
 
 def test_predict_calibrates_on_the_run_s_own_step():
@@ -373,7 +404,8 @@ def test_measuring_does_not_change_the_trained_weights(cpu_devices):
 def test_training_summary_has_the_breakdown_fields(tmp_path):
     import tftoolkit
 
-    s = tftoolkit.train(RunConfig(replicas=2, steps=12, **SMALL), tmp_path / "run", quiet=True)
+    # A 12-step run: the whole run may go to measuring (--measure-budget 1), so that its breakdown is taken
+    s = tftoolkit.train(RunConfig(replicas=2, steps=12, measure_budget=1.0, **SMALL), tmp_path / "run", quiet=True)
     assert s["status"] == "ok" and "measure_error" not in s
     for key in measure.FIELDS:
         assert key in s, key
@@ -424,7 +456,7 @@ def test_on_a_loaded_host_the_parts_add_up_to_the_step(tmp_path, monkeypatch):
 
     monkeypatch.setattr(measure, "time_step_parts", loaded)
     try:
-        s = tftoolkit.train(RunConfig(replicas=2, steps=12, **SMALL), tmp_path / "run", quiet=True)
+        s = tftoolkit.train(RunConfig(replicas=2, steps=12, measure_budget=1.0, **SMALL), tmp_path / "run", quiet=True)
     finally:
         for proc in busy:
             proc.kill()

@@ -115,6 +115,15 @@ def test_step_breakdown_draws_errors_noise_and_failures_as_measured(runs):
     _render(fig)
 
 
+def test_a_run_that_left_its_breakdown_out_is_said_not_measured_not_drawn_as_zero(runs):
+    # The 4-replica run's rounds did not fit its measuring budget: its parts and step are NaN, with no status.
+    data = runs.assign(compute_time_s=[0.050, 0.050, math.nan], allreduce_time_s=[0.0, 0.010, math.nan],
+                       input_wait_s=[0.002, 0.002, math.nan])
+    ax = scaling.plot_step_breakdown(data).axes[0]
+    said = [t.get_text() for t in ax.texts]
+    assert said.count("not measured") == 1 and not any(t == "0.0 ms" for t in said), said
+
+
 def test_images_per_replica_draws_one_bar_per_replica(runs):
     long = scaling.replica_examples_frame(runs)
     assert len(long) == 1 + 2 + 4

@@ -250,7 +250,8 @@ def test_a_kill_after_the_last_step_loses_no_measurement_its_rerun_takes_them_ag
     # SIGKILL while the run measured (after the last step's checkpoint, before the summary) left the rerun "ok" with
     # images/sec, the step times, compute and MFU null for good. Now steps.csv says which calls were timed, so the
     # rerun computes the rates from them, and it measures the input and the breakdown itself.
-    args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 8, "measure": True}
+    args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 8, "measure": True, "measure_budget": 1.0}  # 8 steps: the
+    # whole run may go to measuring, so that the rerun takes a breakdown
     ref = tftoolkit.train(RunConfig(**args), tmp_path / "run", quiet=True)
     assert ref["timed_steps"] > 0
     (tmp_path / "run" / "summary.json").unlink()  # as a kill after the last checkpoint leaves it

@@ -159,7 +159,7 @@ def _add_bench(bench_sub) -> None:
 NOT_INPUT_OPTIONS = ("base_lr", "base_batch", "lr_rule", "warmup_epochs", "schedule", "optimizer", "weight_decay",
                       "epochs", "steps", "model", "precision", "jit", "steps_per_loop", "deterministic",
                       "checkpoint_every", "eval_every_epoch", "timing_warmup_steps", "divergence_factor", "measure",
-                      "noise_scale")
+                      "measure_budget", "noise_scale")
 
 
 def bench_allreduce(args) -> int:

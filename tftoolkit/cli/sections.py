@@ -16,7 +16,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "input_sharding", "data_memory_gb", "data_placement", "last_batch")),
     ("tf.data service", ("data_service", "data_service_timeout")),
     ("numerics and speed", ("precision", "jit", "steps_per_loop", "seed", "deterministic")),
-    ("measurement", ("measure", "timing_warmup_steps", "noise_scale", "profile_steps")),
+    ("measurement", ("measure", "measure_budget", "timing_warmup_steps", "noise_scale", "profile_steps")),
     ("checkpoints and output", ("checkpoint_every",)),
 )
 

@@ -101,8 +101,8 @@ def advise_command(args) -> int:
 # broken): neither trains to a length (--lr-steps, one step per trial) nor checkpoints, profiles, measures or
 # evaluates; the LR sweep replaces the schedule; find-batch runs one step on a batch of its own.
 _NOT_FOR_FINDERS = ("steps", "epochs", "checkpoint_every", "profile_steps", "noise_scale", "measure",
-                    "eval_every_epoch", "timing_warmup_steps", "divergence_factor", "warmup_epochs", "schedule",
-                    "base_lr", "data_placement", "workers", "input_sharding")
+                    "measure_budget", "eval_every_epoch", "timing_warmup_steps", "divergence_factor",
+                    "warmup_epochs", "schedule", "base_lr", "data_placement", "workers", "input_sharding")
 FINDER_SKIP = {"find-lr": _NOT_FOR_FINDERS,
                "find-batch": _NOT_FOR_FINDERS + ("lr_rule", "base_batch", "augment", "last_batch", "steps_per_loop",
                                                  "accumulate")}

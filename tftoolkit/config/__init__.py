@@ -170,6 +170,10 @@ class RunConfig:
     divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
     measure: bool = _f(True, "time compute / all-reduce / input separately after training (a few extra steps), "
                              "and count FLOPs for MFU; adds the breakdown fields to summary.json", identity=False)
+    measure_budget: float = _f(0.10, "the most of the run's wall time measuring may take, as a fraction (0.10: 10%%); "
+                                     "the breakdown's rounds are sized to it, and left out (the run says so) where "
+                                     "even their least does not fit: raise it for a breakdown of a short run",
+                               identity=False)
     profile_steps: str | None = _f(None, "capture a TensorFlow profiler trace of steps A-B (e.g. 20-25) into "
                                          "RUN_DIR/tensorboard (view: TensorBoard's Profile tab, pip install "
                                          "'tftoolkit[profile]'); those steps are left out of the throughput figures", identity=False)

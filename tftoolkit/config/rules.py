@@ -138,6 +138,9 @@ def _check_ranges(cfg) -> None:
     for name in NON_NEGATIVE:
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if not 0 < cfg.measure_budget <= 1:
+        raise ConfigError(f"measure_budget is a fraction of the run's wall time, more than 0 and at most 1 (0.10 is "
+                          f"10%), got {cfg.measure_budget}")
     if not 0 <= cfg.seed <= MAX_SEED:  # what keras.utils.set_random_seed (NumPy's legacy seeding) accepts
         raise ConfigError(f"seed must be a whole number from 0 to 2**32 - 1 = {MAX_SEED}, got {cfg.seed}")
 

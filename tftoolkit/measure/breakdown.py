@@ -65,7 +65,7 @@ import numpy as np
 
 from .parts import (ADD_UP_FLOOR_S, ADD_UP_SIGMAS, BOOTSTRAP, FAILED, MAX_ROUNDS, MEASURE_BUDGET,  # noqa: F401
                     MEASURED, MIN_ROUNDS, PARTS, RESERVE_SHARE, WITHIN_NOISE, Breakdown, Part, Plan, breakdown, budget,
-                    communication_note, known, load_balance, plan, split)
+                    communication_note, floor_s, known, load_balance, plan, split)
 from .stats import NOISE_SIGMAS  # a part within this many standard errors of zero is within noise
 
 log = logging.getLogger("tftoolkit")
@@ -221,15 +221,19 @@ def measure_parts(engine, config, source, iterator, step_s: float, trace_s: floa
     run's ``elapsed_s`` so far, ``spent_s`` measured already) at ``step_s`` a step, the loop's trace taking
     ``trace_s``; what fails is returned as ``error``."""
     t0 = time.perf_counter()
-    floor_s = 2 * MIN_ROUNDS * step_s if step_s == step_s else math.inf  # the least the rounds will cost
-    pre = before_rounds(engine, config, setup, extra=budget(elapsed_s, spent_s) > floor_s) if setup else {}
+    least = floor_s(step_s)
+    pre = (before_rounds(engine, config, setup, extra=budget(elapsed_s, spent_s, config.measure_budget) > least)
+           if setup else {})
     done = time.perf_counter() - t0
-    budget_s = budget(elapsed_s + done, spent_s + done)
+    budget_s = budget(elapsed_s + done, spent_s + done, config.measure_budget)
+    t1 = time.perf_counter()
+    if config.workers <= 1 and least > budget_s:  # a worker of several cannot leave them out alone (below)
+        return {**pre, "skipped": over_budget(least, budget_s, config.measure_budget), "budget_s": budget_s,
+                "seconds": time.perf_counter() - t0, "rounds_s": 0.0}
     # Every worker of a multi-worker run must run the same calls (each step's all-reduce joins them all), and each
     # would size the plan by its own clock: they take the fixed floor, with the step without the all-reduce.
     p = (plan(config.steps_per_loop, step_s, budget_s, trace_s, engine.strategy.num_replicas_in_sync)
          if config.workers <= 1 else Plan(MIN_ROUNDS, 1, True, budget_s))
-    t1 = time.perf_counter()
     try:
         parts = time_step_parts(engine, config, source, source.train_examples, iterator, rounds=p.rounds,
                                 steps=p.steps, split=p.split)
@@ -238,6 +242,13 @@ def measure_parts(engine, config, source, iterator, step_s: float, trace_s: floa
                 "budget_s": budget_s, "rounds_s": time.perf_counter() - t1}
     return {**pre, **parts, "seconds": time.perf_counter() - t0, "budget_s": budget_s,
             "rounds_s": time.perf_counter() - t1}
+
+
+def over_budget(least_s: float, budget_s: float, share: float) -> str:
+    """Why the rounds were left out: their least cost is over what the measuring budget leaves them."""
+    return (f"not measured: its least ({MIN_ROUNDS} rounds of two one-step calls, about {least_s:.1f} s) is over the "
+            f"{budget_s:.1f} s the measuring budget ({share:.0%} of the run, --measure-budget) leaves it; a longer "
+            f"run or a larger --measure-budget measures it")
 
 
 def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1, parts: dict | None = None) -> dict:
@@ -270,6 +281,9 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
         costs["direct all-reduce"] = time.perf_counter() - t0
     if not parts:
         errors.append("step breakdown: not timed (no training iterator)")
+    elif "skipped" in parts:  # by the budget: no error, said in the method and the note
+        out["breakdown_method"] = out["breakdown_note"] = parts["skipped"]
+        log.info("step breakdown %s", parts["skipped"])
     elif "error" in parts:
         errors.append(parts["error"])
     else:
@@ -293,7 +307,7 @@ def summary_fields(engine, config, setup, source, summary: dict, hosts: int = 1,
     if errors:
         out["measure_error"] = "; ".join(str(x).splitlines()[0] for x in errors)
         log.warning("measurement incomplete: %s", out["measure_error"])
-    if parts and "error" not in parts:
+    if parts and "error" not in parts and "skipped" not in parts:
         log.info("%s; %s; MFU %.1f%% (%s)", format_line({**out, "accumulate": config.accumulate}),
                  out["communication_note"], out["mfu"] * 100, out["peak_flops_source"])
     return out
@@ -342,17 +356,20 @@ def against_training(fields: dict, summary: dict, steps_per_call: int = 0, steps
 
 
 def share(measure_s: float, wall_s: float) -> float:
-    """The measurement's share of the run's wall time (summary's measure_share; at most MEASURE_BUDGET unless the
-    floor of MIN_ROUNDS rounds or what follows them outgrew the budget)."""
+    """The measurement's share of the run's wall time (summary's measure_share; at most the run's --measure-budget
+    unless what is measured before the rounds, or after them, outgrew it: the rounds are left out first)."""
     return measure_s / wall_s if wall_s > 0 else math.nan
 
 
-def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int, method: str = "") -> str:
+def cost_line(measure_s: float, wall_s: float, cost: str, rounds: int, steps: int, method: str = "",
+              budget_share: float = MEASURE_BUDGET) -> str:
     """What measuring cost the run, for the log: seconds, share of the run's wall time, and where they went."""
     part = share(measure_s, wall_s)
-    why = (f"; over the {MEASURE_BUDGET:.0%} budget: {MIN_ROUNDS} rounds of one-step calls are the least a median with "
-           f"an error needs, and the all-reduce timed alone and the FLOP count follow them; --no-measure skips it"
-           if part > MEASURE_BUDGET else "")
+    why = (f"; over the {budget_share:.0%} budget (--measure-budget): what is measured besides the breakdown's rounds "
+           f"(the input probe, the all-reduce timed alone, the FLOP count and peak) outgrew it; --no-measure skips it"
+           if part > budget_share else "")
+    if method.startswith("not measured"):
+        return f"measurement: {measure_s:.1f} s, {part:.0%} of the run's {wall_s:.1f} s ({cost}; no breakdown){why}"
     how = f"; {method}" if method.startswith("interleaved: step, step without input;") else ""
     return (f"measurement: {measure_s:.1f} s, {part:.0%} of the run's {wall_s:.1f} s ({cost}; {rounds} interleaved "
             f"rounds of {steps} step(s) a call{how}){why}")

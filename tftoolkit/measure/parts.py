@@ -28,19 +28,26 @@ ADD_UP_FLOOR_S = 1e-6  # the least "other" can be told from zero: the clock's re
 # --- the measuring budget (measure/breakdown.py times the rounds ``plan`` sizes) -----------------------------------
 MIN_ROUNDS, MAX_ROUNDS = 3, 9  # 3 rounds: a median with a bootstrap error (88-92% of 3-round errors cover a known
 # answer, 93-99% at 5: benchmarks/breakdown_estimator.py --rounds 3 5); more rounds only while the budget holds them
-MEASURE_BUDGET = 0.10  # measuring's share of the run's wall time so far, at most (BENCHMARKS.md measures it)
+MEASURE_BUDGET = 0.10  # measuring's share of the run's wall time so far, at most, by default (--measure-budget;
+# BENCHMARKS.md measures it)
 RESERVE_SHARE = 0.3  # of the budget, kept for what the rounds' plan does not count: the replayed input's pipeline,
 # the FLOP count and the summaries after them (the all-reduce timed alone and the peak run before the rounds, and the
 # budget is what is left after them: measure.breakdown.measure_parts)
 
 
-def budget(elapsed_s: float, spent_s: float = 0.0) -> float:
-    """Seconds the breakdown's rounds may take: MEASURE_BUDGET of the run's ``elapsed_s`` wall seconds so far, less
-    RESERVE_SHARE of it, less ``spent_s`` already measured (the input probe, the all-reduce timed alone, the peak).
-    Measuring M seconds after E then keeps M / (E + M) under MEASURE_BUDGET."""
+def budget(elapsed_s: float, spent_s: float = 0.0, share: float = MEASURE_BUDGET) -> float:
+    """Seconds the breakdown's rounds may take: ``share`` (the run's --measure-budget) of the run's ``elapsed_s``
+    wall seconds so far, less RESERVE_SHARE of it, less ``spent_s`` already measured (the input probe, the all-reduce
+    timed alone, the peak). Measuring M seconds after E then keeps M / (E + M) under ``share``."""
     if not (elapsed_s == elapsed_s and elapsed_s > 0):
         return 0.0
-    return max(0.0, MEASURE_BUDGET * elapsed_s * (1 - RESERVE_SHARE) - max(spent_s, 0.0))
+    return max(0.0, share * elapsed_s * (1 - RESERVE_SHARE) - max(spent_s, 0.0))
+
+
+def floor_s(step_s: float) -> float:
+    """The least the rounds cost at ``step_s`` a step: MIN_ROUNDS rounds of two one-step calls (the step and the step
+    without input), the least a median with an error needs. Where it is over the budget the rounds are left out."""
+    return 2 * MIN_ROUNDS * step_s if step_s == step_s and step_s > 0 else math.inf
 
 
 @dataclass(frozen=True)

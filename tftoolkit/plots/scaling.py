@@ -247,8 +247,9 @@ def plot_step_breakdown(df: pd.DataFrame) -> Figure:
             ax.plot([x[i] - 0.34], [train], marker="_", ms=12, color="black", ls="none", alpha=0.5,
                     label=None if "train" in labelled else "training's step (batch / images/sec)")
             labelled.add("train")
+        timed = step == step or at["ms"].notna().any()
         text = (f"step {step:.1f}" + (f" ± {step_err:.1f}" if step_err == step_err else "") + " ms" if step == step
-                else f"{bottom:.1f} ms")
+                else f"{bottom:.1f} ms" if timed else "not measured")  # a run left its breakdown out (its budget)
         text += "\n" + ", ".join(failed) + " failed" if failed else ""
         ax.annotate(text, (x[i], bottom), textcoords="offset points", xytext=(0, 4), ha="center",
                     fontsize=8, color="#b22222" if failed else "black")

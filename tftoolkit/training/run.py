@@ -348,7 +348,7 @@ class Run:
             log.info("%s", breakdown.cost_line(self.wall["measurement_s"], summary["wall_time_s"],
                                                summary["measure_cost"], summary["breakdown_rounds"],
                                                getattr(self, "step_parts", {}).get("steps_per_call", 0),
-                                               summary.get("breakdown_method", "")))
+                                               summary.get("breakdown_method", ""), config.measure_budget))
         if self.profile is not None:
             summary["profiled_steps"] = config.profile_steps
             summary["profile_traces"] = [str(p.relative_to(self.out)) for p in self.profile.traces()]
