@@ -267,7 +267,7 @@ def test_a_kill_after_the_last_step_loses_no_measurement_its_rerun_takes_them_ag
 
 
 def test_the_timed_calls_are_read_back_from_steps_rows():
-    from tftoolkit.training.run_records import timed_loops
+    from tftoolkit.training.records.files import timed_loops
 
     nan = float("nan")
     rows = [{"step": 1, "step_time_s": 0.5, "call": 1, "timed": 0}, {"step": 2, "step_time_s": 0.5, "call": 1, "timed": 0},

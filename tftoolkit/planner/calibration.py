@@ -36,7 +36,7 @@ READS = summary.names("replicas", "per_replica_batch", "gradient_bytes", "params
                       "images_per_sec", "images_per_sec_uncertainty", "device_kind", "communication_fraction",
                       "step_time_no_input_s", "accumulate", "allreduce_dtype", "allreduce_packs",
                       "breakdown_step_time_s", "workers", "replicas_per_worker")
-# What a run tftoolkit trained writes beside its summary.json (training/api.py, training/run_records.py).
+# What a run tftoolkit trained writes beside its summary.json (training/api.py, training/records/files.py).
 RUN_FILES = ("config.json", "env.json", "steps.csv")
 # Written by hand into a summary.json or as a table's columns, the hosts a measured run spanned (no run records them).
 LAYOUT_KEYS = ("hosts", "gpus_per_host")

@@ -2,8 +2,8 @@
 
     api   ``train(config, out)``: the public entry; resolves the cluster, sets up the session, runs
     run   ``Run``: the host side of the loop (timing, evaluation, checkpoints, divergence)
-    run_records     steps.csv, evals.csv and env.json, for Run and RunRecorder
-    summary_build   summary.json's fields and the last log line, from the records (both kinds of run)
+    records   what a run writes: files (steps.csv, evals.csv, env.json) and summary (summary.json's fields and
+              the last log line), for both kinds of run
     recorder        ``RunRecorder``: a user's model.fit into a run directory (keras_facts: what Keras says)
     tensorboard     events and the profiler
 """

@@ -18,8 +18,8 @@ import numpy as np
 from ..errors import error_line
 from ..measure import breakdown
 from ..measure.input import bench as inputbench
-from . import run_records
-from .summary_build import NOTHING_TRAINED
+from . import records
+from .records.summary import NOTHING_TRAINED
 
 log = logging.getLogger("tftoolkit")
 
@@ -29,7 +29,7 @@ def measure_what_was_trained(run, hooks) -> None:
     (while it measured). images/sec and the step times come from the loop calls that process timed (steps.csv's
     ``call`` and ``timed``), and the input probe and the breakdown are measured now, on an input made for them,
     sized to the time those steps trained. Without those columns (an older steps.csv) nothing is measured."""
-    run.loop_times = run_records.timed_loops(run.rows)
+    run.loop_times = records.files.timed_loops(run.rows)
     if not run.loop_times:
         run.input_capacity = {"input_capacity_method": f"not measured ({NOTHING_TRAINED})"}
         return

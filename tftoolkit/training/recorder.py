@@ -61,8 +61,8 @@ from ..engine.strategy import allreduce_name
 from ..errors import ConfigError, error_line
 from ..logs import ensure_logging
 from ..measure.monitor.sampler import Monitor
-from . import keras_facts, summary_build
-from .run_records import EVAL_COLUMNS, write_env
+from . import keras_facts, records
+from .records.files import EVAL_COLUMNS, write_env
 from .tensorboard import Events, trial_id
 
 log = logging.getLogger("tftoolkit")
@@ -375,13 +375,13 @@ class RunRecorder(keras.callbacks.Callback):
             **{k: self.config[k] for k in ("precision", "jit_compile", "optimizer", "loss", "metrics",
                                            "learning_rate")},
         }
-        summary = summary_build.fit_summary(
+        summary = records.summary.fit_summary(
             facts, status=status, error=error, steps=self._steps,
             steps_per_epoch=self.params.get("steps") or self._epoch_steps, global_batch=self._global_batch,
             loop_times=self.loop_times, rows=self.rows, evals=self.evals, epoch_logs=self._epoch_logs,
             train_examples=self._epoch_examples)
         if self._writes:  # this worker's GPUs: its replicas' share
-            found = summary_build.monitor_fields(self.out / "monitor.csv", loop_times=self.loop_times,
+            found = records.summary.monitor_fields(self.out / "monitor.csv", loop_times=self.loop_times,
                                                  global_batch=self._global_batch, share=len(self._devices) / replicas)
             if found is not None:
                 summary["monitor"] = found
@@ -389,6 +389,6 @@ class RunRecorder(keras.callbacks.Callback):
         return summary
 
     def _log_done(self) -> None:
-        level, line = summary_build.recorded_line(self.summary, timed_loops=len(self.loop_times),
+        level, line = records.summary.recorded_line(self.summary, timed_loops=len(self.loop_times),
                                                   warmup_steps=self.warmup_steps, out=self.out)
         log.log(level, "%s", line)

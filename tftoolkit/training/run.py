@@ -1,8 +1,8 @@
 """One training run on the host side of the loop: the loop's timing, evaluation, checkpoints and divergence.
 
 The engine (tftoolkit.engine) computes; this module decides when to call it and records what happened into the
-run directory: config.json (written by ``api.train``), steps.csv, evals.csv and env.json (run_records), monitor.csv,
-checkpoints/ and, last, summary.json (its fields from summary_build). In a multi-worker run every worker runs a
+run directory: config.json (written by ``api.train``), steps.csv, evals.csv and env.json (records.files), monitor.csv,
+checkpoints/ and, last, summary.json (its fields from records.summary). In a multi-worker run every worker runs a
 ``Run`` (the collectives need all of them) but only the chief writes the run directory's files.
 
 Nothing here runs inside the timed region: a loop's time is the call of the compiled loop alone
@@ -31,13 +31,13 @@ from ..engine.step import build_engine
 from ..errors import DataError, ToolkitError, error_line
 from ..measure import breakdown
 from ..measure.monitor.sampler import Monitor
-from . import after_steps, run_records, signals, summary_build
+from . import after_steps, records, signals
 from .hooks import LoopHooks
 from .tensorboard import Events, profile_for_run, trial_id
 
 # TensorFlow is imported where it is used, not here: the CLI imports this module before the run's set-up, and
 # engine.session.start times TensorFlow's import apart (wall_breakdown's import_s). The engine modules above defer
-# it for the same reason (tests/training/test_summary_build.py checks that importing this module leaves it out).
+# it for the same reason (tests/training/test_records.py checks that importing this module leaves it out).
 
 log = logging.getLogger("tftoolkit")
 
@@ -79,7 +79,7 @@ class Run:
         self._restore()
         setup = self.setup
         if self.chief:
-            run_records.write_env(self.out, setup.kind, setup.devices)
+            records.files.write_env(self.out, setup.kind, setup.devices)
         self._start_tensorboard()
         # The monitor samples GPUs (NVML) and the host (psutil) in a thread; it never fails a run.
         # Every worker samples its own host; the chief's file is the run's monitor.csv.
@@ -130,7 +130,7 @@ class Run:
                  derived["global_batch"], derived["per_replica_batch"], config.replicas, acc, derived["learning_rate"],
                  config.base_lr, derived["lr_scale"], config.lr_rule, config.base_batch, derived["steps_per_epoch"],
                  derived["total_steps"], derived["warmup_steps"])
-        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (summary_build.input_fields)
+        if self.source.streams:  # what --skip-bad-images skips is listed here, once each (records.summary.input_fields)
             for name, split in self.source.streams.items():
                 if split.skip_bad:
                     split.skip_log = str(self.out / f"skipped-{name}{'' if self.chief else f'-worker{self.worker_id}'}.tsv")
@@ -278,14 +278,14 @@ class Run:
     def _write_logs(self):
         if not self.chief:
             return
-        steps = run_records.steps_frame(self.rows, run_records.row_columns(self.config.noise_scale),
+        steps = records.files.steps_frame(self.rows, records.files.row_columns(self.config.noise_scale),
                                         self.engine.schedule)
-        run_records.write_logs(self.out, steps, self.evals,
-                               run_records.EVAL_COLUMNS + [f"val_{n}" for n in self.engine.task.metric_names])
+        records.files.write_logs(self.out, steps, self.evals,
+                               records.files.EVAL_COLUMNS + [f"val_{n}" for n in self.engine.task.metric_names])
 
     def _reload_logs(self):
-        self.rows, self.evals = run_records.read_logs(self.out, self.resumed_from,
-                                                      run_records.row_columns(self.config.noise_scale))
+        self.rows, self.evals = records.files.read_logs(self.out, self.resumed_from,
+                                                      records.files.row_columns(self.config.noise_scale))
 
     def checkpoint(self):
         # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
@@ -301,7 +301,7 @@ class Run:
         self._write_logs()
         step = int(st["step"].numpy())
         sess, src = self.session, self.source
-        facts = {  # what the set-up found (summary_build.train_summary names each)
+        facts = {  # what the set-up found (records.summary.train_summary names each)
             "replicas": eng.strategy.num_replicas_in_sync, "hosts": self.hosts,
             "cross_device_ops": sess.cross_device_ops or sess.impl,
             "threads": devices.thread_settings(), "params": int(eng.model.count_params()),
@@ -313,7 +313,7 @@ class Run:
             "dropped_examples": int(st["dropped"].numpy()), "data_placement": eng.feed.placement,
             "data_placement_reason": eng.feed.reason, "loss": eng.task.loss_name}
         streams = self.source.streams  # streamed or read into memory: each split counts and lists its own
-        summary = summary_build.train_summary(
+        summary = records.summary.train_summary(
             config, setup, facts, status=self.status, error=self.error, steps=step,
             steps_per_epoch=self.derived["steps_per_epoch"], loop_times=self.loop_times, rows=self.rows,
             evals=self.evals, initial_loss=float(st["initial_loss"].numpy()), metric_names=eng.task.metric_names,
@@ -336,11 +336,11 @@ class Run:
             # After the timed loop, on a snapshot: the trained weights stay.
             summary.update(breakdown.summary_fields(eng, config, setup, self.source, summary, hosts=self.hosts,
                                                     parts=getattr(self, "step_parts", None)))
-        summary["monitor"] = summary_build.monitor_fields(
+        summary["monitor"] = records.summary.monitor_fields(
             self.out / "monitor.csv", loop_times=self.loop_times, global_batch=config.global_batch_size,
             share=setup.replicas / eng.strategy.num_replicas_in_sync) or {}
         self.wall["measurement_s"] += time.perf_counter() - t_measure
-        summary.update(summary_build.wall_fields(summary, wall_time_s=time.time() - self.started, parts=self.wall,
+        summary.update(records.summary.wall_fields(summary, wall_time_s=time.time() - self.started, parts=self.wall,
                                                  first_call=self.first_call, resumed_from=self.resumed_from,
                                                  previous=self.previous_summary))
         if "measure_cost" in summary:  # what measuring cost, said where the user sees it
@@ -362,6 +362,6 @@ class Run:
         if self.status == "ok" and self.chief and summary["input_verdict"]:
             log.info("input: %s", summary["input_note"])
         if self.status == "ok" and self.chief:  # one "done" line per run: the chief's, with the run's figures
-            log.info("%s", summary_build.done_line(summary, timed_loops=len(self.loop_times), config=config,
+            log.info("%s", records.summary.done_line(summary, timed_loops=len(self.loop_times), config=config,
                                                    classification=eng.task.classification, out=self.out))
         return summary

@@ -1,7 +1,7 @@
 """A run's logs and environment on disk: steps.csv, evals.csv (written, and read back for a resume) and env.json.
 
 Used by ``Run`` (the toolkit's loop) and ``RunRecorder`` (a user's model.fit), so both write the same names and
-columns; summary.json is built by summary_build and written by each of them.
+columns; summary.json is built by records.summary and written by each of them.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import fileio
-from ..engine import devices
-from ..measure import hardware
+from ... import fileio
+from ...engine import devices
+from ...measure import hardware
 
 EVAL_COLUMNS = ["epoch", "step", "val_loss", "val_accuracy", "val_examples"]  # evals.csv's first columns
 NOISE_COLUMNS = ["noise_grad_sq", "noise_trace", "noise_scale"]  # steps.csv's, with noise_scale=True

@@ -1,4 +1,4 @@
-"""training.summary_build: both kinds of summary.json (a train run's, a RunRecorder's) built from hand-made records
+"""training.records.summary: both kinds of summary.json (a train run's, a RunRecorder's) built from hand-made records
 alone, with no TensorFlow and no training, and checked against tftoolkit/summary.py's field table."""
 
 import logging
@@ -10,7 +10,7 @@ from helpers import assert_no_tensorflow
 from tftoolkit import summary as summary_schema
 from tftoolkit.config import RunConfig
 from tftoolkit.engine.devices import DeviceSetup
-from tftoolkit.training import summary_build
+from tftoolkit.training.records import summary as records_summary
 
 # Fields only some runs have: measure=True, noise_scale=True, profile_steps.
 CONDITIONAL_GROUPS = {"breakdown (measure=True)", "FLOPs (measure=True)", "gradient noise scale (noise_scale=True)",
@@ -53,9 +53,9 @@ def train_summary(config=None, capacity=None, **over):
               capacity={"input_capacity_images_per_sec": 1440.0, "input_capacity_method": "measured",
                         "input_cores": 2, "input_capacity_per_core": 720.0} if capacity is None else capacity)
     kw.update(over)
-    summary = summary_build.train_summary(config, setup, train_facts(), **kw)
+    summary = records_summary.train_summary(config, setup, train_facts(), **kw)
     summary["monitor"] = {}
-    summary.update(summary_build.wall_fields(summary, wall_time_s=10.0, parts=dict.fromkeys(summary_build.WALL_PARTS,
+    summary.update(records_summary.wall_fields(summary, wall_time_s=10.0, parts=dict.fromkeys(records_summary.WALL_PARTS,
                                                                                             1.0),
                                              first_call=(1.0, 5)))
     return summary
@@ -70,7 +70,7 @@ def fit_summary(**over):
     kw = dict(status="ok", error=None, steps=12, steps_per_epoch=6, global_batch=64, loop_times=LOOPS, rows=ROWS,
               evals=EVALS, epoch_logs={"loss": 1.5, "mae": 0.25, "val_loss": 2.0}, train_examples=384.0)
     kw.update(over)
-    summary = summary_build.fit_summary(facts, **kw)
+    summary = records_summary.fit_summary(facts, **kw)
     summary["monitor"] = {}
     summary["wall_time_s"] = 10.0
     return summary
@@ -79,7 +79,7 @@ def fit_summary(**over):
 def test_the_builder_and_the_run_module_import_no_tensorflow():
     # The builder runs on records alone; training.run is imported by the CLI before session.start, which times
     # TensorFlow's import apart (wall_breakdown's import_s).
-    assert_no_tensorflow("import tftoolkit.training.summary_build, tftoolkit.training.run")
+    assert_no_tensorflow("import tftoolkit.training.records, tftoolkit.training.run")
 
 
 def test_a_train_summary_has_every_field_of_the_table_and_only_documented_ones():
@@ -97,7 +97,7 @@ def test_a_recorded_fit_summary_has_the_table_but_what_only_train_knows():
 
 def test_the_shared_fields_are_computed_the_same_from_the_same_records():
     train, fit = train_summary(), fit_summary()
-    shared = set(summary_build.recorded_fields("ok", None, steps=12, steps_per_epoch=6, global_batch=64,
+    shared = set(records_summary.recorded_fields("ok", None, steps=12, steps_per_epoch=6, global_batch=64,
                                                loop_times=LOOPS, losses=[1.0], evals=EVALS)) - {"initial_loss"}
     assert len(shared) > 15
     for name in shared:
@@ -151,24 +151,24 @@ def test_segments_of_a_resumed_run():
     assert s["segments"] == [{"workers": 1, "replicas": 2, "status": "ok", "wall_time_s": 10.0,
                               "images_per_sec": s["images_per_sec"], "timed_steps": 15, "from_step": 0, "to_step": 12}]
     previous = {"steps": 4, "workers": 1, "replicas": 1, "status": "interrupted", "wall_time_s": 3.0}
-    segs = summary_build.segments({"steps": 12, "wall_time_s": 5.0}, 8, previous)
+    segs = records_summary.segments({"steps": 12, "wall_time_s": 5.0}, 8, previous)
     assert [(g["from_step"], g["to_step"], g["status"]) for g in segs] == [(0, 4, "interrupted"),
                                                                          (4, 8, "interrupted"), (8, 12, None)]
-    fields = summary_build.wall_fields({"steps": 12}, wall_time_s=5.0, parts={"setup_s": 1.0}, resumed_from=8,
+    fields = records_summary.wall_fields({"steps": 12}, wall_time_s=5.0, parts={"setup_s": 1.0}, resumed_from=8,
                                        previous=previous)
     assert fields["run_wall_time_s"] == 8.0  # 3 s and 5 s; the killed segment's time is unknown
 
 
 def test_the_done_line():
     s = train_summary()
-    line = summary_build.done_line(s, timed_loops=3, config=RunConfig(), classification=True, out="runs/x")
+    line = records_summary.done_line(s, timed_loops=3, config=RunConfig(), classification=True, out="runs/x")
     assert line.startswith("done: 12 steps, 960.0 ± ")
     assert line.endswith("images/sec (float32, no XLA, deterministic ops, data on the host, all-reduce "
                          "reduce_to_one), final loss 1.0000, val_accuracy 0.7500 -> runs/x")
-    regression = summary_build.done_line(s, timed_loops=1, config=RunConfig(), classification=False, out="o")
+    regression = records_summary.done_line(s, timed_loops=1, config=RunConfig(), classification=False, out="o")
     assert "960.0 images/sec from one timed loop call" in regression
     assert regression.endswith("val_loss 2.0000, val_top2 0.9000 -> o")
-    warm = summary_build.done_line({**s, "steps": 12}, timed_loops=0, config=RunConfig(), classification=True,
+    warm = records_summary.done_line({**s, "steps": 12}, timed_loops=0, config=RunConfig(), classification=True,
                                    out="o")
     assert "all 12 steps fell in the timing warm-up (--timing-warmup-steps 10, loops of 10)" in warm
 
@@ -186,20 +186,20 @@ def test_a_recorded_fit_summary_from_its_records():
 
 
 def test_the_recorded_line():
-    level, line = summary_build.recorded_line(fit_summary(), timed_loops=3, warmup_steps=10, out="runs/mine")
+    level, line = records_summary.recorded_line(fit_summary(), timed_loops=3, warmup_steps=10, out="runs/mine")
     assert level == logging.INFO and line.startswith("recorded: 12 steps, 960.0 ± ")
     assert line.endswith(" examples/sec, final loss 1.0000 -> runs/mine")
-    level, line = summary_build.recorded_line(fit_summary(status="failed", error="boom"), timed_loops=0,
+    level, line = records_summary.recorded_line(fit_summary(status="failed", error="boom"), timed_loops=0,
                                               warmup_steps=10, out="o")
     assert (level, line) == (logging.WARNING, "recorded fit failed: boom -> o")
 
 
 def test_the_monitor_counts_this_hosts_share_of_the_timed_images(monkeypatch):
     seen = {}
-    monkeypatch.setattr(summary_build.monitor_analysis, "summarize", lambda df, **kw: seen.update(kw) or {"gpus": []})
-    assert summary_build.monitor_fields("m.csv", loop_times=LOOPS, global_batch=64, share=0.5) == {"gpus": []}
+    monkeypatch.setattr(records_summary.monitor_analysis, "summarize", lambda df, **kw: seen.update(kw) or {"gpus": []})
+    assert records_summary.monitor_fields("m.csv", loop_times=LOOPS, global_batch=64, share=0.5) == {"gpus": []}
     assert seen == {"images": 15 * 64 * 0.5, "duration_s": 1.0, "phase": "train"}
     monkeypatch.undo()
     # The monitor never fails a run: a monitor.csv that cannot be read is no monitor field.
-    assert summary_build.monitor_fields("/nonexistent/monitor.csv", loop_times=[], global_batch=None) is None
+    assert records_summary.monitor_fields("/nonexistent/monitor.csv", loop_times=[], global_batch=None) is None
 

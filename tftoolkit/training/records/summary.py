@@ -3,7 +3,7 @@
 
 Pure functions of records: the timed loops (seconds, steps), the steps.csv rows, the evals.csv rows, the monitor's
 samples, the input probe, the wall-clock parts, the config and what the set-up found. Nothing here touches
-TensorFlow or a device, so every field can be tested from hand-made records (tests/training/test_summary_build.py).
+TensorFlow or a device, so every field can be tested from hand-made records (tests/training/test_records.py).
 ``train_summary`` and ``fit_summary`` give each kind's fields; both go through ``recorded_fields``, the fields the
 two share. The field names, units and meanings are documented in tftoolkit/summary.py.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import summary as summary_schema
-from ..data.source import SHOW_SKIPPED
-from ..measure import stats
-from ..measure.input.verdict import verdict as judge_input
-from ..measure.monitor import analysis as monitor_analysis
+from ... import summary as summary_schema
+from ...data.source import SHOW_SKIPPED
+from ...measure import stats
+from ...measure.input.verdict import verdict as judge_input
+from ...measure.monitor import analysis as monitor_analysis
 
 log = logging.getLogger("tftoolkit")
 
