@@ -27,6 +27,14 @@ DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
 TEMP_TAG = "tftoolkit-"
 
 
+def cache_folder() -> Path:
+    """The toolkit's cache: prepared datasets, the planner's kept results, the host CPU's measured peak.
+    ``$TFTOOLKIT_CACHE``, else ``$XDG_CACHE_HOME/tftoolkit``, else ``~/.cache/tftoolkit``."""
+    if os.environ.get("TFTOOLKIT_CACHE"):
+        return Path(os.environ["TFTOOLKIT_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tftoolkit"
+
+
 def ensure_dir(path, what: str = "output folder") -> Path:
     """Make folder ``path`` (and its parents) or say in one line why it cannot be: a file where the folder or one
     of its parents should be, no permission, a read-only or full filesystem (RunDirError: exit 2 from the CLI).

@@ -1,5 +1,6 @@
 """Step-time breakdown, load balance, FLOPs and MFU: formulas with numbers, then a real run's summary."""
 
+import json
 import math
 
 import numpy as np
@@ -278,10 +279,25 @@ def test_analytic_flops_of_strided_depthwise_and_biasless_layers():
     assert flops.analytic_forward_flops(model) == expected == 3456 + 1824 + 576
 
 
-def test_cpu_peak_is_measured_once_and_mfu_divides_by_it(cpu_devices):
+def test_cpu_peak_is_measured_once_per_machine_and_mfu_divides_by_it(cpu_devices, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFTOOLKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(flops, "_cpu_peak_cache", {})
     peak, source = flops.cpu_matmul_peak()
     assert peak > 1e8 and source.startswith("measured: tf.matmul")
     assert flops.cpu_matmul_peak() == (peak, source)  # cached per process
+    # Another process on this machine reads it back from the cache folder: no matmuls
+    kept = json.loads((tmp_path / flops.CPU_PEAK_FILE).read_text())
+    assert list(kept.values()) == [[peak, source]] and "cores | TensorFlow" in next(iter(kept))
+    monkeypatch.setattr(flops, "_cpu_peak_cache", {})
+    monkeypatch.setattr(flops, "measure_cpu_peak", lambda *a, **k: pytest.fail("measured again"))
+    assert flops.cpu_matmul_peak() == (peak, source)
+    # Another machine's (or another TensorFlow's) peak is not this one's: measured, and kept beside it
+    (tmp_path / flops.CPU_PEAK_FILE).write_text(json.dumps({"elsewhere | float32 2048x2048": [1.0, "theirs"]}))
+    monkeypatch.setattr(flops, "_cpu_peak_cache", {})
+    monkeypatch.setattr(flops, "measure_cpu_peak", lambda *a, **k: (2e9, "measured: again"))
+    assert flops.cpu_matmul_peak() == (2e9, "measured: again")
+    assert len(json.loads((tmp_path / flops.CPU_PEAK_FILE).read_text())) == 2
+    monkeypatch.setattr(flops, "_cpu_peak_cache", {("float32:%d" % flops.CPU_MATMUL_N): (peak, source)})
     u = flops.utilisation(_conv_dense_model(), (8, 8, 3), "float32", cpu_devices, images_per_sec=1000.0)
     assert u["flops_per_example"] == 3 * HAND_COUNT
     assert u["achieved_flops"] == pytest.approx(3 * HAND_COUNT * 1000.0)

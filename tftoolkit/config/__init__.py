@@ -170,7 +170,7 @@ class RunConfig:
     divergence_factor: float = _f(5.0, "stop as diverged when the loss exceeds this multiple of its start")
     measure: bool = _f(True, "time compute / all-reduce / input separately after training (a few extra steps), "
                              "and count FLOPs for MFU; adds the breakdown fields to summary.json", identity=False)
-    measure_budget: float = _f(0.10, "the most of the run's wall time measuring may take, as a fraction (0.10: 10%%); "
+    measure_budget: float = _f(0.10, "the most of the run's wall time measuring may take, as a fraction (0.10: 10%); "
                                      "the breakdown's rounds are sized to it, and left out (the run says so) where "
                                      "even their least does not fit: raise it for a breakdown of a short run",
                                identity=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pickle
 from pathlib import Path
 
@@ -44,9 +43,7 @@ def key(files) -> str:
 
 
 def folder() -> Path:
-    if os.environ.get("TFTOOLKIT_CACHE"):
-        return Path(os.environ["TFTOOLKIT_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tftoolkit"
+    return fileio.cache_folder()
 
 
 def kept(fn=None, *, files=key_files):
