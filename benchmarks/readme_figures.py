@@ -3,7 +3,8 @@ throughput against replicas and the step breakdown of the same runs, drawn by th
 its scaling.csv. Both describe the same steps: the breakdown's grey tick is the throughput's step (global batch /
 images/sec); the black one is the step the parts split, timed beside them after training.
 
-    tftoolkit scale --replica-counts 1,2,4 --epochs 1 --out /tmp/scale   # the README's scale command
+    tftoolkit scale --replica-counts 1,2,4 --epochs 3 --out /tmp/scale   # the README's scale command for 3 epochs (at 1
+                                                                          # the 4-replica run is too short to measure)
     python benchmarks/readme_figures.py /tmp/scale [--out docs/images]
 """
 
