@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scale": ("measure", "train at several replica counts; speedup and efficiency table"),
     "bench": ("measure", "micro-benchmarks: input pipeline, all-reduce bandwidth"),
     "sweep": ("experiments", "run a notebook over a parameter grid with papermill (resumable)"),
-    "demo": ("experiments", "the main job: data, scaling and batch/LR sweeps, report (about 5 minutes on 2 CPU cores)"),
+    "demo": ("experiments", "the main job: data, scaling and batch/LR sweeps, report (about 7 minutes on 2 CPU cores)"),
     "tensorboard": ("experiments", "open TensorBoard on a run or a sweep (scalars, HParams, profiler traces)"),
     "advise": ("tuning", "recommend a global batch and GPU count from a run's measured noise scale"),
     "find-lr": ("tuning", "exponential learning-rate sweep under the strategy"),

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: sweeps/ and notebo
 SWEEPS = ROOT / "sweeps"
 REPORT_NOTEBOOK = ROOT / "notebooks" / "04_report.ipynb"
 POINT_TIMEOUT_S = 900  # a point that hangs is recorded as timed out; the demo goes on
-MINUTES = 5  # its wall time on a quiet 2-core machine without GPU, measured (BENCHMARKS.md): the one statement of it
+MINUTES = 7  # its wall time on a quiet 2-core machine without GPU, measured (BENCHMARKS.md): the one statement of it
 
 
 def replica_counts(gpus: int) -> list[int]:
