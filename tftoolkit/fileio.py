@@ -28,8 +28,9 @@ TEMP_TAG = "tftoolkit-"
 
 
 def cache_folder() -> Path:
-    """The toolkit's cache: prepared datasets, the planner's kept results, the host CPU's measured peak.
-    ``$TFTOOLKIT_CACHE``, else ``$XDG_CACHE_HOME/tftoolkit``, else ``~/.cache/tftoolkit``."""
+    """The toolkit's cache of results it can compute again: the planner's kept results, the host CPU's measured
+    peak. ``$TFTOOLKIT_CACHE``, else ``$XDG_CACHE_HOME/tftoolkit``, else ``~/.cache/tftoolkit`` (prepared datasets
+    have a home of their own, data/home.py, under the same default folder)."""
     if os.environ.get("TFTOOLKIT_CACHE"):
         return Path(os.environ["TFTOOLKIT_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tftoolkit"

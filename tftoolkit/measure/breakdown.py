@@ -219,7 +219,8 @@ def measure_parts(engine, config, source, iterator, step_s: float, trace_s: floa
     """The interleaved rounds (``time_step_parts``) while the run's training ``iterator`` is alive, after
     ``before_rounds`` (given the run's ``setup``), sized by ``plan`` to what is left of the budget (``budget``: the
     run's ``elapsed_s`` so far, ``spent_s`` measured already) at ``step_s`` a step, the loop's trace taking
-    ``trace_s``; what fails is returned as ``error``."""
+    ``trace_s``; what fails is returned as ``error``, and rounds whose least (``floor_s``) is over the budget are
+    not timed: ``skipped`` says so (a multi-worker run's workers take them whatever they cost, all alike)."""
     t0 = time.perf_counter()
     least = floor_s(step_s)
     pre = (before_rounds(engine, config, setup, extra=budget(elapsed_s, spent_s, config.measure_budget) > least)
