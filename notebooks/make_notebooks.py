@@ -135,10 +135,11 @@ per_replica_batch: int = 64  # examples per replica per step (weak scaling: the 
 global_batch: int = 0  # strong scaling's fixed global batch (0: per_replica_batch x the smallest N)
 model: str = "small_cnn"  # registered model name, or package.module:function returning a Keras model
 dataset: str = "shapes16k"  # shapes16k (made on first use), synthetic, or a folder of images / TFRecords
-steps: int = 60  # optimizer steps per run; the first timing_warmup_steps are not timed
+steps: int = 150  # optimizer steps per run; the first timing_warmup_steps are not timed (from ~100 steps the breakdown fits measure_budget)
 timing_warmup_steps: int = 10  # steps left out of throughput (tracing, autotuning)
 steps_per_loop: int = 10  # training steps per tf.function call
 measure: bool = True  # time compute, all-reduce and input wait separately (a few extra loops per run)
+measure_budget: float = 0.1  # the most of each run's wall time measuring may take; a run too short for the breakdown says "not measured"
 seed: int = 0  # seed for weights and data order
 data_service: str = ""  # HOST:PORT of a tf.data service (tftoolkit data-service start) to read the input from; "": local
 loss: str = ""  # a Keras loss name for a model of another task (mse, ...); "": classification, or the model's own
@@ -160,7 +161,7 @@ out = nb.start(out_dir)
 config = nb.training_config(smoke, model=model, dataset=dataset, per_replica_batch=per_replica_batch,
                             global_batch=global_batch, steps=steps, timing_warmup_steps=timing_warmup_steps,
                             steps_per_loop=steps_per_loop, measure=measure, seed=seed, data_service=data_service,
-                            loss=loss, metrics=metrics)
+                            loss=loss, metrics=metrics, measure_budget=measure_budget)
 config["measure"] = measure  # smoke keeps it: where each step's time goes is half of what this notebook shows
 nb.prepare_data(config["dataset"])
 config
@@ -307,7 +308,8 @@ impls: str = "all"  # all-reduce implementations to time: all, or a list like nc
 repeats: int = 10  # timed repeats per size (the median is reported)
 model: str = "small_cnn"  # the model whose gradients are all-reduced and trained
 per_replica_batch: int = 64  # examples per replica per step in the training runs
-steps: int = 40  # optimizer steps per training run
+steps: int = 150  # optimizer steps per training run (from ~100 steps the breakdown fits measure_budget)
+measure_budget: float = 0.1  # the most of each run's wall time measuring may take; a run too short for the breakdown says "not measured"
 dataset: str = "synthetic"  # synthetic keeps input out of the picture; shapes16k or a folder also work
 smoke: bool = False  # shrink to a < 1 minute check on 2 CPU cores
 out_dir: str = "runs/03_communication"  # where allreduce.csv, runs/ and figures/ go
@@ -345,7 +347,8 @@ Each run is timed three ways after training: the full step, the step without the
 (compute), and the gradient all-reduce alone.
 """),
     code("""
-config = nb.training_config(smoke, model=model, per_replica_batch=per_replica_batch, steps=steps, dataset=dataset)
+config = nb.training_config(smoke, model=model, per_replica_batch=per_replica_batch, steps=steps, dataset=dataset,
+                            measure_budget=measure_budget)
 config["measure"] = True  # the breakdown is what this notebook is about, smoke or not
 nb.prepare_data(config["dataset"])
 steps_table = scale.scale(config, nb.smoke_values(replicas, smoke, "replicas"), out / "compute")
