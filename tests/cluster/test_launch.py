@@ -83,6 +83,47 @@ def test_config_args_rebuild_the_config():
     assert cli.config_from_args(args) == c
 
 
+def test_a_config_file_is_the_config_and_the_options_beside_it_override_it(tmp_path):
+    import json
+
+    from tftoolkit.errors import ConfigError
+
+    c = RunConfig(replicas=4, workers=2, per_replica_batch=16, base_lr=0.05, augment=True, deterministic=False,
+                  model="small_cnn", epochs=2.5, measure_budget=0.25)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"config": c.to_dict(), "derived": {}}))  # a run directory's config.json
+    parse = cli.build_parser().parse_args
+    assert cli.config_from_args(parse(["train", "--out", "x", "--config", str(path)])) == c
+    over = cli.config_from_args(parse(["train", "--out", "x", "--config", str(path), "--global-batch", "128"]))
+    assert over == c.replace(global_batch=128) and over.per_replica_batch is None  # the batch given one way
+    path.write_text(json.dumps({"base_lr": 0.2}))  # the fields alone
+    assert cli.config_from_args(parse(["train", "--out", "x", "--config", str(path)])) == RunConfig(base_lr=0.2)
+    for text, said in (("{not json", "cannot be read as JSON"), (json.dumps({"bogus": 1}), "unknown config key")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=f"--config {path}: .*{said}"):
+            cli.config_from_args(parse(["train", "--out", "x", "--config", str(path)]))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        cli.config_from_args(parse(["train", "--out", "x", "--config", str(tmp_path / "absent.json")]))
+
+
+def test_train_here_hands_the_workers_the_config_as_a_file_not_as_options(tmp_path, monkeypatch):
+    import json
+
+    seen = {}
+
+    def fake_launch(argv, config, workers, **kw):
+        seen["argv"], seen["file"] = argv, json.loads(open(argv[argv.index("--config") + 1]).read())
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "summary.json").write_text(json.dumps({"status": "ok"}))
+        return 0
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    c = RunConfig(replicas=4, workers=2, per_replica_batch=16, base_lr=0.05, measure_budget=0.3)
+    assert launch.train_here(c, tmp_path / "run", quiet=True)["status"] == "ok"
+    assert seen["argv"][:3] == ["train", "--out", str(tmp_path / "run")] and "--base-lr" not in seen["argv"]
+    assert RunConfig.from_dict(seen["file"]["config"]) == c
+
+
 # --- the CLI: one line, exit code 2 -------------------------------------------------------------------------
 def _one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()

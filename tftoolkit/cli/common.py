@@ -89,9 +89,38 @@ def add_field_option(group, f: dataclasses.Field, tp) -> None:
     group.add_argument(flag(f.name), **kw)
 
 
+CONFIG_FILE_HELP = ("start from the options in FILE: a run directory's config.json (its resolved options) or a JSON "
+                    "object of option names with _ for -; the options given beside it override it")
+
+
 def config_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> RunConfig:
+    """The RunConfig the command line gives: its options, over ``--config FILE``'s where the command takes one."""
     names = {f.name for f in dataclasses.fields(RunConfig)} - set(skip)
-    return RunConfig.from_dict({k: v for k, v in vars(args).items() if k in names})
+    given = {k: v for k, v in vars(args).items() if k in names}
+    if getattr(args, "config_file", None) is None:
+        return RunConfig.from_dict(given)
+    base = config_file(args.config_file)
+    return base.replace(**given) if given else base
+
+
+def config_file(path: str) -> RunConfig:
+    """The RunConfig in a JSON file: a run directory's config.json ({"config": {...}, ...}) or the fields alone; a
+    ConfigError naming the file when it cannot be read or holds something else."""
+    import json
+
+    from ..errors import ConfigError
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--config {path}: cannot be read as JSON ({type(e).__name__}: {str(e).splitlines()[0]})")
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]
+    try:
+        return RunConfig.from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"--config {path}: {e}") from None
 
 
 def subcommands(parser: argparse.ArgumentParser, dest: str, metavar: str = "COMMAND"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import QUIET_HELP, add_config_options, config_from_args
+from .common import CONFIG_FILE_HELP, QUIET_HELP, add_config_options, config_from_args
 from .sections import OUTPUT
 
 
@@ -18,6 +18,7 @@ def add(sub) -> None:
     out.add_argument("--force", action="store_true", help="overwrite --out even if it holds a different run (a run "
                      "directory only: a folder of other files is never deleted)")
     out.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    out.add_argument("--config", dest="config_file", metavar="FILE", help=CONFIG_FILE_HELP)
     p.set_defaults(func=run)
 
 

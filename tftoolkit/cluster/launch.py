@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -285,10 +286,14 @@ def config_args(config) -> list[str]:
 
 def train_here(config, out, *, force: bool = False, quiet: bool = False) -> dict:
     """``tftoolkit.train`` of a config with workers > 1 and no cluster around: launch them here, wait, and
-    return the summary the chief wrote."""
-    argv = ["train", "--out", str(out), *config_args(config)] + (["--force"] if force else []) \
-        + (["--quiet"] if quiet else [])
-    code = launch(argv, config, config.workers, join_timeout=workers_mod.join_timeout())
+    return the summary the chief wrote. The workers read the config itself from a file (``train --config``), not
+    a re-spelling of it as options."""
+    with tempfile.TemporaryDirectory(prefix="tftoolkit-config-") as folder:
+        path = Path(folder) / "config.json"
+        path.write_text(json.dumps({"config": config.to_dict()}))
+        argv = ["train", "--out", str(out), "--config", str(path)] + (["--force"] if force else []) \
+            + (["--quiet"] if quiet else [])
+        code = launch(argv, config, config.workers, join_timeout=workers_mod.join_timeout())
     summary = Path(out) / "summary.json"
     if summary.exists():
         s = summary_schema.read(summary)
