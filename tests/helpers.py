@@ -68,6 +68,16 @@ def assert_no_tensorflow(code: str, *args: str, timeout: float = 180) -> str:
     return done.stdout
 
 
+def config_option(config, folder) -> list[str]:
+    """``--config FILE`` for a ``train`` command line: ``config`` written into ``folder`` as a run directory's
+    config.json (what tftoolkit.train hands the workers it launches)."""
+    from tftoolkit import fileio, rundir
+
+    path = Path(folder) / "given_config.json"
+    fileio.write_json(path, rundir.config_record(config.to_dict()))
+    return ["--config", str(path)]
+
+
 def checkpoint_variables(run_dir: Path, checkpoint: str | None = None) -> dict:
     """Every variable of a run's newest checkpoint (or of ``checkpoint``, a path prefix), by name."""
     import tensorflow as tf

@@ -76,10 +76,12 @@ def test_plan_refuses_bad_requests(monkeypatch, argv, workers, n, message):
     assert message in str(e.value)
 
 
-def test_config_args_rebuild_the_config():
+def test_the_train_options_give_the_config():
     c = RunConfig(replicas=4, workers=2, per_replica_batch=16, base_lr=0.05, augment=True, deterministic=False,
                   gpus=None, model="small_cnn", epochs=2.5)
-    args = cli.build_parser().parse_args(["train", "--out", "x", *launch.config_args(c)])
+    args = cli.build_parser().parse_args(["train", "--out", "x", "--replicas", "4", "--workers", "2",
+                                          "--per-replica-batch", "16", "--base-lr", "0.05", "--augment",
+                                          "--no-deterministic", "--model", "small_cnn", "--epochs", "2.5"])
     assert cli.config_from_args(args) == c
 
 
@@ -121,7 +123,7 @@ def test_train_here_hands_the_workers_the_config_as_a_file_not_as_options(tmp_pa
     c = RunConfig(replicas=4, workers=2, per_replica_batch=16, base_lr=0.05, measure_budget=0.3)
     assert launch.train_here(c, tmp_path / "run", quiet=True)["status"] == "ok"
     assert seen["argv"][:3] == ["train", "--out", str(tmp_path / "run")] and "--base-lr" not in seen["argv"]
-    assert RunConfig.from_dict(seen["file"]["config"]) == c
+    assert RunConfig.from_dict(seen["file"]["config"]) == c and seen["file"]["written_by"] == "tftoolkit"
 
 
 # --- the CLI: one line, exit code 2 -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 import tftoolkit
 from tftoolkit.config import RunConfig
 
-from helpers import FAST, checkpoint_variables, checkpointed_step
+from helpers import FAST, checkpoint_variables, checkpointed_step, config_option
 
 # --- killed anywhere, four times ----------------------------------------------------------------------------
 KILL_ARGS = dict(replicas=2, per_replica_batch=16, steps=48, steps_per_loop=2, checkpoint_every=2, measure=False,
@@ -27,9 +27,8 @@ KILL_ARGS = dict(replicas=2, per_replica_batch=16, steps=48, steps_per_loop=2, c
 def _kill_at_a_random_moment(out, rng, during_save: bool) -> str:
     """Start the run, SIGKILL it at a moment chosen by ``rng`` (while a checkpoint is being written, when
     ``during_save``); returns when it happened ("finished" if the run ended first)."""
-    from tftoolkit.cluster.launch import config_args
-
-    cmd = [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet", *config_args(RunConfig(**KILL_ARGS))]
+    cmd = [sys.executable, "-m", "tftoolkit", "train", "--out", str(out), "--quiet",
+           *config_option(RunConfig(**KILL_ARGS), out.parent)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ck = out / "checkpoints"
     start = checkpointed_step(out)
@@ -108,10 +107,9 @@ def test_a_damaged_newest_checkpoint_falls_back_and_the_run_still_ends_as_if_nev
 
 def test_when_no_checkpoint_restores_the_rerun_exits_2_naming_them(tmp_path, capsys):
     from tftoolkit import cli
-    from tftoolkit.cluster.launch import config_args
 
     argv = ["train", "--out", str(tmp_path / "run"), "--quiet",
-            *config_args(RunConfig(**{**KILL_ARGS, "steps": 4, "checkpoint_every": 2}))]
+            *config_option(RunConfig(**{**KILL_ARGS, "steps": 4, "checkpoint_every": 2}), tmp_path)]
     assert cli.main(argv) == 0
     (tmp_path / "run" / "summary.json").unlink()
     for index in (tmp_path / "run" / "checkpoints").glob("*.index"):
@@ -155,7 +153,6 @@ def test_accumulating_two_replicas_resumed_mid_epoch_equal_one_device_at_four_ti
 def test_sigterm_checkpoints_records_interrupted_exits_143_and_a_rerun_ends_as_if_never_stopped(tmp_path, monkeypatch,
                                                                                                   capsys):
     from tftoolkit import cli
-    from tftoolkit.cluster.launch import config_args
     from tftoolkit.engine import loop
 
     args = {**KILL_ARGS, "steps": 8, "checkpoint_every": 4}
@@ -170,7 +167,7 @@ def test_sigterm_checkpoints_records_interrupted_exits_143_and_a_rerun_ends_as_i
 
     monkeypatch.setattr(loop, "timed_call", sigterm_during_the_third_call)
     before = signal.getsignal(signal.SIGTERM)
-    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_args(RunConfig(**args))]
+    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_option(RunConfig(**args), tmp_path)]
     capsys.readouterr()
     assert cli.main(argv) == 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
     assert signal.getsignal(signal.SIGTERM) is before
@@ -283,7 +280,6 @@ def test_the_timed_calls_are_read_back_from_steps_rows():
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_measuring_after_the_last_step_still_writes_the_summary(tmp_path, monkeypatch, capsys, signum):
     from tftoolkit import cli
-    from tftoolkit.cluster.launch import config_args
     from tftoolkit.measure.input import bench as inputbench
 
     args = {**KILL_ARGS, "steps": 4, "checkpoint_every": 0}
@@ -295,7 +291,7 @@ def test_a_signal_while_measuring_after_the_last_step_still_writes_the_summary(t
         return real(*a, **k)
 
     monkeypatch.setattr(inputbench, "probe", probe_then_signal)
-    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_args(RunConfig(**args))]
+    argv = ["train", "--out", str(tmp_path / "run"), "--quiet", *config_option(RunConfig(**args), tmp_path)]
     capsys.readouterr()
     assert cli.main(argv) == 128 + signum and signals_sent == [signum]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -106,13 +106,11 @@ def config_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> Ru
 def config_file(path: str) -> RunConfig:
     """The RunConfig in a JSON file: a run directory's config.json ({"config": {...}, ...}) or the fields alone; a
     ConfigError naming the file when it cannot be read or holds something else."""
-    import json
-
+    from .. import fileio
     from ..errors import ConfigError
 
     try:
-        with open(path) as f:
-            data = json.load(f)
+        data = fileio.read_json(path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--config {path}: cannot be read as JSON ({type(e).__name__}: {str(e).splitlines()[0]})")
     if isinstance(data, dict) and isinstance(data.get("config"), dict):

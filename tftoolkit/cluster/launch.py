@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -34,8 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import gpus, summary as summary_schema
-from ..config import cli_fields
+from .. import fileio, gpus, rundir, summary as summary_schema
 from ..engine.devices import host_cores
 from ..errors import ClusterError, ConfigError
 from . import procs, spec, workers as workers_mod
@@ -267,30 +265,13 @@ def launch(train_argv: list[str], config, workers: int, replicas_per_worker: int
         shutil.rmtree(launch_dir, ignore_errors=True)
 
 
-def config_args(config) -> list[str]:
-    """Train options that rebuild ``config`` (fields left at their defaults are not repeated)."""
-    args = []
-    for f in cli_fields():
-        v = getattr(config, f.name)
-        if v == f.default:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(v, bool):
-            args.append(flag if v else "--no-" + flag[2:])
-        elif isinstance(v, list):
-            args += [flag, ",".join(map(str, v))]
-        else:
-            args += [flag, repr(v) if isinstance(v, float) else str(v)]
-    return args
-
-
 def train_here(config, out, *, force: bool = False, quiet: bool = False) -> dict:
     """``tftoolkit.train`` of a config with workers > 1 and no cluster around: launch them here, wait, and
     return the summary the chief wrote. The workers read the config itself from a file (``train --config``), not
     a re-spelling of it as options."""
     with tempfile.TemporaryDirectory(prefix="tftoolkit-config-") as folder:
         path = Path(folder) / "config.json"
-        path.write_text(json.dumps({"config": config.to_dict()}))
+        fileio.write_json(path, rundir.config_record(config.to_dict()))  # a run directory's config.json, as written
         argv = ["train", "--out", str(out), "--config", str(path)] + (["--force"] if force else []) \
             + (["--quiet"] if quiet else [])
         code = launch(argv, config, config.workers, join_timeout=workers_mod.join_timeout())

@@ -281,11 +281,11 @@ class Run:
         steps = records.files.steps_frame(self.rows, records.files.row_columns(self.config.noise_scale),
                                         self.engine.schedule)
         records.files.write_logs(self.out, steps, self.evals,
-                               records.files.EVAL_COLUMNS + [f"val_{n}" for n in self.engine.task.metric_names])
+                                 records.files.EVAL_COLUMNS + [f"val_{n}" for n in self.engine.task.metric_names])
 
     def _reload_logs(self):
         self.rows, self.evals = records.files.read_logs(self.out, self.resumed_from,
-                                                      records.files.row_columns(self.config.noise_scale))
+                                                        records.files.row_columns(self.config.noise_scale))
 
     def checkpoint(self):
         # Logs first: a resume keeps the rows up to the step it restores, so they must be on disk by the time
