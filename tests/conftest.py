@@ -97,8 +97,8 @@ def slurm_cluster():
 LONGEST_FIRST = (
     "tests/engine/test_equivalence.py",
     "tests/experiments/test_notebooks.py",
-    "tests/docs/test_commands.py",  # one test of ~170 s (every documented command; tasks.md's resnet20 scale traces
-    # 8 replicas: 242 s of CPU at load 8, 2026-12-05); unlisted, it went out after every listed file
+    "tests/docs/test_commands.py",  # one test of ~120 s on a quiet machine (every documented command, 2026-12-05);
+    # unlisted, it went out after every listed file
     "tests/cluster/test_multiworker.py",
     "tests/data/test_service.py",
     "tests/cluster/test_slurm.py",
