@@ -242,3 +242,28 @@ def strict_json(text: str):
 
     return json.loads(text, parse_constant=refuse)
 
+
+
+def executed_notebook(name: str, basetemp: Path) -> tuple[Path, Path]:
+    """Notebook NAME run once per ``pytest`` session in smoke mode, as ``make docs`` runs it (its first cell's
+    papermill command; docs/hooks/execute_notebooks.py): (the executed copy, its out_dir). tests/docs/test_site.py
+    and tests/experiments/test_notebooks.py both read 00_environment's run, from whichever pytest worker ran it
+    first; the others wait on a lock for it (xdist's recipe for a session fixture run once). A failed run is
+    reported to each caller. ``basetemp``: the session's ``tmp_path_factory.getbasetemp()``."""
+    import fcntl
+
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import execute_notebooks  # docs/hooks is not a package: the script make docs runs
+
+    # Each xdist worker has a basetemp of its own (popen-gw0, ...) in the session's folder
+    shared = (basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp) / "executed-notebooks"
+    shared.mkdir(exist_ok=True)
+    executed, failed = shared / "notebooks" / f"{name}.ipynb", shared / f"{name}.failed"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not executed.exists() and not failed.exists():
+            done = execute_notebooks.execute(ROOT / "notebooks" / f"{name}.ipynb", shared)
+            if done.returncode:
+                failed.write_text(done.stderr[-3000:] or f"papermill exited {done.returncode}")
+    assert not failed.exists(), f"{name} in smoke mode:\n{failed.read_text()}"
+    return executed, shared / "runs" / name

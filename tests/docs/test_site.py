@@ -21,12 +21,9 @@ import yaml
 from tftoolkit import cli, summary
 from tftoolkit.config import cli_fields
 
-from helpers import ROOT
+from helpers import ROOT, executed_notebook
 
 pytestmark = pytest.mark.slow
-
-sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-import execute_notebooks  # noqa: E402  (docs/hooks is not a package: the script make docs runs)
 
 EXECUTED = "00_environment"
 
@@ -44,11 +41,10 @@ def _mkdocs(*args, cwd=ROOT, env_extra=None, timeout=600):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     work = tmp_path_factory.mktemp("docs")
-    executed = work / "executed"
-    done = execute_notebooks.execute(ROOT / "notebooks" / f"{EXECUTED}.ipynb", executed)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # The session's one smoke run of it, which tests/experiments/test_notebooks.py checks too
+    notebook, _ = executed_notebook(EXECUTED, tmp_path_factory.getbasetemp())
     out = work / "site"
-    built = _mkdocs("--site-dir", str(out), env_extra={"TFTOOLKIT_DOCS_EXECUTED": str(executed)})
+    built = _mkdocs("--site-dir", str(out), env_extra={"TFTOOLKIT_DOCS_EXECUTED": str(notebook.parent.parent)})
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-4000:]
     return out
 

@@ -15,7 +15,7 @@ import pandas as pd
 import papermill
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, executed_notebook
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
@@ -135,15 +135,10 @@ def hint_args(name: str) -> list[str]:
 
 def _execute(name: str, out_root: Path) -> tuple[Path, nbformat.NotebookNode]:
     """Run notebook ``name`` once per session exactly as its first cell (and the README) says: the papermill
-    command line with its own smoke parameters, from the repository root; only ``out_dir`` is added, to keep the
-    results in the test's folder."""
+    command line with its own smoke parameters, from the repository root, with ``out_dir`` in the session's folder
+    (helpers.executed_notebook: tests/docs/test_site.py reads the same run of 00_environment)."""
     if name not in _EXECUTED:
-        out = out_root / name
-        executed = out_root / f"{name}.ipynb"
-        done = subprocess.run([str(Path(sys.executable).parent / "papermill"), f"notebooks/{name}.ipynb", str(executed),
-                               *hint_args(name), "-p", "out_dir", str(out)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
+        executed, out = executed_notebook(name, out_root.parent)  # out_root: mktemp's, in the basetemp
         _EXECUTED[name] = (out, nbformat.read(str(executed), as_version=4))
     return _EXECUTED[name]
 
@@ -336,21 +331,21 @@ def test_04_with_no_arguments_reports_what_ran_next_to_it(out_root):
     arguments through papermill, the test below)."""
     from tftoolkit.experiments.report import results, tables
 
-    for name in ("02_batch_and_lr_scaling", "03_communication"):
-        _execute(name, out_root)
+    comm_out = [_execute(name, out_root)[0] for name in ("02_batch_and_lr_scaling", "03_communication")][-1]
     from tftoolkit.experiments import findings
 
     # Its own folder holds results too once it has run (here: an all-reduce table); it is still left out.
-    (out_root / "04_default").mkdir(exist_ok=True)
-    (out_root / "04_default" / "allreduce.csv").write_bytes((out_root / "03_communication" / "allreduce.csv").read_bytes())
-    found = results.discover([], out_root / "04_default")
+    mine = comm_out.parent / "04_default"  # beside the others' out_dirs, as runs/04_report would be
+    mine.mkdir(exist_ok=True)
+    (mine / "allreduce.csv").write_bytes((comm_out / "allreduce.csv").read_bytes())
+    found = results.discover([], mine)
     assert {"02_batch_and_lr_scaling", "03_communication"} <= {p.name for p in found}
     assert "04_default" not in {p.name for p in found}
     # What the notebook's next cells do with them: load, findings, tables.
     res = results.load(found)
     text = findings.markdown(res)
     assert "What we found" in text and "Best LR rule per global batch" in text
-    runs = pd.read_csv(tables.save_tables(res, out_root / "04_default")["runs"])
+    runs = pd.read_csv(tables.save_tables(res, mine)["runs"])
     assert "02_batch_and_lr_scaling" in set(runs["source"])
 
 
