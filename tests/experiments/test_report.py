@@ -443,16 +443,29 @@ def test_a_point_left_running_by_a_killed_sweep_reads_interrupted_and_a_live_one
         assert results.load(root).points["status"].tolist() == ["failed", "running"]
 
 
-@pytest.mark.parametrize("bad", ["[]", '{"status": "ok", "replicas": "two", "global_batch": 128}', '{"status": "o'])
-def test_one_unreadable_run_is_listed_as_such_and_the_others_reported(sweeps, tmp_path, bad):
+BAD_SUMMARIES = ["[]", '{"status": "ok", "replicas": "two", "global_batch": 128}', '{"status": "o']
+
+
+def test_one_unreadable_run_is_listed_as_such_and_the_others_reported(sweeps, tmp_path):
     folder = tmp_path / "scaling" / "runs" / "02_replicas-4" / "runs" / "r"
-    (folder / "summary.json").write_text(bad)
-    res = results.load(list(sweeps))
-    row = res.runs.set_index("run_dir").loc[str(folder.resolve())]
-    assert row["status"] == "unreadable" and "summary.json" in row["error"]
-    assert (res.runs["status"] == "ok").sum() == 4  # the other runs are all there
-    figs = figures.all_figures(res, tmp_path / "figures")
+    loaded = []
+    for bad in BAD_SUMMARIES:  # not JSON of a summary, a field of the wrong type, cut short
+        (folder / "summary.json").write_text(bad)
+        res = results.load(list(sweeps))
+        row = res.runs.set_index("run_dir").loc[str(folder.resolve())]
+        assert row["status"] == "unreadable" and "summary.json" in row["error"], bad
+        assert (res.runs["status"] == "ok").sum() == 4, bad  # the other runs are all there
+        loaded.append(res)
+    # Nothing of an unreadable summary is kept (results._run_row), so every bad one gives the same runs but for the
+    # error: the figures, drawn once, are drawn for each.
+    for res in loaded[1:]:
+        pd.testing.assert_frame_equal(res.runs.drop(columns="error"), loaded[0].runs.drop(columns="error"))
+    figs = figures.all_figures(loaded[-1], tmp_path / "figures")
     assert {"throughput", "loss_curves"} <= set(figs)
+
+
+@pytest.mark.parametrize("bad", BAD_SUMMARIES)
+def test_an_unreadable_run_in_a_plain_folder_is_in_its_overview_with_why(tmp_path, bad):
     # A folder of run directories (no sweep): its overview lists the run as unreadable, with why.
     plain = tmp_path / "plain"
     good = {"status": "ok", "replicas": 1, "global_batch": 64, "train_examples": 640, "images_per_sec": 100.0}
