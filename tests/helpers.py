@@ -243,7 +243,6 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-
 def executed_notebook(name: str, basetemp: Path) -> tuple[Path, Path]:
     """Notebook NAME run once per ``pytest`` session in smoke mode, as ``make docs`` runs it (its first cell's
     papermill command; docs/hooks/execute_notebooks.py): (the executed copy, its out_dir). tests/docs/test_site.py
@@ -252,7 +251,8 @@ def executed_notebook(name: str, basetemp: Path) -> tuple[Path, Path]:
     reported to each caller. ``basetemp``: the session's ``tmp_path_factory.getbasetemp()``."""
     import fcntl
 
-    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    if str(ROOT / "docs" / "hooks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "docs" / "hooks"))
     import execute_notebooks  # docs/hooks is not a package: the script make docs runs
 
     # Each xdist worker has a basetemp of its own (popen-gw0, ...) in the session's folder
@@ -262,8 +262,12 @@ def executed_notebook(name: str, basetemp: Path) -> tuple[Path, Path]:
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not executed.exists() and not failed.exists():
-            done = execute_notebooks.execute(ROOT / "notebooks" / f"{name}.ipynb", shared)
-            if done.returncode:
-                failed.write_text(done.stderr[-3000:] or f"papermill exited {done.returncode}")
+            try:
+                done = execute_notebooks.execute(ROOT / "notebooks" / f"{name}.ipynb", shared, timeout=600)
+            except subprocess.TimeoutExpired:
+                failed.write_text("papermill had not finished after 600 s")
+            else:
+                if done.returncode:
+                    failed.write_text(done.stderr[-3000:] or f"papermill exited {done.returncode}")
     assert not failed.exists(), f"{name} in smoke mode:\n{failed.read_text()}"
     return executed, shared / "runs" / name

@@ -30,15 +30,17 @@ def smoke_args(notebook: Path) -> list[str]:
     return shlex.split(m.group(1))
 
 
-def execute(notebook: Path, out: Path) -> subprocess.CompletedProcess:
-    """Run ``notebook`` in smoke mode into OUT/notebooks/, its results into OUT/runs/<name>."""
+def execute(notebook: Path, out: Path, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run ``notebook`` in smoke mode into OUT/notebooks/, its results into OUT/runs/<name> (``timeout``: seconds,
+    then subprocess.TimeoutExpired; none for make docs)."""
     executed = out / "notebooks" / notebook.name
     executed.parent.mkdir(parents=True, exist_ok=True)
     runs = out / "runs" / notebook.stem
     runs = runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs  # the page shows it: keep it short
     cmd = [str(Path(sys.executable).with_name("papermill")), "--no-progress-bar", str(notebook.relative_to(ROOT)),
            str(executed), *smoke_args(notebook), "-p", "out_dir", str(runs)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=timeout)
     if done.returncode:
         executed.unlink(missing_ok=True)
     return done

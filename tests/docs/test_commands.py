@@ -215,7 +215,7 @@ for where, words in json.load(open(sys.argv[1])):
 
 
 @pytest.mark.slow  # one interpreter, 18 commands: 213 s on a quiet machine when tasks.md's resnet20 scale ran all of
-# its four counts (122 s of it; 2026-12-05), ~110 s on its two smallest
+# its four counts (122 s of it; 2026-12-05), 122 s with it on its two smallest
 def test_every_complete_command_runs_as_written_on_cpu(tmp_path):
     # Failed before the fixes: predict on the CPU-simulated runs/r4 exited 2, --model mypackage.models:build from
     # the working folder exited 2 (ModuleNotFoundError), and every shrunk training reported images/sec NaN as "ok".
