@@ -26,7 +26,7 @@ EQUIVALENCE_STEPS = 10
 EQUIVALENCE_RTOL = 1e-4   # of the weight scale; float32 summation order differs between 1 and N replicas
 PEAK_TOO_HIGH = 1.05      # measured above 105% of the rated peak: the catalogue's figure is wrong for this device
 PEAK_TOO_LOW = 0.25       # below 25%: clocks, power capping or a wrong device name
-TIMING_REPEATS = 5        # interleaved rounds of one unit, two units and one unsynchronised unit; medians
+TIMING_REPEATS = 5        # interleaved rounds of one unit, two units, one unsynchronised unit and no work; medians
 TIMING_DOUBLE = (1.4, 2.7)  # twice the work reads 1.4x-2.7x the time: a clock that does not wait for the devices
 #                             reads about 1x (fail); above 2.7x the host is too busy to judge (skip)
 TIMING_AGREE = 1.5        # CPU replicas: unsynchronised within 1.5x of synchronised agrees; slower is the host's noise
@@ -213,10 +213,11 @@ def check_placement(ctx: Context) -> Check:
     return Check("placement", "pass", f"{2 * len(ctx.setup.devices)} tensors on their replicas' devices", registry)
 
 
-def timing_verdict(kind: str, once: list[float], twice: list[float], unsynced: list[float]) -> tuple[str, str, str, str]:
+def timing_verdict(kind: str, once: list[float], twice: list[float], unsynced: list[float],
+                   idle: list[float]) -> tuple[str, str, str, str]:
     """(status, figure, detail, fix) of the timing check from its rounds, in seconds: ``once[i]`` and ``twice[i]``
     one and two units of device work timed synchronised, ``unsynced[i]`` one unit with the clock stopped when the
-    call returns, all three in round i.
+    call returns, ``idle[i]`` the same call with no work, timed synchronised, all four in round i.
 
     The synchronised clock is right when it follows the work: two units must take about twice one. It is what
     every timed region of the toolkit reads, so a clock that stops before the devices finish fails the check
@@ -224,7 +225,12 @@ def timing_verdict(kind: str, once: list[float], twice: list[float], unsynced: l
     their median is judged, so a host whose load changes between rounds still gives a fair figure; a ratio far
     above 2, or an unsynchronised call slower than the synchronised one, says the host was too busy to judge
     (skip, with the figures). Without synchronisation GPUs return before the work is done; CPU replicas return
-    when it is done, and where they do not the synchronised clock still waits for the rest."""
+    when it is done, and where they do not the synchronised clock still waits for the rest.
+
+    CPU replicas run synchronously, and a call's own cost (threads waking on cores the host shares) grows with the
+    host's load until it hides the doubling (1.34x seen in the suite, three workers on 2 cores): there a low ratio
+    whose work beyond a call with no work still doubles is the host's, a skip. On GPUs a call with no work differs
+    from one unit in kernel launches, not in waiting, so nothing is taken off there."""
 
     ratio = statistics.median(t / o for o, t in zip(once, twice))
     share = statistics.median(f / o for o, f in zip(once, unsynced))
@@ -232,11 +238,19 @@ def timing_verdict(kind: str, once: list[float], twice: list[float], unsynced: l
     figure = f"synchronised {one * 1e3:.2f} ms, twice the work {two * 1e3:.2f} ms ({ratio:.2f}x), " \
              f"unsynchronised {free * 1e3:.2f} ms"
     lo, hi = TIMING_DOUBLE
+    busy = "rerun on an idle host (check `top` for other jobs)"
+    if ratio < lo and kind != "GPU":
+        beyond = [(t - z) / (o - z) for o, t, z in zip(once, twice, idle) if o > z]
+        marginal = statistics.median(beyond) if len(beyond) > len(once) // 2 else 0.0
+        if lo <= marginal <= hi:
+            return "skip", figure + f", no work {statistics.median(idle) * 1e3:.2f} ms", (
+                f"twice the work read only {ratio:.2f}x the time, but {marginal:.2f}x beyond a call with no work "
+                f"({statistics.median(idle) / one:.0%} of one unit's time): the host was too busy to judge the "
+                "clock"), busy
     if ratio < lo:
         return "fail", figure, (f"twice the work read only {ratio:.2f}x the time (at least {lo}x expected): the "
                                 "synchronised clock stops before the devices finish"), \
             "report it: images/sec and the step breakdown would be overstated on this machine"
-    busy = "rerun on an idle host (check `top` for other jobs)"
     if ratio > hi:
         return "skip", figure, (f"twice the work read {ratio:.2f}x the time (at most {hi}x expected): the host was "
                                 "too busy to judge the clock"), busy
@@ -273,9 +287,9 @@ def check_timing(ctx: Context) -> Check:
             return strategy.run(replica, args=(x,))
         return call
 
-    once, twice = work(1), work(2)
-    timer.timed(once, x0), timer.timed(twice, x0)  # trace both
-    one, two, free = [], [], []
+    none, once, twice = work(0), work(1), work(2)
+    timer.timed(none, x0), timer.timed(once, x0), timer.timed(twice, x0)  # trace all three
+    one, two, free, idle = [], [], [], []
     for _ in range(TIMING_REPEATS):  # interleaved, so a change in the host's load reaches every figure alike
         one.append(timer.timed(once, x0)[1])
         two.append(timer.timed(twice, x0)[1])
@@ -284,7 +298,8 @@ def check_timing(ctx: Context) -> Check:
         once(x0)
         free.append(time.perf_counter() - t0)
         timer.sync()
-    status, figure, detail, fix = timing_verdict(ctx.setup.kind, one, two, free)
+        idle.append(timer.timed(none, x0)[1])
+    status, figure, detail, fix = timing_verdict(ctx.setup.kind, one, two, free, idle)
     return Check("timing", status, figure, detail, fix)
 
 
