@@ -218,6 +218,37 @@ def data_service(workers: int = 2, timeout: float = 90):
     return running()
 
 
+# The stateful ops tf.data's make_deterministic rewrite lets a pipeline run asynchronously around (TensorFlow 2.21,
+# tensorflow/core/grappler/optimizers/data/make_deterministic.cc: kDeterministicStatefulOps and
+# kDeterministicStatefulOpsWhenAsync); a version suffix (V2) is dropped before the lookup, as there.
+DETERMINISTIC_STATEFUL = {"TextLineDataset", "FixedLengthRecordDataset", "TFRecordDataset", "TensorSliceDataset",
+                          "RangeDataset", "SSTableDataset", "RecordIODataset", "Print", "Assert", "RandomUniform",
+                          "RandomUniformInt", "RandomStandardNormal", "ParameterizedTruncatedNormal", "TruncatedNormal",
+                          "RandomShuffle", "Multinomial", "RandomGamma", "RandomGammaGrad", "RandomPoisson",
+                          "RandomCrop", "SampleDistortedBoundingBox", "SampleDistortedBoundingBoxV2"}
+
+
+def ops_that_serialise_the_pipeline(ds) -> set[str]:
+    """The stateful ops inside ``ds``'s dataset functions that, under op determinism (on by default on CPU
+    replicas), make tf.data's make_deterministic rewrite run every parallel map of the pipeline serially and every
+    prefetch at 0. Empty for a pipeline that keeps its parallelism."""
+    import re
+
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import op_def_registry
+
+    calls = {"StatefulPartitionedCall", "PartitionedCall", "If", "StatelessIf", "While", "StatelessWhile"}
+    graph = graph_pb2.GraphDef.FromString(ds._as_serialized_graph().numpy())
+    found = set()
+    for fn in graph.library.function:
+        for node in fn.node_def:
+            op = op_def_registry.get(node.op)
+            if op is not None and op.is_stateful and node.op not in calls \
+                    and re.sub(r"V\d+$", "", node.op) not in DETERMINISTIC_STATEFUL:
+                found.add(node.op)
+    return found
+
+
 def event_accumulator(path):
     """TensorBoard's reader of the event files under ``path``, loaded (tests of what a run or a recorded fit wrote)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

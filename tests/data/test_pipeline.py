@@ -54,6 +54,28 @@ def _ids_per_replica(source, config, epoch=0):
 
 
 @pytest.mark.parametrize("last_batch", ["drop", "partial"])
+def test_a_short_last_batch_keeps_the_input_parallel_under_op_determinism(source, last_batch, capfd):
+    # 400 images in global batches of 90 leave a short one of 40. Its pieces were once Dataset.from_tensors inside
+    # the epoch's flat_map: a TensorDataset, which tf.data's make_deterministic rewrite (op determinism is on by
+    # default on CPU replicas) takes for a nondeterministic stateful op, so it ran the gather serially and the
+    # prefetch at 0 (half the host's input rate) and TensorFlow logged "NodeDef mentions attribute
+    # use_unbounded_threadpool" at error level, in front of the user.
+    import tensorflow as tf
+
+    from helpers import ops_that_serialise_the_pipeline
+
+    tf.config.experimental.enable_op_determinism()  # as session.start does for a deterministic run
+    config = RunConfig(dataset="synthetic", replicas=3, per_replica_batch=30, last_batch=last_batch)
+    ctx = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=3)
+    ds = pipeline.train_elements(source.store("train"), config, ctx)
+    assert ops_that_serialise_the_pipeline(ds) == set()
+    # Five steps of 3 replicas: an epoch's 4 full steps, then the short one (partial) or the next epoch's first.
+    pieces = [len(x[0]) for x in ds.take(3 * 5).as_numpy_iterator()]
+    assert pieces == [30] * 12 + ([13, 13, 14] if last_batch == "partial" else [30] * 3)
+    assert "use_unbounded_threadpool" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("last_batch", ["drop", "partial"])
 @pytest.mark.parametrize("replicas", [1, 2, 3, 4])
 def test_every_example_is_seen_exactly_once_per_epoch(source, replicas, last_batch):
     # Per-replica batch 30: global batch 30/60/90/120, so 400 never divides and there is a short last batch.

@@ -74,7 +74,12 @@ def _pieces(order, global_batch: int, total: int, first: int, local: int, partia
         bounds = [(r * rest) // total for r in range(total + 1)]
         tail = order[full * global_batch:]
         for r in range(first, first + local):
-            ds = ds.concatenate(tf.data.Dataset.from_tensors(tail[bounds[r]:bounds[r + 1]]))
+            # One element from a [1, k] slice, not Dataset.from_tensors: under op determinism (on by default on
+            # CPU replicas) tf.data's make_deterministic rewrite takes a TensorDataset inside a dataset function
+            # (one_epoch's flat_map) for a nondeterministic stateful op (TensorSliceDataset is on its allow-list)
+            # and then runs the pipeline's parallel map serially and its prefetch at 0: half the input rate, and
+            # one "NodeDef mentions attribute use_unbounded_threadpool" line from TensorFlow.
+            ds = ds.concatenate(tf.data.Dataset.from_tensor_slices(tail[bounds[r]:bounds[r + 1]][tf.newaxis]))
     return ds
 
 
