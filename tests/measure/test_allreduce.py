@@ -247,7 +247,10 @@ def test_small_sizes_are_timed_without_the_call_s_overhead(tmp_path, cpu_devices
                           quiet=True)
     row = csv.iloc[0]
     assert row["iters"] == 4 and row["overhead_s"] > 0
-    assert row["time_raw_s"] * row["iters"] >= row["overhead_s"] * 0.5
+    # Each pair's difference is below its chain's time (the bare call takes some), so their median is below the
+    # chains' median: guaranteed, however loaded the host. How the three figures are computed from given timings
+    # is test_a_difference_above_the_noise_is_a_bandwidth_after_the_repeats_asked's (a chain against half the bare
+    # call's time, asserted here before, failed on a loaded host: 0.98 ms against 2.72 ms).
     assert 0 <= row["time_s"] < row["time_raw_s"]
     timing = json.loads((tmp_path / "bench.json").read_text())["timing"]
     assert "without them" in timing and "synchronised" in timing and "unresolved" in timing
@@ -312,6 +315,8 @@ def test_a_difference_above_the_noise_is_a_bandwidth_after_the_repeats_asked(mon
     row = _bench_with(monkeypatch, tmp_path, FakeCalls(full, empty))
     assert row["status"] == "ok" and row["repeats"] == 5
     assert row["time_s"] == pytest.approx(50e-6, rel=0.02) and row["time_err_s"] < 1e-6
+    # The uncorrected figure is the chain's median per all-reduce, the subtracted overhead the bare call's median.
+    assert row["time_raw_s"] == pytest.approx(np.median(full) / 4) and row["overhead_s"] == pytest.approx(1.0e-3)
     assert row["busbw_GBps"] == pytest.approx(allreduce.busbw_gbps(65536, row["time_s"], 4))
 
 
