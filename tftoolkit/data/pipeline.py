@@ -197,7 +197,7 @@ def train_input(strategy, source: DataSource, config, start_step: int = 0, place
     store = source.store("train")
     shard = source.worker_shard
     examples = source.train_examples // shard[1] if shard else None
-    wrap = (lambda fn: replayed(config, fn)) if replay else (lambda fn: served(config, fn))
+    wrap = (lambda fn: replayed(config, fn)) if replay else (lambda fn: served(config, endless(fn)))
     if not store.in_memory:
         # Streamed from the files (data/stream.py): one pipeline per worker yields its replicas' per-replica
         # batches in turn, which TensorFlow hands round-robin to the worker's devices (and, on GPUs, prefetches
@@ -214,6 +214,18 @@ def train_input(strategy, source: DataSource, config, start_step: int = 0, place
     return strategy.distribute_datasets_from_function(
         wrap(lambda ctx: train_elements(store, config, ctx, start_step, placement, with_ids, shard, examples)),
         input_options(strategy))
+
+
+def endless(dataset_fn):
+    """``dataset_fn``, its dataset declared infinite (it is: epochs without end, every replica an element each step).
+    tf.distribute reads its cardinality as unknown (a flat_map) and, for an unknown one with a short last batch's
+    shapes or between workers, checks before every step that some replica still has an element: a cond and dummy
+    values each step, and between workers an all-reduce of those counts each step (TensorFlow's
+    distribute/input_lib.py, _enable_get_next_as_optional and _calculate_replicas_with_values). Declared infinite,
+    the step takes its elements directly."""
+    import tensorflow as tf
+
+    return lambda ctx: dataset_fn(ctx).apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
 def replayed(config, dataset_fn):
