@@ -162,7 +162,11 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
     s = json.loads(summary.read_text())
     assert s["status"] == "ok" and s["resumed_from_step"] == killed_at and s["steps"] == 20
     assert s["examples_per_replica"] == [320] * 4
-    assert "measure_error" not in s and s["compute_time_s"] > 0 and s["allreduce_time_s"] >= 0
+    assert "measure_error" not in s and s["compute_time_s"] > 0
+    # The all-reduce part is measured, or its own check failed it and the summary says so (negative beyond its
+    # noise: a loaded host in a clean-clone `make test`, 2026-12-06), never a number that is not one.
+    assert (s["allreduce_time_s"] is not None and s["allreduce_time_s"] >= 0) or \
+        (s["allreduce_time_s"] is None and s["allreduce_time_status"] == "failed"), s
     a, b = checkpoint_variables(ref), checkpoint_variables(out)
     assert a.keys() == b.keys()
     for name in a:  # same workers, same order of every sum: deterministic mode gives the same numbers
