@@ -22,7 +22,7 @@ from tftoolkit.cluster import spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ConfigError
 
-from helpers import FAST, checkpoint_variables, checkpointed_step
+from helpers import FAST, assert_part_as_stated, checkpoint_variables, checkpointed_step
 
 # 16 steps per epoch (1024 / 64), so evaluation runs at step 16 and at the end: a collective mid-run too.
 ARGS = dict(workers=2, replicas=4, per_replica_batch=16, steps=20, steps_per_loop=5, checkpoint_every=5,
@@ -163,10 +163,9 @@ def test_sigkill_one_worker_then_the_job_resumes_and_ends_as_if_never_interrupte
     assert s["status"] == "ok" and s["resumed_from_step"] == killed_at and s["steps"] == 20
     assert s["examples_per_replica"] == [320] * 4
     assert "measure_error" not in s and s["compute_time_s"] > 0
-    # The all-reduce part is measured, or its own check failed it and the summary says so (negative beyond its
-    # noise: a loaded host in a clean-clone `make test`, 2026-12-06), never a number that is not one.
-    assert (s["allreduce_time_s"] is not None and s["allreduce_time_s"] >= 0) or \
-        (s["allreduce_time_s"] is None and s["allreduce_time_status"] == "failed"), s
+    # The all-reduce part holds to its status, whichever a loaded host gives: measured, within noise (CI, 2026-12-06:
+    # -15 ms inside its error, its sign not known) or failed with no number (a clean clone, 2026-12-06).
+    assert_part_as_stated(s, "allreduce_time")
     a, b = checkpoint_variables(ref), checkpoint_variables(out)
     assert a.keys() == b.keys()
     for name in a:  # same workers, same order of every sum: deterministic mode gives the same numbers
