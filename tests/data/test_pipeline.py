@@ -72,6 +72,28 @@ def test_the_training_input_is_endless_so_a_step_takes_its_elements_without_chec
     assert steps == [[16] * 4] * 6 + [[4] * 4 if last_batch == "partial" else [16] * 4]
 
 
+def test_evaluation_takes_its_counted_batches_directly_and_every_pass_is_the_split_once(source):
+    # The validation split's batches go to every replica, the last one in even pieces (some empty), so each replica
+    # has ceil(n / batch) elements a pass; the dataset repeats them, so tf.distribute takes each directly (it would
+    # otherwise ask before every batch which replicas still have one: its own switch, as in training above), and
+    # one iterator serves every evaluation of a run, each pass starting where the last ended.
+    import tensorflow as tf
+
+    strategy, _ = strategy_mod.make_strategy(devices.init(3), "auto")
+    config = RunConfig(replicas=3, per_replica_batch=6)  # 40 validation images in batches of 18: 18, 18, 4
+    split = pipeline.eval_input(strategy, source, config, with_ids=True)
+    assert split.steps == 3 and split.dataset.cardinality == tf.data.INFINITE_CARDINALITY
+    it = iter(split.dataset)
+    assert it._enable_get_next_as_optional is False
+    passes = []
+    for _ in range(3):
+        batches = [[x.numpy().tolist() for x in strategy.experimental_local_results(next(it)[2])]
+                   for _ in range(split.steps)]
+        assert [[len(x) for x in b] for b in batches] == [[6] * 3, [6] * 3, [1, 1, 2]]
+        passes.append([i for b in batches for x in b for i in x])
+    assert sorted(passes[0]) == list(range(40)) and passes[1] == passes[2] == passes[0]
+
+
 @pytest.mark.parametrize("last_batch", ["drop", "partial"])
 def test_a_short_last_batch_keeps_the_input_parallel_under_op_determinism(source, last_batch, capfd):
     # 400 images in global batches of 90 leave a short one of 40. Its pieces were once Dataset.from_tensors inside

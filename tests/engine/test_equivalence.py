@@ -224,7 +224,10 @@ def case(sess, eng, state, global_batch, n_train, n_val):
     spe = config.steps_per_epoch(n_train)
     loop.drive(eng.train_loop, lambda s: iter(pipeline.train_input(sess.strategy, source, config, s)), start=0,
                total=spe, steps_per_epoch=spe, steps_per_loop=spe, on_loop=on_loop)
-    val = eng.evaluate(pipeline.eval_input(sess.strategy, source, config)).numpy()
+    split = pipeline.eval_input(sess.strategy, source, config)
+    val = eng.evaluate(split).numpy()
+    # Evaluated again (every evaluation of a run reads one iterator, from where the last pass ended): the same split.
+    np.testing.assert_array_equal(eng.evaluate(split).numpy(), val)
     return [w.copy() for w in eng.model.get_weights()], np.array(losses), counts, val
 
 

@@ -27,6 +27,9 @@ The uint8 -> float conversion happens on the device, in the step (``to_float``):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..errors import ConfigError
 from . import service
 from .functions import plain
@@ -256,7 +259,19 @@ def served(config, dataset_fn):
     return fn
 
 
-def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
+@dataclass
+class EvalSplit:
+    """The validation split as the engine evaluates it: a distributed dataset and how many batches every replica
+    takes from it per evaluation (None: read it to its end, asking before each batch which replicas still have one).
+    With ``steps``, the dataset is endless and one iterator (made at the first evaluation) serves every evaluation
+    of the run, each a whole pass from the start of one: no iterator to create and delete per evaluation."""
+
+    dataset: Any
+    steps: int | None
+    iterator: Any = None
+
+
+def eval_input(strategy, source: DataSource, config, with_ids: bool = False) -> EvalSplit | None:
     """The validation split in order, every example once (a short last batch split evenly), or None."""
     import tensorflow as tf
 
@@ -264,18 +279,25 @@ def eval_input(strategy, source: DataSource, config, with_ids: bool = False):
     if store is None:
         return None
     if not store.in_memory:
-        return strategy.distribute_datasets_from_function(lambda ctx: store.eval_dataset(config, _layout(ctx)))
+        # Streamed: records go to the replicas in turn as they decode, so the last ones may get one batch fewer.
+        return EvalSplit(strategy.distribute_datasets_from_function(
+            lambda ctx: store.eval_dataset(config, _layout(ctx))), None)
     gather = host_gather(store, config.replace(augment=False), with_ids)
+    # Evaluation batches are one pass of all replicas (without --accumulate, the global batch): what fits. Every
+    # replica gets a piece of each, the last one short or empty (_pieces), so each has exactly ``steps`` elements a
+    # pass. The dataset repeats them: tf.distribute then takes each element directly (on a dataset of finite length
+    # whose batches are not all one size it asks before every element whether each replica still has one: a cond
+    # and dummy values per batch, and between workers an all-reduce; its input_lib's get_next_as_optional).
+    steps = -(-store.n // config.micro_batch_size)
 
     def dataset_fn(ctx):
         total, local, first = _layout(ctx)
-        # Evaluation batches are one pass of all replicas (without --accumulate, the global batch): what fits.
         ds = _pieces(tf.range(store.n, dtype=tf.int64), config.micro_batch_size, total, first, local, True)
         ds = ds.map(plain(lambda indices: gather(indices, tf.constant(0, tf.int64))),
                     num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
-        return ds.prefetch(PREFETCH * local).with_options(_options())
+        return ds.repeat().prefetch(PREFETCH * local).with_options(_options())
 
-    return strategy.distribute_datasets_from_function(dataset_fn, input_options(strategy))
+    return EvalSplit(strategy.distribute_datasets_from_function(dataset_fn, input_options(strategy)), steps)
 
 
 def dropped_per_epoch(config, train_examples: int) -> int:
