@@ -36,7 +36,11 @@ def one(kind: str, replicas: int, epochs: int, global_batch: int, steps_per_loop
         import tftoolkit
         from tftoolkit.config import RunConfig
 
+        # The same model, optimiser, learning rate and images as the fit below, not the toolkit's defaults (small_vgg
+        # and Adam since 2026-12-01): the comparison is of the loops.
         cfg = RunConfig(replicas=replicas, global_batch=global_batch, epochs=epochs, dataset="synthetic",
+                        image_size=32, model="small_cnn", optimizer="momentum", base_lr=0.02, base_batch=256,
+                        lr_rule="linear", warmup_epochs=0.0, schedule="constant", augment=False,
                         eval_every_epoch=False, steps_per_loop=steps_per_loop, **_measure_off())
         with tempfile.TemporaryDirectory() as d:
             tftoolkit.train(cfg, os.path.join(d, "run"), quiet=True)
@@ -93,6 +97,8 @@ def main() -> int:
     ap.add_argument("--steps-per-loop", type=int, default=20, help="toolkit steps per tf.function call")
     ap.add_argument("--one", nargs=2, metavar=("KIND", "REPLICAS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.epochs < 2:
+        ap.error(f"--epochs {args.epochs}: give at least 2; the last epoch is timed, and the first holds the tracing")
     if args.one:
         res = one(args.one[0], int(args.one[1]), args.epochs, args.global_batch, args.steps_per_loop)
         print("RESULT " + json.dumps(res))
