@@ -182,7 +182,7 @@ def test_every_remainder_is_split_once_over_any_replica_count(replicas):
     # The one split every batch goes through (training, --last-batch partial, evaluation): replica counts 1-8 and
     # every remainder 0..R-1 of a short last batch. Each replica's pieces, gathered in replica order, are the batch
     # order itself; a short batch's slices differ by at most one example, and one of fewer examples than replicas
-    # leaves the first replicas empty (the step pads those: engine.step.pad_empty).
+    # leaves the first replicas empty (the step pads those: engine.feed.pad_empty).
     import tensorflow as tf
 
     per = 3

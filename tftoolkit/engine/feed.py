@@ -257,3 +257,28 @@ def device_path_graph(shape=(32, 32, 3), augment: bool = True, dtype: str = "uin
             tf.TensorSpec([None], tf.as_dtype(labels.dtype)),
             tf.TensorSpec([None], tf.int64), tf.TensorSpec([], tf.int64)]  # pipeline.epoch_order's int64 indices
     return path.get_concrete_function(*spec).graph
+
+
+def pad_empty(images, labels):
+    """(images, labels, weights): a replica's batch, with one zero example of weight 0 when it has none.
+
+    A short batch (the last of a validation split, ``--last-batch partial``) with fewer examples than replicas
+    leaves some replicas an empty slice (data.pipeline splits every batch, short or not, the same way). A model
+    cannot run on a zero-size batch: TensorFlow's Conv2D returns its input's shape for an empty batch ("input
+    depth must be evenly divisible by filter depth: 3 vs 32" at the next layer), and batch norm's moments are
+    undefined. Such a replica computes on one zero example instead, weighted 0: in the loss, the accuracy and
+    synchronized batch norm's statistics (models.example_weights), so it adds nothing and still takes part in
+    every collective. Per-replica batch norm (keras.applications) does see it in that replica's statistics for
+    that step. A non-empty batch goes through untouched (a cond, not a copy).
+    """
+    import tensorflow as tf  # deferred: session.start times TensorFlow's import
+
+    n = tf.shape(tf.nest.flatten(labels)[0])[0]
+
+    def dummy():  # every input and target of the structure, one zero example
+        return tf.nest.map_structure(lambda t: tf.zeros(tf.concat([[1], tf.shape(t)[1:]], 0), t.dtype),
+                                     (images, labels))
+
+    images, labels = tf.cond(n > 0, lambda: (images, labels), dummy)
+    weights = tf.cast(tf.range(tf.maximum(n, 1)) < n, tf.float32)
+    return images, labels, weights

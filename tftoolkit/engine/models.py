@@ -35,7 +35,7 @@ def names() -> list[str]:
 _LAYERS: dict = {}
 
 # Per-example weights of the batch being traced (1 for an example, 0 for the padding an empty replica computes on,
-# engine.step.pad_empty), read by layers whose statistics span the replicas (SyncBatchNorm): set while the step
+# engine.feed.pad_empty), read by layers whose statistics span the replicas (SyncBatchNorm): set while the step
 # calls the model and read while tracing. Per thread: MirroredStrategy traces each replica's function in a thread
 # of its own, concurrently, so a shared stack would hand one replica another's weights.
 _LOCAL = threading.local()

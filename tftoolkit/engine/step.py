@@ -1,4 +1,4 @@
-"""The compiled data-parallel step: model, optimiser, and the tf.functions that train and evaluate.
+"""The compiled data-parallel step: model, optimiser, and the tf.functions that train (evaluation: evaluate.py).
 
 Why not ``model.fit``: Keras 3's fit is reported broken under MultiWorkerMirroredStrategy
 (keras-team/keras#20585), and the measurements need the per-replica gradients and the all-reduce as
@@ -15,10 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.pipeline import to_float
 from . import collectives, losses, models
 from . import feed as feed_mod
 from .collectives import all_sum_no_gradient
+from .evaluate import make_evaluate
+from .feed import pad_empty
 
 log = logging.getLogger("tftoolkit")
 
@@ -66,31 +67,6 @@ def jit_effective(config, kind: str, replicas: int) -> bool:
     The session decides it once (and logs it); summary.json records it as ``jit_effective``.
     """
     return bool(config.jit) and (kind == "GPU" or replicas == 1)
-
-
-def pad_empty(images, labels):
-    """(images, labels, weights): a replica's batch, with one zero example of weight 0 when it has none.
-
-    A short batch (the last of a validation split, ``--last-batch partial``) with fewer examples than replicas
-    leaves some replicas an empty slice (data.pipeline splits every batch, short or not, the same way). A model
-    cannot run on a zero-size batch: TensorFlow's Conv2D returns its input's shape for an empty batch ("input
-    depth must be evenly divisible by filter depth: 3 vs 32" at the next layer), and batch norm's moments are
-    undefined. Such a replica computes on one zero example instead, weighted 0: in the loss, the accuracy and
-    synchronized batch norm's statistics (models.example_weights), so it adds nothing and still takes part in
-    every collective. Per-replica batch norm (keras.applications) does see it in that replica's statistics for
-    that step. A non-empty batch goes through untouched (a cond, not a copy).
-    """
-    import tensorflow as tf  # deferred: session.start times TensorFlow's import
-
-    n = tf.shape(tf.nest.flatten(labels)[0])[0]
-
-    def dummy():  # every input and target of the structure, one zero example
-        return tf.nest.map_structure(lambda t: tf.zeros(tf.concat([[1], tf.shape(t)[1:]], 0), t.dtype),
-                                     (images, labels))
-
-    images, labels = tf.cond(n > 0, lambda: (images, labels), dummy)
-    weights = tf.cast(tf.range(tf.maximum(n, 1)) < n, tf.float32)
-    return images, labels, weights
 
 
 BUILDERS = ("build_engine", "make_train_loop", "replica_functions", "make_evaluate")  # each run's tf.functions
@@ -364,54 +340,3 @@ def make_train_loop(ctx: StepContext, allreduce: bool):
         return losses.stack(), all_counts(counts)
 
     return train_loop
-
-
-def make_evaluate(strategy, model, task):
-    """(pipeline.EvalSplit) -> (sum loss, correct, count) over a distributed validation split."""
-    import tensorflow as tf  # deferred: session.start times TensorFlow's import
-
-    def replica_eval(element):
-        images, labels, weights = pad_empty(to_float(element[0]), element[1])
-        logits = model(images, training=False)
-        per_example = task.per_example(labels, logits) * weights
-        for m, out in zip(task.metrics, task.metric_outputs):  # variable updates: tf.function keeps their order
-            m.update_state(*losses.pick(labels, logits, out, model), sample_weight=weights)
-        if not task.classification:  # accuracy belongs to the default task; others report their metrics
-            return tf.reduce_sum(per_example), tf.constant(0.0), tf.reduce_sum(weights)
-        hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
-        return tf.reduce_sum(per_example), tf.reduce_sum(hits * weights), tf.reduce_sum(weights)
-
-    def replica_add(total, element):
-        return total + tf.stack(replica_eval(element))
-
-    # Each replica sums its own (loss, correct, count) over the whole split, and the sums are all-reduced once at
-    # the end: one cross-replica reduction per evaluation instead of three per batch (between workers each is a
-    # collective over the network; 125 batches of 32 cost 2.8 s on two localhost workers).
-    @tf.function(autograph=False)
-    def evaluate_steps(iterator, steps):
-        # Every replica has an element at each of the pass's ``steps`` batches (pipeline.eval_input's endless
-        # dataset): each is taken directly, with no check for the end.
-        zeros = strategy.run(lambda: tf.zeros([3], tf.float32))
-        _, total = tf.while_loop(lambda i, _: i < steps,
-                                 lambda i, total: (i + 1, strategy.run(replica_add, args=(total, next(iterator)))),
-                                 (tf.constant(0, tf.int64), zeros))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
-
-    @tf.function(autograph=False)
-    def evaluate_to_the_end(dist_dataset):
-        # A split whose replicas may run out a batch apart (a streamed one): DistributedDataset.reduce asks before
-        # every batch which replicas still have one.
-        zeros = strategy.run(lambda: tf.zeros([3], tf.float32))
-        total = dist_dataset.reduce(zeros, lambda total, element: strategy.run(replica_add, args=(total, element)))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
-
-    def evaluate(split):
-        """(sum loss, correct, count) over ``split`` (pipeline.eval_input's): one pass of its counted batches, from
-        the iterator its first evaluation made, or the dataset read to its end."""
-        if split.steps is None:
-            return evaluate_to_the_end(split.dataset)
-        if split.iterator is None:
-            split.iterator = iter(split.dataset)
-        return evaluate_steps(split.iterator, tf.constant(split.steps, tf.int64))
-
-    return evaluate
