@@ -15,7 +15,8 @@ each pulled in a tf.function through the same MirroredStrategy (the replica func
 touches its last pixel, so nothing is pruned). Prints medians and the toolkit / plain ratio (target >= 1.0), and
 the cold read (TFRecords -> memory, data.store.materialize) against the cached rate.
 training: `tftoolkit.train` small_cnn, 4 x 100, 60 steps, no measurement, host vs device placement, interleaved.
-wall: the demo's scaling points (notebook 01's settings: small_cnn, 64 per replica, 60 steps, measure on) at 1, 2
+wall: the demo's scaling points (notebook 01's settings as of 2026-12-04: small_cnn, 64 per replica, 60 steps, measure
+on; it runs 150 steps since) at 1, 2
 and 4 replicas as fresh `tftoolkit train` processes, with summary.json's wall_breakdown; --repo runs another
 checkout (an older commit, for "before") and reads what its summary has.
 
@@ -124,7 +125,8 @@ def wall(repo: Path, out: Path) -> None:
     for replicas in (1, 2, 4):
         run = out / f"r{replicas}"
         cmd = [sys.executable, "-m", "tftoolkit", "train", "--replicas", str(replicas), "--per-replica-batch", "64",
-               "--model", "small_cnn", "--steps", "60", "--timing-warmup-steps", "10", "--out", str(run), "--quiet"]
+               "--model", "small_cnn", "--optimizer", "momentum", "--base-lr", "0.02", "--lr-rule", "linear",
+               "--warmup-epochs", "0", "--schedule", "constant", "--steps", "60", "--timing-warmup-steps", "10", "--out", str(run), "--quiet"]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo), "TF_CPP_MIN_LOG_LEVEL": "2"},
                        stdout=subprocess.DEVNULL)

@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 
 TRAIN = ["--model", "small_cnn", "--dataset", "synthetic", "--image-size", "32", "--per-replica-batch", "32",
-         "--steps-per-loop", "10", "--no-eval-every-epoch", "--no-measure", "--quiet", "--timing-warmup-steps", "10"]
+         "--steps-per-loop", "10", "--no-eval-every-epoch", "--no-measure", "--quiet", "--timing-warmup-steps", "10",
+         # momentum at a constant LR, as when the row was measured (the defaults became Adam, warmup and cosine)
+         "--optimizer", "momentum", "--base-lr", "0.02", "--lr-rule", "linear", "--warmup-epochs", "0",
+         "--schedule", "constant"]
 
 
 # --- workers for part 2 (run as subprocesses of this script) -----------------------------------------------
@@ -146,6 +149,8 @@ def main() -> int:
     ap.add_argument("--local-allreduce", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not args.skip_train and args.steps < 20:
+        ap.error(f"--steps {args.steps}: give at least 20; the first 10 are warm-up and a loop call is 10 steps")
     from tftoolkit.measure.allreduce import parse_sizes
 
     args.sizes = parse_sizes(args.sizes) if isinstance(args.sizes, str) else args.sizes

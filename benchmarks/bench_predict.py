@@ -136,6 +136,8 @@ def main():
     ap.add_argument("--multiworker", action="store_true", help="also check the ring model on localhost workers")
     ap.add_argument("--only-multiworker", action="store_true", help="skip the single-process checks")
     args = ap.parse_args()
+    if args.steps < 20:
+        ap.error(f"--steps {args.steps}: give at least 20; the first 10 are warm-up and a loop call is 10 steps")
 
     import tftoolkit
 

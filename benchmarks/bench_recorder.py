@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     ap.add_argument("--replicas", type=int, default=2, help="simulated replicas (MirroredStrategy)")
     ap.add_argument("--per-replica-batch", type=int, default=64)
     args = ap.parse_args(argv)
+    if args.epochs < 2:
+        ap.error(f"--epochs {args.epochs}: give at least 2; the first epoch holds the tracing and is not timed")
 
     import tftoolkit
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--replicas", "2", "--per-replica-batch", "16", "--base-lr", "0.05", "--warmup-epochs", "0",
-        "--schedule", "constant", "--optimizer", "momentum", "--steps", "48", "--model", "small_cnn",
+        "--schedule", "constant", "--optimizer", "momentum", "--lr-rule", "linear", "--steps", "48", "--model", "small_cnn",
         "--dataset", "synthetic", "--train-images", "384", "--image-size", "8", "--steps-per-loop", "2",
         "--checkpoint-every", "2", "--timing-warmup-steps", "0", "--no-measure", "--quiet"]
 PARTS = ("import_s", "setup_s", "tracing_s", "evaluation_s", "checkpoints_s", "train_steps_s")
