@@ -41,6 +41,7 @@ def one(kind: str, replicas: int, epochs: int, global_batch: int, steps_per_loop
         cfg = RunConfig(replicas=replicas, global_batch=global_batch, epochs=epochs, dataset="synthetic",
                         image_size=32, model="small_cnn", optimizer="momentum", base_lr=0.02, base_batch=256,
                         lr_rule="linear", warmup_epochs=0.0, schedule="constant", augment=False,
+                        train_images=N_TRAIN, deterministic=False,  # fit runs without op determinism
                         eval_every_epoch=False, steps_per_loop=steps_per_loop, **_measure_off())
         with tempfile.TemporaryDirectory() as d:
             tftoolkit.train(cfg, os.path.join(d, "run"), quiet=True)
