@@ -200,6 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default="1,3,4", help="which parts to run (2 runs with 1)")
     ap.add_argument("--models", default="small_cnn,resnet20", help="models for part 4")
     args = ap.parse_args(argv)
+    if args.rounds < 2:
+        ap.error(f"--rounds {args.rounds}: give at least 2; the overhead is a median and quartiles over the pairs")
     from tftoolkit.engine import devices
 
     devices.init(args.replicas)

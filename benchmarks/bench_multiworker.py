@@ -149,8 +149,9 @@ def main() -> int:
     ap.add_argument("--local-allreduce", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if not args.skip_train and args.steps < 20:
-        ap.error(f"--steps {args.steps}: give at least 20; the first 10 are warm-up and a loop call is 10 steps")
+    if not args.skip_train and args.steps < 30:
+        ap.error(f"--steps {args.steps}: give at least 30; the first 10 are warm-up, a loop call is 10 steps, and "
+                 f"the rate's error needs two timed calls")
     from tftoolkit.measure.allreduce import parse_sizes
 
     args.sizes = parse_sizes(args.sizes) if isinstance(args.sizes, str) else args.sizes
