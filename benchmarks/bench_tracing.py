@@ -33,8 +33,8 @@ from tftoolkit.engine import collectives, models, step
 def keras_bn():
     return lambda **kw: tf.keras.layers.BatchNormalization(synchronized=True, **kw)
 
-def plain_sum(values):
-    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, values)
+def plain_sum(values, options=None):  # collectives.all_sum_no_gradient's signature, without its stop_gradient
+    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, values, options=options)
 
 models._sync_bn_layer = keras_bn
 collectives.all_sum_no_gradient = step.all_sum_no_gradient = plain_sum

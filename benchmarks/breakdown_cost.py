@@ -22,6 +22,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 COMMAND = ["train", "--replicas", "4", "--per-replica-batch", "100"]  # README's first command, with --epochs/--out
+
+
+def _num(value) -> float:
+    """A summary's figure, NaN where it is null (not measured)."""
+    return float("nan") if value is None else value
+
+
 PARTS = [("step (training)", "step_time_s", None), ("step (breakdown)", "breakdown_step_time_s",
                                                      "breakdown_step_time_uncertainty_s"),
          ("step no input", "step_time_no_input_s", None), ("compute", "compute_time_s", "compute_time_uncertainty_s"),
@@ -55,16 +62,16 @@ def main() -> None:
     rows = [("load average (1 min) before / after", lambda r: f"{r['load_before']:.1f} / {r['load_after']:.1f}"),
             ("process wall s", lambda r: f"{r['process_wall_s']:.1f}"),
             ("summary wall_time_s", lambda r: f"{r['summary']['wall_time_s']:.1f}"),
-            ("measurement s (wall_breakdown)", lambda r: f"{r['summary']['wall_breakdown'].get('measurement_s', float('nan')):.1f}"),
-            ("measurement share of the run", lambda r: f"{r['summary']['wall_breakdown'].get('measurement_s', float('nan')) / r['summary']['wall_time_s']:.0%}"),
-            ("breakdown (measure_time_s)", lambda r: f"{r['summary'].get('measure_time_s', float('nan')):.1f}")]
+            ("measurement s (wall_breakdown)", lambda r: f"{_num(r['summary']['wall_breakdown'].get('measurement_s')):.1f}"),
+            ("measurement share of the run", lambda r: f"{_num(r['summary']['wall_breakdown'].get('measurement_s')) / r['summary']['wall_time_s']:.0%}"),
+            ("breakdown (measure_time_s)", lambda r: f"{_num(r['summary'].get('measure_time_s')):.1f}")]
     for name, key, err in PARTS:
         def cell(r, key=key, err=err):
             s = r["summary"]
-            if key not in s:
+            if s.get(key) is None:  # absent, or not measured (a run too short for the measuring budget: see note)
                 return "-"
             text = f"{s[key] * 1e3:.1f}"
-            return text + (f" ± {s[err] * 1e3:.1f}" if err and err in s else "") + " ms"
+            return text + (f" ± {s[err] * 1e3:.1f}" if err and s.get(err) is not None else "") + " ms"
         rows.append((name, cell))
     rows.append(("note", lambda r: r["summary"].get("breakdown_note", "")))
     width = max(len(n) for n, _ in rows)
