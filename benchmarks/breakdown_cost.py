@@ -25,7 +25,8 @@ COMMAND = ["train", "--replicas", "4", "--per-replica-batch", "100"]  # README's
 
 
 def _num(value) -> float:
-    """A summary's figure, NaN where it is null (not measured)."""
+    """A summary's figure, NaN where it is null (not measured). Not tftoolkit.summary.read, which does the same:
+    the "before" checkout's summary may hold fields of another type than this checkout's reader accepts."""
     return float("nan") if value is None else value
 
 
