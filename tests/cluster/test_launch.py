@@ -15,7 +15,7 @@ from tftoolkit.cluster import spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ClusterError, ConfigError
 
-from helpers import lazy
+from helpers import assert_no_tensorflow, lazy
 
 launch = lazy("tftoolkit.cluster.launch")  # collected without TensorFlow (tests/helpers.py)
 
@@ -269,3 +269,10 @@ sys.exit(1)
     err = io.StringIO()
     rc = launch.spawn([_py(peer), _py(victim)], _envs(2, d), d, join_timeout=60, err=err)
     assert "worker 1 failed (killed by SIGKILL)" in err.getvalue() and rc == 128 + 9, err.getvalue()
+
+
+def test_the_launcher_and_the_data_service_command_import_no_tensorflow_until_they_run():
+    """The launcher only starts and watches workers: importing it loaded TensorFlow (3.6 s of CPU per launch here)
+    through cluster/workers.py's strategy import, now made where a worker joins. The data service imports it when a
+    server starts."""
+    assert_no_tensorflow("import tftoolkit.cluster.launch, tftoolkit.cluster.dataservice, tftoolkit.cli.cluster")

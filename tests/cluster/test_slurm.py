@@ -18,6 +18,7 @@ import pytest
 
 from tftoolkit import cli
 from tftoolkit.cluster import slurm
+from tftoolkit.engine import devices
 from tftoolkit.errors import SweepError
 
 from helpers import FAST_ARGS, ROOT, checkpoint_variables, checkpointed_step, env_with_tests_on_path
@@ -336,6 +337,9 @@ def test_the_shipped_sbatch_example_runs_with_small_settings(sbatch_example):
     out, state, logs = sbatch_example
     assert "JobState=COMPLETED" in state, state + logs[-3000:]
     assert "tftoolkit: 2 workers on" in logs
+    # Each worker's first import of TensorFlow is through SlurmClusterResolver: its start-up lines are held there too
+    noise = [line for line in logs.splitlines(keepends=True) if devices.startup_noise(line)]
+    assert not noise, noise[:4]
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "ok" and s["workers"] == 2 and s["steps"] == 30
 

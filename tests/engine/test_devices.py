@@ -1,6 +1,7 @@
 """Device selection: simulated CPU replicas here, and the GPU paths against a stand-in for tf.config."""
 
 import os
+import re
 import subprocess
 import sys
 import types
@@ -169,9 +170,35 @@ def test_init_devices_2_gives_a_plain_mirrored_strategy_2_replicas_and_a_noteboo
     assert "replicas 2" in done.stdout and "sum 2.0" in done.stdout, done.stderr[-2000:]
     assert "INFO:tensorflow" not in done.stdout + done.stderr  # TensorFlow's interactive default is quieted
     assert "init_devices(3)" in done.stderr  # a count beyond the set-up says what to do, in the same process
-    spare = _fresh_python("import tftoolkit; print('n', len(tftoolkit.init_devices(2, cpu_devices=4).devices)); "
-                          "import tensorflow as tf; print('logical', len(tf.config.list_logical_devices('CPU')))")
+    spare = _fresh_python("import gc, tftoolkit; print('n', len(tftoolkit.init_devices(2, cpu_devices=4).devices)); "
+                          "import tensorflow as tf; print('logical', len(tf.config.list_logical_devices('CPU'))); "
+                          "print('frozen', gc.get_freeze_count(), 'collecting', gc.isenabled())")
     assert "n 2" in spare.stdout and "logical 4" in spare.stdout, spare.stderr[-2000:]
+    # TensorFlow's import is kept out of the collector (devices.frozen_import): ~570,000 objects here; a bare
+    # interpreter with the toolkit imported holds ~60,000 in all
+    frozen = int(re.search(r"frozen (\d+) collecting True", spare.stdout).group(1))
+    assert frozen > 300_000, spare.stdout
+
+
+def test_an_import_runs_with_the_collector_off_and_what_it_made_stays_out_of_later_collections():
+    import gc
+
+    before = gc.get_freeze_count()
+    with devices.frozen_import():
+        assert not gc.isenabled()
+        made = [[] for _ in range(1000)]
+    assert gc.isenabled() and gc.get_freeze_count() >= before + len(made)
+    gc.disable()  # a collector someone turned off stays off
+    try:
+        with devices.frozen_import():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(ImportError):  # and a failed import leaves it on
+        with devices.frozen_import():
+            raise ImportError("no such module")
+    assert gc.isenabled()
 
 
 def test_tensorflow_s_interactive_info_default_is_quieted_and_other_levels_are_kept():

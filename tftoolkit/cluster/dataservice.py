@@ -36,6 +36,7 @@ import threading
 
 from ..config.rules import service_address
 from ..data.service import normalise, reachable
+from ..engine.devices import import_tensorflow
 from ..errors import ConfigError
 from . import spec
 
@@ -126,6 +127,7 @@ def start(port: int | None = None, workers: int | None = None, dispatcher: str |
             raise ConfigError(f"--work-dir {work_dir} cannot be created ({e.strerror}); give a folder this user "
                               "may write") from None
 
+    import_tensorflow()  # its start-up lines held, its objects frozen (engine/devices.py)
     import tensorflow as tf
 
     svc = tf.data.experimental.service
@@ -167,6 +169,7 @@ def _join(dispatcher: str, workers: int, port: int | None, work_dir, host: str) 
 
 
 def _add_workers(service: Service, dispatcher: str, ports: list[int], host: str) -> None:
+    import_tensorflow()
     import tensorflow as tf
 
     svc = tf.data.experimental.service

@@ -161,6 +161,9 @@ def slurm_tasks(environ=os.environ) -> int:
 
 def cluster_from_slurm(environ=os.environ) -> Cluster:
     """The cluster of this ``srun`` step, through TensorFlow's SlurmClusterResolver."""
+    from ..engine.devices import import_tensorflow
+
+    import_tensorflow()  # the worker's first import of it: start-up lines held, its objects frozen
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as scr  # deferred: see the top
 
     base_port = int(environ.get(ENV_BASE_PORT, DEFAULT_BASE_PORT))

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from .. import rundir
 from ..engine import devices
-from ..engine.strategy import make_multiworker_strategy
 from ..errors import ClusterError, ConfigError
 from . import procs
 from .spec import (DEFAULT_JOIN_TIMEOUT_S, ENV_JOIN_TIMEOUT, ENV_LAUNCH_DIR, ENV_LAUNCHER_PID, Cluster,
@@ -147,6 +146,10 @@ def join(config, cluster: Cluster, out, *, force: bool = False):
             if cluster.is_chief:
                 lock = rundir.lock(out)
                 out, _ = rundir.prepare(out, config.to_dict(), force=force)
+            # Here, not at the top: the launcher imports this module and runs no TensorFlow (devices.init above
+            # is this worker's first import of it, frozen).
+            from ..engine.strategy import make_multiworker_strategy
+
             # Must come before any other TensorFlow op: it starts this worker's gRPC server and collective runtime.
             strategy = make_multiworker_strategy(setup, config.cross_device_ops)
             agree(cluster, config, setup, timeout_s)

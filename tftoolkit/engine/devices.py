@@ -10,6 +10,7 @@ notebook: in the first cell, or restart the kernel).
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -104,18 +105,42 @@ def holding_stderr(drop):
 def import_tensorflow() -> None:
     """Import TensorFlow and let it look for GPUs, with its start-up lines held back where TF_CPP_MIN_LOG_LEVEL is 2
     or more (tftoolkit/__init__.py's default; a user who sets 0 or 1 sees them all): ``holding_stderr`` for that
-    time, every other line written back."""
+    time, every other line written back. The objects the import makes are kept out of the garbage collector
+    (``frozen_import``)."""
     if "tensorflow" in sys.modules:
         return
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("2", "3"):
-        import tensorflow as tf
+    with frozen_import():
+        if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("2", "3"):
+            import tensorflow as tf
 
-        tf.config.list_physical_devices("GPU")
-        return
-    with holding_stderr(startup_noise):
-        import tensorflow as tf
+            tf.config.list_physical_devices("GPU")
+            return
+        with holding_stderr(startup_noise):
+            import tensorflow as tf
 
-        tf.config.list_physical_devices("GPU")  # where cuInit runs
+            tf.config.list_physical_devices("GPU")  # where cuInit runs
+
+
+@contextlib.contextmanager
+def frozen_import():
+    """Run an import with Python's cyclic garbage collector off, then move every object alive into its permanent
+    generation (``gc.freeze``) and turn it back on as it was.
+
+    Importing TensorFlow (and the Keras it imports) makes millions of objects that live as long as the process:
+    modules, classes, functions, op registrations. Each full collection walks all of them, during the import, in
+    every later full collection of a training's tracing, and in the collections at interpreter exit; frozen, no
+    collection looks at them again. On the 2-core development machine a process that imports TensorFlow and exits
+    took 4.0-4.4 s of CPU, 2.3-2.8 s with this (benchmarks/bench_gc_freeze.py, docs/benchmarks/gc-freeze.md). The
+    cost: a frozen object that later becomes unreachable inside a reference cycle is never freed; in a fresh process
+    that is TensorFlow's own import, in a notebook also what the cells made before the first ``init_devices``."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def quiet_tensorflow_info(logger, interactive: bool | None = None) -> None:
