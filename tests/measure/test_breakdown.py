@@ -428,9 +428,15 @@ def test_training_summary_has_the_breakdown_fields(tmp_path):
     assert s["compute_time_s"] > 0 and s["step_time_no_input_s"] > 0
     for _, key in measure.PARTS:  # each part measured (above 0), or within noise of 0 with its error said
         status, value, se = s[key[:-2] + "_status"], s[key], s[key[:-2] + "_uncertainty_s"]
-        if key == "other_time_s":  # the residual: within noise exactly when the parts add up (3 of its errors)
+        if key == "other_time_s":  # the residual: within noise exactly when it is under 3 of its errors, and the
+            # parts add up exactly when it is and compute fits in the step (parts.Breakdown.adds_up; on a loaded host
+            # compute can come out longer than the step beyond its noise, which the note then says: clean clone,
+            # 2026-12-07, other 0.24 ms within its 0.29 ms and breakdown_adds_up false)
             tolerance = max(measure.ADD_UP_SIGMAS * se, measure.ADD_UP_FLOOR_S)
-            assert (status == measure.WITHIN_NOISE) == (abs(value) <= tolerance) == s["breakdown_adds_up"], key
+            assert (status == measure.WITHIN_NOISE) == (abs(value) <= tolerance), key
+            compute_beyond_step = "came out longer than the step" in s["breakdown_note"]
+            assert s["breakdown_adds_up"] == (abs(value) <= tolerance and not compute_beyond_step), s["breakdown_note"]
+            assert s["breakdown_note"].startswith("the breakdown FAILED") == compute_beyond_step, s["breakdown_note"]
             continue
         assert status != measure.FAILED, key
         assert_part_as_stated(s, key[:-2])
