@@ -1,7 +1,8 @@
 """What keeping TensorFlow's import out of Python's garbage collector saves (engine/devices.frozen_import).
 
 Each variant is a fresh process, timed as a whole (user + sys CPU of the child, from ``os.wait4``), the two variants
-alternating over rounds so that drift in the machine's load hits both alike:
+alternating over rounds (each variant first in every other round) so that drift in the machine's load hits
+both alike:
 
 - ``import``: ``devices.import_tensorflow()`` and a normal interpreter exit (what a notebook kernel, a test's fresh
   interpreter or a user's script pays), with ``frozen_import`` as shipped and with it replaced by a no-op;
@@ -57,7 +58,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as work:
         for r in range(args.rounds):
             for case in cases:
-                for frozen in (True, False):
+                for frozen in ((True, False) if r % 2 == 0 else (False, True)):  # each first in half the rounds
                     extra = TRAIN + ["--out", os.path.join(work, f"{r}-{frozen}")] if case == "train" else []
                     code = CASES[case] if frozen else NOT_FROZEN + CASES[case]
                     cpu.setdefault((case, frozen), []).append(cpu_of(code, extra))

@@ -36,6 +36,9 @@ __all__ = ["RunConfig", "train", "RunRecorder", "init_devices", "ToolkitError", 
 def __getattr__(name):
     # RunRecorder is a Keras callback, so its module imports Keras (and TensorFlow): only when it is asked for.
     if name == "RunRecorder":
+        from .engine.devices import import_tensorflow
+
+        import_tensorflow()  # its start-up lines held and its objects frozen, as in every toolkit path
         from .training.recorder import RunRecorder
 
         return RunRecorder

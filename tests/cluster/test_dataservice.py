@@ -13,6 +13,7 @@ import pytest
 
 from helpers import ROOT, ServiceProcess, data_service, lazy
 from tftoolkit import cli
+from tftoolkit.engine import devices
 from tftoolkit.errors import ConfigError
 
 dataservice = lazy("tftoolkit.cluster.dataservice")  # collected without TensorFlow (tests/helpers.py)
@@ -130,6 +131,9 @@ def test_start_prints_the_address_and_stops_cleanly_on_a_signal(tmp_path, sig):
         p.proc.send_signal(sig)
         assert p.proc.wait(timeout=10) == 0
         assert p.lines[-1] == "stopped"
+        # The servers import TensorFlow through devices.import_tensorflow: its start-up lines are held there too
+        noise = [line for line in p.err if devices.startup_noise(line)]
+        assert not noise, noise[:4]
     finally:
         p.kill()
 
