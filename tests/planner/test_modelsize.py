@@ -42,13 +42,18 @@ def test_vgg16_counts_the_138m_parameters_the_published_rows_trained():
 def test_counting_prints_none_of_tensorflows_start_up_lines(tmp_path):
     # A fresh process, as a user's: TensorFlow loads inside the count. Its C++ logging writes to file descriptor 2
     # directly ("failed call to cuInit", "Could not find cuda drivers", oneDNN), which capsys would not see.
-    code = ("from tftoolkit.planner import modelsize\n"
-            "print(modelsize.count('small_vgg', 32)[0])\n")
+    code = ("import gc\n"
+            "from tftoolkit.planner import modelsize\n"
+            "print(modelsize.count('small_vgg', 32)[0])\n"
+            "print('frozen', gc.get_freeze_count())\n")
     env = {k: v for k, v in os.environ.items() if k not in ("TFTOOLKIT_DEBUG", "TF_CPP_MIN_LOG_LEVEL")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout.split()[-1]) > 0
+    counted, frozen = done.stdout.split()[-3], done.stdout.split()[-1]
+    assert int(counted) > 0
+    # ... and TensorFlow's import, loaded by the count, kept out of the collector (engine/devices.frozen_import)
+    assert int(frozen) > 300_000, done.stdout
     for noise in ("cuInit", "cuda", "CUDA", "oneDNN", "absl", "I0000", "E0000", "W0000", "np.object"):
         assert noise not in done.stderr, done.stderr

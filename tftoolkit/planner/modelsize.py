@@ -56,6 +56,7 @@ def _model(name: str, image_size: int, num_classes: int):
     # Not TF_CPP_MIN_LOG_LEVEL=3: it would not reach the lines logged before absl starts, and it would stay set for
     # the whole process, hiding the error lines of a training run in the same notebook.
     with quiet_native_stderr():
+        devices.import_tensorflow()  # a count is often the process's first TensorFlow: its import frozen (devices.py)
         return models.build(name, (image_size, image_size, 3), num_classes)
 
 
