@@ -122,14 +122,22 @@ def test_fewer_shards_on_a_rerun_removes_the_old_ones(tmp_path):
                                                                             "train-00001-of-00002.tfrecord"]
 
 
-def test_cli_data_prepare(tmp_path, capsys):
+def test_cli_data_prepare(tmp_path, capsys, monkeypatch):
+    from tftoolkit.engine import devices
+
+    # TensorFlow is imported through the toolkit's door (start-up lines held, objects frozen) when shards are
+    # written, and not at all when the folder already holds them: it had printed TensorFlow's start-up lines
+    imports = []
+    monkeypatch.setattr(devices, "import_tensorflow", lambda: imports.append(1))
     out = tmp_path / "cli"
-    rc = cli.main(["data", "prepare", "--out", str(out), "--images", "100", "--val-images", "20", "--size", "16",
-                   "--seed", "2", "--shard-size", "50"])
-    assert rc == 0
+    argv = ["data", "prepare", "--out", str(out), "--images", "100", "--val-images", "20", "--size", "16", "--seed",
+            "2", "--shard-size", "50"]
+    rc = cli.main(argv)
+    assert rc == 0 and imports == [1]
     printed = capsys.readouterr().out
     assert "100 train images in 2 shard(s), 20 val images in 1 shard(s), 16x16 RGB, 10 classes" in printed
     assert json.loads((out / "manifest.json").read_text())["image_shape"] == [16, 16, 3]
+    assert cli.main(argv) == 0 and imports == [1]  # already prepared: nothing rendered, nothing imported
 
 
 def test_one_data_home_whatever_the_working_directory(tmp_path, monkeypatch, caplog):

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -244,8 +245,12 @@ def check_fits(out: Path, images: int, val_images: int, size: int, shard_size: i
 
 
 def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_images: int = 4000, size: int = 32,
-            seed: int = 0, *, shard_size: int = SHARD_SIZE, force: bool = False) -> dict:
+            seed: int = 0, *, shard_size: int = SHARD_SIZE, force: bool = False,
+            before_render: Callable[[], None] | None = None) -> dict:
     """Render shapes16k into ``out`` (TFRecord shards + manifest.json) and return the manifest.
+
+    ``before_render``: called once before the first shard is written, not when there is nothing to render (the CLI
+    imports TensorFlow there, through engine.devices.import_tensorflow, which this layer cannot reach).
 
     Does nothing when ``out`` already holds a verified dataset made with the same arguments (unless
     ``force``). Written so that an interrupted prepare never leaves a manifest naming missing shards: the
@@ -266,6 +271,8 @@ def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_image
             log.info("shapes16k already prepared in %s (same arguments, shards verified)", out)
             return existing
 
+    if before_render is not None:
+        before_render()
     t0 = time.perf_counter()
     jobs = []  # (split, shard index, first id, labels)
     for split, n in (("train", images), ("val", val_images)):
