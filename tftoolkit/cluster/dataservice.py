@@ -127,9 +127,7 @@ def start(port: int | None = None, workers: int | None = None, dispatcher: str |
             raise ConfigError(f"--work-dir {work_dir} cannot be created ({e.strerror}); give a folder this user "
                               "may write") from None
 
-    import_tensorflow()  # its start-up lines held, its objects frozen (engine/devices.py)
-    import tensorflow as tf
-
+    tf = import_tensorflow()  # its start-up lines held, its objects frozen (engine/devices.py)
     svc = tf.data.experimental.service
     config = svc.DispatcherConfig(port=port, protocol=PROTOCOL, work_dir=work_dir or None,
                                   fault_tolerant_mode=bool(work_dir),  # journal to work_dir: a restart resumes
@@ -169,9 +167,7 @@ def _join(dispatcher: str, workers: int, port: int | None, work_dir, host: str) 
 
 
 def _add_workers(service: Service, dispatcher: str, ports: list[int], host: str) -> None:
-    import_tensorflow()
-    import tensorflow as tf
-
+    tf = import_tensorflow()
     svc = tf.data.experimental.service
     # Ports chosen here rather than by gRPC (port 0), so that the address a worker gives the dispatcher names
     # this host, not TensorFlow's default "localhost", without reading the port back through a private API.

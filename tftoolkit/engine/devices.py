@@ -57,11 +57,7 @@ def host_cores() -> int:
 
 
 def _tf():
-    if "tensorflow" not in sys.modules:
-        import_tensorflow()
-    import tensorflow as tf  # deferred: importing tftoolkit must not import TensorFlow
-
-    return tf
+    return import_tensorflow()
 
 
 # What TensorFlow's C++ side prints while it loads and first looks for GPUs, before absl logging is initialised:
@@ -102,23 +98,20 @@ def holding_stderr(drop):
                 sys.stderr.flush()
 
 
-def import_tensorflow() -> None:
-    """Import TensorFlow and let it look for GPUs, with its start-up lines held back where TF_CPP_MIN_LOG_LEVEL is 2
-    or more (tftoolkit/__init__.py's default; a user who sets 0 or 1 sees them all): ``holding_stderr`` for that
-    time, every other line written back. The objects the import makes are kept out of the garbage collector
-    (``frozen_import``)."""
-    if "tensorflow" in sys.modules:
-        return
-    with frozen_import():
-        if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("2", "3"):
-            import tensorflow as tf
+def import_tensorflow():
+    """The ``tensorflow`` module, imported the first time with its start-up lines held back where
+    TF_CPP_MIN_LOG_LEVEL is 2 or more (tftoolkit/__init__.py's default; a user who sets 0 or 1 sees them all):
+    ``holding_stderr`` for that time, every other line written back; it looks for GPUs then (where cuInit runs).
+    The objects the import makes are kept out of the garbage collector (``frozen_import``)."""
+    if "tensorflow" not in sys.modules:
+        quiet = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() in ("2", "3")
+        with frozen_import(), holding_stderr(startup_noise) if quiet else contextlib.nullcontext():
+            import tensorflow as tf  # deferred: importing tftoolkit must not import TensorFlow
 
             tf.config.list_physical_devices("GPU")
-            return
-        with holding_stderr(startup_noise):
-            import tensorflow as tf
+    import tensorflow as tf
 
-            tf.config.list_physical_devices("GPU")  # where cuInit runs
+    return tf
 
 
 @contextlib.contextmanager
