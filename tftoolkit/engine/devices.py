@@ -56,10 +56,6 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _tf():
-    return import_tensorflow()
-
-
 # What TensorFlow's C++ side prints while it loads and first looks for GPUs, before absl logging is initialised:
 # absl writes those lines to stderr whatever TF_CPP_MIN_LOG_LEVEL says (it is read only after), so every notebook's
 # first cell showed them ("oneDNN custom operations are on", "Could not find cuda drivers", and on a machine without
@@ -156,7 +152,7 @@ def quiet_tensorflow_info(logger, interactive: bool | None = None) -> None:
 
 def physical_gpus() -> list:
     """GPUs TensorFlow can see. Listing physical devices does not initialise the runtime."""
-    return _tf().config.list_physical_devices("GPU")
+    return import_tensorflow().config.list_physical_devices("GPU")
 
 
 def init(replicas: int | None = None, gpus: list[int] | None = None, *, cpu_devices: int | None = None) -> DeviceSetup:
@@ -173,7 +169,7 @@ def init(replicas: int | None = None, gpus: list[int] | None = None, *, cpu_devi
     # write it number them by PCI bus. Read when CUDA initialises, so it is set before TensorFlow lists GPUs
     # (child processes get the same from gpus.child_env). A value the user set is kept.
     os.environ.setdefault(visibility.ORDER_ENV, "PCI_BUS_ID")
-    tf = _tf()
+    tf = import_tensorflow()
     quiet_tensorflow_info(tf.get_logger())
     phys = physical_gpus()
     if phys:
@@ -299,7 +295,7 @@ def memory_peaks(setup: DeviceSetup) -> list[int] | None:
     reserved beyond what tensors took."""
     if setup.kind != "GPU":
         return None
-    tf = _tf()
+    tf = import_tensorflow()
     try:
         return [int(tf.config.experimental.get_memory_info(d.strip("/").upper())["peak"]) for d in setup.devices]
     except (ValueError, RuntimeError) as e:  # an allocator without stats (cuda_malloc_async in old versions)
