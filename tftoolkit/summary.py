@@ -191,9 +191,9 @@ _ALL = (
                                                      "differences of the call with and without the all-reduce)"),
         ("input_wait_uncertainty_s", "s", "bootstrap standard error of input_wait_s"),
         ("other_time_uncertainty_s", "s", "bootstrap standard error of other_time_s"),
-        ("compute_time_status", "", "measured | within noise (under 2 standard errors of zero: its size is not known, "
-                                    "drawn hollow, never a finding) | failed (negative beyond its noise: the value "
-                                    "is NaN; a time cannot be negative)"),
+        ("compute_time_status", "", "measured | within noise (under 2 standard errors above zero, and not 3 below "
+                                    "it: its size is not known, drawn hollow, never a finding) | failed (negative "
+                                    "beyond 3 standard errors: the value is NaN; a time cannot be negative)"),
         ("allreduce_time_status", "", "the all-reduce's status, as compute_time_status"),
         ("input_wait_status", "", "the input wait's status, as compute_time_status"),
         ("other_time_status", "", "within noise (the parts add up) or measured (they do not)"),

@@ -206,3 +206,14 @@ def test_the_power_cap_is_reported_apart_from_slowdowns(tmp_path):
     assert cap.startswith("**Power cap (not a fault):** r1: gpu0 ran at its software power cap in 74% of samples")
     assert "cooling" not in cap.replace("not a cooling fault", "")
     assert findings.hardware(_res([_run(run="r1")])) == []  # no monitor: nothing said
+
+
+def test_a_mean_below_zero_is_never_measured_within_three_errors_and_failed_beyond():
+    # Runs whose all-reduce came out 2.5 errors below zero (within noise in each run: a part is failed only beyond
+    # 3, measure.parts.FAIL_SIGMAS): the mean is no finding, and 3.5 errors below it is a failed measurement.
+    near = pd.DataFrame([_run(allreduce_time_s=-0.005, allreduce_time_uncertainty_s=0.002)])
+    assert findings.part_status(near, "allreduce_time_s") == (-0.005, 0.002, findings.WITHIN_NOISE)
+    far = pd.DataFrame([_run(allreduce_time_s=-0.007, allreduce_time_uncertainty_s=0.002)])
+    assert findings.part_status(far, "allreduce_time_s")[2] == findings.FAILED
+    above = pd.DataFrame([_run(allreduce_time_s=0.005, allreduce_time_uncertainty_s=0.002)])
+    assert findings.part_status(above, "allreduce_time_s")[2] == findings.MEASURED

@@ -115,6 +115,16 @@ def test_step_breakdown_draws_errors_noise_and_failures_as_measured(runs):
     _render(fig)
 
 
+def test_a_part_below_zero_within_three_errors_is_drawn_within_noise_never_as_a_measured_bar(runs):
+    # 2.5 errors below zero: within noise in its run (measure.parts.Part) and so in the figure; 3.5 below: failed
+    data = runs.assign(allreduce_time_s=[0.0, -0.005, -0.007], allreduce_time_uncertainty_s=[0.0, 0.002, 0.002],
+                       allreduce_time_status=["measured", "within noise", "within noise"])
+    at = scaling.breakdown_frame(data).set_index(["replicas", "part"])["status"]
+    assert at.loc[(2, "gradient all-reduce")] == "within noise" and at.loc[(4, "gradient all-reduce")] == "failed"
+    ax = scaling.plot_step_breakdown(data).axes[0]
+    assert [p.get_hatch() for p in ax.patches].count("//") == 1 and any("failed" in t.get_text() for t in ax.texts)
+
+
 def test_a_run_that_left_its_breakdown_out_is_said_not_measured_not_drawn_as_zero(runs):
     # The 4-replica run's rounds did not fit its measuring budget: its parts and step are NaN, with no status.
     data = runs.assign(compute_time_s=[0.050, 0.050, math.nan], allreduce_time_s=[0.0, 0.010, math.nan],

@@ -25,6 +25,7 @@ import pandas as pd
 
 from .. import summary as summary_schema
 from ..measure import stats
+from ..measure.parts import Part
 from .batch_findings import batch_and_lr
 from .report import results, tables
 
@@ -79,10 +80,9 @@ def part_status(rows: pd.DataFrame, key: str) -> tuple[float, float, str]:
     err = float(math.sqrt((se[values.notna()] ** 2).sum()) / n) if n and se[values.notna()].notna().all() else math.nan
     if (recorded == FAILED).any() or (n and not math.isfinite(mean)):
         return mean, err, FAILED
-    noisy = stats.within_noise(mean, err)
-    if noisy is None:
+    if stats.within_noise(mean, err) is None:
         return mean, err, UNKNOWN if n else FAILED
-    return mean, err, WITHIN_NOISE if noisy else MEASURED
+    return mean, err, Part(mean, err).status  # the runs' own rule: negative is never measured
 
 
 def _ms(value: float, err: float) -> str:

@@ -24,8 +24,8 @@ not one from another moment (on a loaded host the two need not agree). summary.j
   input_wait_s            median of A - B
   other_time_s            breakdown_step_time_s - the three medians (medians do not add; zero within its error)
   *_uncertainty_s         each median's bootstrap standard error (rounds resampled whole)
-  *_status                each part: measured, within noise (under 2 errors of zero: drawn hollow, never a
-                          finding), or failed (negative beyond its noise: the value is NaN, never clipped to 0)
+  *_status                each part: measured, within noise (under 2 errors above zero and not 3 below it: drawn
+                          hollow, never a finding), or failed (negative beyond 3 errors: NaN, never clipped to 0)
   breakdown_adds_up       no part failed, compute fits in the step, and "other" is zero within 3 of its errors
                           (docs/guides/measuring.md)
   breakdown_note          which parts are within noise or failed, and whether the parts add up
@@ -63,7 +63,7 @@ import time
 
 import numpy as np
 
-from .parts import (ADD_UP_FLOOR_S, ADD_UP_SIGMAS, BOOTSTRAP, FAILED, MAX_ROUNDS, MEASURE_BUDGET,  # noqa: F401
+from .parts import (ADD_UP_FLOOR_S, FAIL_SIGMAS, BOOTSTRAP, FAILED, MAX_ROUNDS, MEASURE_BUDGET,  # noqa: F401
                     MEASURED, MIN_ROUNDS, PARTS, RESERVE_SHARE, WITHIN_NOISE, Breakdown, Part, Plan, breakdown, budget,
                     communication_note, floor_s, known, load_balance, plan, split)
 from .stats import NOISE_SIGMAS  # a part within this many standard errors of zero is within noise

@@ -21,8 +21,11 @@ PARTS = (("compute", "compute_time_s"), ("all-reduce", "allreduce_time_s"), ("in
 
 # --- formulas (pinned by tests/measure/test_breakdown.py) --------------------------------------------------
 MEASURED, WITHIN_NOISE, FAILED = "measured", "within noise", "failed"  # a part's status, summary's *_status
-ADD_UP_SIGMAS = 3.0  # "other" beyond this many of its errors: the parts do not add up (2 fails 13% of honest
-# 5-round breakdowns, 3 none of 300: benchmarks/breakdown_estimator.py, docs/guides/measuring.md)
+FAIL_SIGMAS = 3.0  # a part negative, or "other" away from zero, beyond this many of its errors: the breakdown failed,
+# or does not add up. At 2 (NOISE_SIGMAS) "other" wrongly failed 13% of honest 5-round breakdowns, and a part whose
+# truth is zero (input that never makes the step wait) came out "failed" in 0.3-7% of 3-9-round ones; at 3, 0% and
+# 0-2.8% (benchmarks/breakdown_estimator.py [--input-wait-ms 0], docs/guides/measuring.md). Between them a part is
+# within noise: its sign is not known.
 ADD_UP_FLOOR_S = 1e-6  # the least "other" can be told from zero: the clock's resolution, not a fudge
 
 # --- the measuring budget (measure/breakdown.py times the rounds ``plan`` sizes) -----------------------------------
@@ -81,20 +84,20 @@ def plan(steps_per_loop: int, step_s: float, budget_s: float, trace_s: float = 0
 @dataclass(frozen=True)
 class Part:
     """One part of the step: the median over rounds (``raw``) and its bootstrap standard error. Its ``status``:
-    FAILED when it came out negative beyond NOISE_SIGMAS errors (or could not be estimated): a time cannot be
+    FAILED when it came out negative beyond FAIL_SIGMAS errors (or could not be estimated): a time cannot be
     negative, so the measurement failed, and it is reported so, never clipped to 0 or moved into another part;
-    WITHIN_NOISE when within NOISE_SIGMAS errors of zero (its sign is not known; drawn and printed as such); else
-    MEASURED."""
+    WITHIN_NOISE when within NOISE_SIGMAS errors of zero, or negative by less than FAIL_SIGMAS errors (its sign is not
+    known; drawn and printed as such); else MEASURED."""
 
     raw: float
     uncertainty: float
 
     @property
     def status(self) -> str:
-        bound = NOISE_SIGMAS * self.uncertainty if self.uncertainty == self.uncertainty else 0.0
+        bound = FAIL_SIGMAS * self.uncertainty if self.uncertainty == self.uncertainty else 0.0
         if not self.raw == self.raw or self.raw < -bound or (self.raw < 0 and bound == 0):
             return FAILED
-        return WITHIN_NOISE if within_noise(self.raw, self.uncertainty) else MEASURED
+        return WITHIN_NOISE if self.raw < 0 or within_noise(self.raw, self.uncertainty) else MEASURED
 
     @property
     def within_noise(self) -> bool:
@@ -112,7 +115,7 @@ class Breakdown:
     """The step and its parts, from interleaved rounds. Each part is a median over rounds of a per-round difference,
     and "other" is what the three medians leave of the step's median, so the parts add up to the step by
     construction; what can fail is the premise. The breakdown adds up (``adds_up``) when no part failed and "other"
-    is zero within NOISE_SIGMAS of its own error: medians of differences taken from the same rounds then agree with
+    is zero within FAIL_SIGMAS of its own error: medians of differences taken from the same rounds then agree with
     the difference of the medians. "Other" beyond its noise means the rounds disagree with one another (a load that
     came and went inside a round), and the split is not a split of one step."""
 
@@ -144,7 +147,7 @@ class Breakdown:
     @property
     def tolerance_s(self) -> float:
         se = self.other.uncertainty
-        return max(ADD_UP_SIGMAS * se if se == se else 0.0, ADD_UP_FLOOR_S)
+        return max(FAIL_SIGMAS * se if se == se else 0.0, ADD_UP_FLOOR_S)
 
     @property
     def adds_up(self) -> bool:
@@ -156,19 +159,20 @@ class Breakdown:
             return f"{p.raw * 1e3:.2f}" + (f" ± {p.uncertainty * 1e3:.2f}" if p.uncertainty == p.uncertainty else "")
 
         noisy = [name for name, p in self.parts.items() if p.within_noise]
-        text = (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors of zero)" if noisy
+        text = (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors above zero)" if noisy
                 else "every part above noise")
         if self.failed:
             bad = ", ".join(f"{name} came out {ms(self.parts[name])} ms" for name in self.failed)
-            return (f"the breakdown FAILED: {bad}, negative beyond its noise (a time cannot be): the rounds did not "
-                    f"see one machine state; the part is not reported ({self.rounds} interleaved rounds)")
+            return (f"the breakdown FAILED: {bad}, negative beyond {FAIL_SIGMAS:g} of its errors (a time cannot be): "
+                    f"the rounds did not see one machine state; the part is not reported ({self.rounds} interleaved rounds)")
         if self.compute_beyond_step:
             return (f"the breakdown FAILED: compute ({ms(self.compute)} ms) came out longer than the step it is part of "
-                    f"({ms(self.step)} ms; by {ms(Part(-self.rest.raw, self.rest.uncertainty))} ms, beyond its noise): "
+                    f"({ms(self.step)} ms; by {ms(Part(-self.rest.raw, self.rest.uncertainty))} ms, beyond "
+                    f"{FAIL_SIGMAS:g} of its errors): "
                     f"the rounds did not see one machine state ({self.rounds} interleaved rounds)")
         if not self.adds_up:
             return (text + f"; the parts do NOT add up to the step: the medians leave {ms(self.other)} ms, beyond "
-                    f"{NOISE_SIGMAS:g} errors of zero: the rounds disagree ({self.rounds} interleaved rounds)")
+                    f"{FAIL_SIGMAS:g} errors of zero: the rounds disagree ({self.rounds} interleaved rounds)")
         return text + (f"; the parts add up to the step ({self.step.raw * 1e3:.2f} ms, other {ms(self.other)} ms, "
                        f"{self.rounds} interleaved rounds)")
 

@@ -21,6 +21,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..errors import DataError
+from ..measure.parts import Part
+from ..measure.stats import NOISE_SIGMAS
 from .theme import IDEAL_STYLE, device_note, footnote, new_figure, replica_colours, replicas_axis, require, themed
 
 BREAKDOWN_PARTS = (("compute_time_s", "compute"), ("allreduce_time_s", "gradient all-reduce"),
@@ -143,7 +145,6 @@ def plot_efficiency(df: pd.DataFrame) -> Figure:
 
 PART_STATUS = {"compute": "compute_time_status", "gradient all-reduce": "allreduce_time_status",
                "input wait": "input_wait_status"}
-NOISE_SIGMAS = 2.0  # as measure.breakdown's: a mean within this many errors of zero is within noise
 
 
 def training_step_ms(g: pd.DataFrame) -> float:
@@ -160,8 +161,8 @@ def training_step_ms(g: pd.DataFrame) -> float:
 def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Long frame (group, replicas, part, ms, err_ms, status, step_ms, step_err_ms, training_step_ms) of compute /
     all-reduce / input wait per step, averaged over the runs of one configuration (``configurations``: its label is
-    ``group``) at one replica count. ``status``: measured, within noise (the mean within 2 errors of 0) or failed
-    (a run's part failed: negative beyond its noise); ``step_ms`` is the step the parts split, ``training_step_ms``
+    ``group``) at one replica count. ``status``: measured, within noise or failed, by the runs' own rule
+    (measure.parts.Part: within 2 errors above 0 or 3 below it is within noise), failed too where a run's part failed; ``step_ms`` is the step the parts split, ``training_step_ms``
     training's own, as the throughput has it (``training_step_ms``)."""
     require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "step-time breakdown")
     data = df.copy()
@@ -187,10 +188,8 @@ def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
                 statuses = set(g[PART_STATUS[part]].dropna()) if PART_STATUS[part] in g.columns else set()
                 if "failed" in statuses or (ms != ms and statuses):
                     status = "failed"
-                elif err == err and abs(ms) < NOISE_SIGMAS * err:
-                    status = "within noise"
-                else:
-                    status = "measured"
+                else:  # the runs' own rule (measure.parts.Part): a negative mean is never measured
+                    status = Part(ms, err).status if err == err else "measured"
                 rows.append({"group": name, "replicas": int(n), "part": part, "ms": ms, "err_ms": err,
                              "status": status, "step_ms": step, "step_err_ms": step_err, "training_step_ms": train})
     out = pd.DataFrame(rows, columns=["group", "replicas", "part", "ms", "err_ms", "status", "step_ms", "step_err_ms",
