@@ -11,12 +11,11 @@ import sys
 
 import pytest
 
-from helpers import ROOT, ServiceProcess, data_service, lazy
+from helpers import ROOT, ServiceProcess, data_service
 from tftoolkit import cli
+from tftoolkit.cluster import dataservice
 from tftoolkit.engine import devices
 from tftoolkit.errors import ConfigError
-
-dataservice = lazy("tftoolkit.cluster.dataservice")  # collected without TensorFlow (tests/helpers.py)
 
 START = ["data-service", "start"]
 

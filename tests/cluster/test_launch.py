@@ -11,13 +11,11 @@ import pytest
 
 from tftoolkit import cli, gpus
 from tftoolkit.cli import cluster as cli_cluster
-from tftoolkit.cluster import spec as multiworker
+from tftoolkit.cluster import launch, spec as multiworker
 from tftoolkit.config import RunConfig
 from tftoolkit.errors import ClusterError, ConfigError
 
-from helpers import assert_no_tensorflow, lazy
-
-launch = lazy("tftoolkit.cluster.launch")  # collected without TensorFlow (tests/helpers.py)
+from helpers import assert_no_tensorflow
 
 TRAIN = ["train", "--out", "runs/x", "--steps", "2"]
 
