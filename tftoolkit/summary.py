@@ -81,8 +81,7 @@ _ALL = (
         ("allreduce_dtype", "", "dtype the gradients travelled in through the all-reduce (bfloat16, float16: cast "
                                 "before it and back after; float32: each in its own dtype, uncast; float32 on one "
                                 "replica, which reduces nothing)"),
-        ("allreduce_packs", "", "all-reduce calls per optimizer step, each a pack of gradients in reverse layer order "
-                                "(--allreduce-packs)"),
+        ("allreduce_packs", "", "all-reduce calls per step, each a pack of gradients in reverse layer order (--allreduce-packs)"),
         ("precision", "", "float32, mixed_float16 or mixed_bfloat16"),
         ("jit", "", "whether XLA compilation was asked for"),
         ("jit_effective", "", "whether the step really was XLA-compiled (not over several simulated CPU replicas)"),
@@ -152,6 +151,7 @@ _ALL = (
                                                       "image size, augmentation, placement, data service): the run's own "
                                                       "pipeline pulled with no model after training (all workers: the "
                                                       "chief's rate x workers); null when not measured"),
+        ("input_capacity_uncertainty", "images/s", "standard error of input_capacity_images_per_sec (the probe's calls)"),
         ("input_capacity_method", "", "how input_capacity_images_per_sec was found: measured, with the batches and "
                                       "seconds of the probe, or not measured and why (the run failed, or this "
                                       "process trained no steps: a resume after the run's last checkpoint)"),
@@ -162,8 +162,9 @@ _ALL = (
                                 "go than training consumed it; near 1 or below, the run was input-bound. On simulated "
                                 "CPU replicas input and compute share the cores, so 1 / input_headroom is the share "
                                 "of the cores' time the input needed"),
+        ("input_headroom_uncertainty", "1", "standard error of input_headroom (the two rates' relative errors)"),
         ("input_verdict", "", "input-bound (headroom under 1.25), near (under 2) or fed; empty when not measured"),
-        ("input_note", "", "one sentence: the verdict with its figures (and, on simulated replicas, the cores' share)"),
+        ("input_note", "", "one sentence: the verdict, its figures and errors (on simulated replicas, the cores' share)"),
         ("data_service", "", "the tf.data service the input came through, or null: address, mode, job, workers "
                              "(the workers the dispatcher had, when it could tell)"),
     ])
@@ -208,8 +209,7 @@ _ALL = (
                                                 "shares of their own step (null: not comparable)"),
         ("input_wait_fraction", "1", "input_wait_s / breakdown_step_time_s; null unless input_wait_status is measured (a part "
                                      "within noise has no known share)"),
-        ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s); null unless both were "
-                                        "measured"),
+        ("communication_fraction", "1", "allreduce_time_s / (compute_time_s + allreduce_time_s); null unless both measured"),
         ("communication_note", "", "one sentence: compute-bound or communication-bound, with the times"),
         ("imbalance", "1", "max / mean of examples_per_replica (1.0 = every replica did the same work)"),
         ("measure_time_s", "s", "time the measurement took, after training (the breakdown's rounds included)"),

@@ -217,3 +217,11 @@ def test_a_mean_below_zero_is_never_measured_within_three_errors_and_failed_beyo
     assert findings.part_status(far, "allreduce_time_s")[2] == findings.FAILED
     above = pd.DataFrame([_run(allreduce_time_s=0.005, allreduce_time_uncertainty_s=0.002)])
     assert findings.part_status(above, "allreduce_time_s")[2] == findings.MEASURED
+
+
+def test_a_headroom_within_noise_of_its_line_is_named_so_in_the_finding():
+    # 1.20 ± 0.05 is within 2 errors of the input-bound line (1.25): named with its error and the line it may cross
+    runs = [_measured(2, 1.20, "input-bound", input_headroom_uncertainty=0.05),
+            _measured(4, 0.60, "input-bound", input_headroom_uncertainty=0.02)]
+    (line,) = findings.input_capacity(_res(runs))
+    assert "replicas=4 (headroom 0.60 ± 0.02)" in line and "replicas=2 (headroom 1.20 ± 0.05, within noise of 1.25)" in line

@@ -285,6 +285,9 @@ def test_the_points_table_shows_what_a_reader_compares_not_every_column(sweeps):
     assert rows.loc["00_replicas-1", "input headroom"] == "2.88 (fed)"
     assert rows.loc["01_replicas-2", "input headroom"] == "1.60 (near)"
     assert rows.loc["02_replicas-4", "input headroom"] == "0.90 (input-bound)"
+    # with the error runs now record beside it
+    assert tables._headroom({"input_headroom": 1.6, "input_headroom_uncertainty": 0.05,
+                             "input_verdict": "near"}) == "1.60 ± 0.05 (near)"
     assert rows.loc["00_b-64_r-none", "val accuracy"] == "60.0%"
     # Each sweep's own parameters, whole numbers as such; blank in the other sweep's rows (the batch runs had 4
     # replicas, but replicas was not what that sweep varied).

@@ -96,6 +96,38 @@ def test_on_simulated_replicas_the_verdict_says_what_share_of_the_cores_input_ne
     assert v["input_verdict"] == "input-bound" and "about 91% of their time" in v["input_note"]
 
 
+def test_the_probe_s_rate_is_all_its_images_over_all_its_seconds_with_the_ratio_estimator_s_error():
+    from tftoolkit.measure.input.verdict import rate
+
+    # Three calls at 640, 610 and 640 images/sec: 448 images in 0.71 s; residuals 64 - 631 x 0.1, ... by hand
+    r, se = rate([64, 128, 256], [0.1, 0.21, 0.4])
+    assert r == pytest.approx(448 / 0.71)
+    resid = [64 - r * 0.1, 128 - r * 0.21, 256 - r * 0.4]
+    assert se == pytest.approx(math.sqrt(3 / 2 * sum(x * x for x in resid)) / 0.71) and 5 < se < 20
+    assert rate([64, 128], [0.1, 0.2]) == (pytest.approx(640.0), pytest.approx(0.0))  # calls that agree: no spread
+    assert math.isnan(rate([64], [0.1])[1]) and all(math.isnan(x) for x in rate([], []))
+
+
+@pytest.mark.parametrize("capacity, se, verdict, line, other", [
+    (1300.0, 50.0, "near", 1.25, "input-bound"),          # 1.30 ± 0.06: within 2 errors of 1.25
+    (1200.0, 50.0, "input-bound", 1.25, "close to the limit"),
+    (2100.0, 100.0, "fed", 2.0, "close to the limit"),   # 2.1 ± 0.1
+    (1950.0, 100.0, "near", 2.0, "not the limit"),
+    (1600.0, 20.0, "near", None, None),                  # 1.60 ± 0.03: clear of both lines
+])
+def test_a_headroom_within_noise_of_a_line_says_so_and_what_it_may_be(capacity, se, verdict, line, other):
+    from tftoolkit.measure.input.verdict import line_within_noise, verdict as judge
+
+    v = judge(capacity, 1000.0, "GPU", se, 20.0)
+    assert v["input_verdict"] == verdict  # the figures' verdict, whatever the noise
+    assert v["input_headroom_uncertainty"] == pytest.approx(capacity / 1000 * math.hypot(se / capacity, 0.02))
+    assert line_within_noise(v["input_headroom"], v["input_headroom_uncertainty"]) == line
+    assert f"{capacity:,.0f} ± {se:,.0f} images/sec" in v["input_note"] and "1,000 ± 20" in v["input_note"]
+    said = f"within 2 standard errors of a headroom of {line:g}, so it may be {other}" if line else "standard errors"
+    assert (said in v["input_note"]) == bool(line), v["input_note"]
+    assert line_within_noise(1.3, math.nan) is None  # an error not known says nothing
+
+
 @pytest.mark.parametrize("capacity, consumed", [(float("nan"), 100.0), (100.0, float("nan")), (0.0, 10.0), (10.0, 0.0)])
 def test_an_unmeasured_capacity_or_rate_gives_no_verdict(capacity, consumed):
     from tftoolkit.measure.input.verdict import verdict as judge

@@ -24,7 +24,7 @@ TRAIN_ONLY = {"resumed_from_step", "segments", "run_wall_time_s", "wall_breakdow
               "input_source", "input_threads", "input_transform", "skipped_images", "skipped_image_examples",
               "base_lr", "base_batch", "warmup_epochs", "input_capacity_images_per_sec", "input_capacity_method",
               "input_cores", "input_capacity_per_core", "input_headroom", "input_verdict", "input_note",
-              "data_service"}
+              "input_capacity_uncertainty", "input_headroom_uncertainty", "data_service"}
 
 # Three timed loops of 5 steps each: per-step times 0.1, 0.05, 0.05 s; mean 1/15 s.
 LOOPS = [(0.5, 5), (0.25, 5), (0.25, 5)]
@@ -132,6 +132,12 @@ def test_the_input_fields_and_the_verdict():
     assert s["skipped_images"] == 7 and s["skipped_image_examples"] == ["a.jpg", "b.jpg", "c", "d", "e"]
     assert s["input_headroom"] == pytest.approx(1440 / 960) and s["input_verdict"] == "near"
     assert s["data_service"] is None
+    # Without the probe's error the headroom's is not known, and nothing is said of it
+    assert math.isnan(s["input_capacity_uncertainty"]) and math.isnan(s["input_headroom_uncertainty"])
+    # With it: the two rates' relative errors; 1.50 ± 0.04 is clear of both lines
+    sure = train_summary(capacity={"input_capacity_images_per_sec": 1440.0, "input_capacity_uncertainty": 36.0})
+    rel = math.hypot(36 / 1440, sure["images_per_sec_uncertainty"] / sure["images_per_sec"])
+    assert sure["input_headroom_uncertainty"] == pytest.approx(1440 / 960 * rel) and "± 36" in sure["input_note"]
     failed = train_summary(status="failed", capacity={})
     assert failed["input_capacity_method"] == "not measured (the run failed)"
     assert math.isnan(failed["input_headroom"]) and failed["input_verdict"] == ""

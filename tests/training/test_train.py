@@ -41,6 +41,9 @@ def test_short_run_learns_and_writes_the_run_directory(tmp_path):
     # The input verdict: the run's own pipeline pulled alone after training, against what training consumed.
     assert s["input_capacity_images_per_sec"] > s["images_per_sec"] and s["input_cores"] >= 1
     assert s["input_headroom"] == pytest.approx(s["input_capacity_images_per_sec"] / s["images_per_sec"])
+    # its error, from the probe's calls and training's loops (both measured, so known)
+    assert 0 < s["input_capacity_uncertainty"] < s["input_capacity_images_per_sec"]
+    assert 0 < s["input_headroom_uncertainty"] < s["input_headroom"] and " ± " in s["input_note"]
     assert s["input_capacity_per_core"] == pytest.approx(s["input_capacity_images_per_sec"] / s["input_cores"])
     assert s["input_capacity_method"].startswith("measured: ") and s["data_service"] is None
     assert s["input_verdict"] in ("fed", "near") and "share the cores" in s["input_note"]

@@ -25,6 +25,7 @@ import pandas as pd
 
 from .. import summary as summary_schema
 from ..measure import stats
+from ..measure.input import verdict as input_verdict
 from ..measure.parts import Part
 from .batch_findings import batch_and_lr
 from .report import results, tables
@@ -147,7 +148,16 @@ LIST_AT_MOST = 6
 
 
 def _named(rows: pd.DataFrame, labels: pd.Series) -> str:
-    items = [f"{labels[i]} (headroom {h:.2f})" for i, h in rows["input_headroom"].items()]
+    """Each run by its label, with its headroom and error, and where the headroom is within noise of a verdict's
+    line, that line (measure.input.verdict): the verdict is the figures', not a finding beyond their noise."""
+    se = pd.to_numeric(rows.get("input_headroom_uncertainty", pd.Series(math.nan, index=rows.index)), errors="coerce")
+
+    def one(i, h):
+        err = f" ± {se[i]:.2f}" if se[i] == se[i] else ""
+        line = input_verdict.line_within_noise(h, se[i])
+        return f"{labels[i]} (headroom {h:.2f}{err}" + (f", within noise of {line:g})" if line else ")")
+
+    items = [one(i, h) for i, h in rows["input_headroom"].items()]
     more = len(items) - LIST_AT_MOST
     return "; ".join(items[:LIST_AT_MOST]) + (f"; and {more} more" if more > 0 else "")
 

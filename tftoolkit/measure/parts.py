@@ -164,7 +164,8 @@ class Breakdown:
         if self.failed:
             bad = ", ".join(f"{name} came out {ms(self.parts[name])} ms" for name in self.failed)
             return (f"the breakdown FAILED: {bad}, negative beyond {FAIL_SIGMAS:g} of its errors (a time cannot be): "
-                    f"the rounds did not see one machine state; the part is not reported ({self.rounds} interleaved rounds)")
+                    f"the rounds did not see one machine state; the part is not reported ({self.rounds} interleaved "
+                    "rounds)")
         if self.compute_beyond_step:
             return (f"the breakdown FAILED: compute ({ms(self.compute)} ms) came out longer than the step it is part of "
                     f"({ms(self.step)} ms; by {ms(Part(-self.rest.raw, self.rest.uncertainty))} ms, beyond "

@@ -103,10 +103,11 @@ def _rate(r) -> str:
 
 
 def _headroom(r) -> str:
-    h, verdict = r.get("input_headroom"), r.get("input_verdict")
+    h, se, verdict = r.get("input_headroom"), r.get("input_headroom_uncertainty"), r.get("input_verdict")
     if not _finite(h):
         return ""
-    return f"{h:.2f} ({verdict})" if isinstance(verdict, str) and verdict else f"{h:.2f}"
+    text = f"{h:.2f} ± {se:.2f}" if _finite(se) else f"{h:.2f}"
+    return f"{text} ({verdict})" if isinstance(verdict, str) and verdict else text
 
 
 def near_chance(val_accuracy, num_classes) -> bool:

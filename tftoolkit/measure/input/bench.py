@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ...data.stream import cores
 from ...engine import feed as feed_mod, session
+from .verdict import rate as input_rate
 
 log = logging.getLogger("tftoolkit")
 
@@ -78,17 +79,19 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
 
     pull = puller(strategy, feed, local=True)
     pull(iterator, tf.constant(1)).numpy()  # tracing is not input time
-    images, secs, steps, chunk = 0, 0.0, 0, 1
-    while (steps < PROBE_STEPS_WORKERS) if workers > 1 else (secs < seconds or steps < 2):
+    calls, steps, chunk = [], 0, 1  # (images, seconds) of each timed call
+    while (steps < PROBE_STEPS_WORKERS) if workers > 1 else (sum(s for _, s in calls) < seconds or steps < 2):
         if workers > 1:
             chunk = min(chunk, PROBE_STEPS_WORKERS - steps)
         got, dt = timer.timed(pull, iterator, tf.constant(chunk))
-        images, secs, steps = images + int(got.numpy()), secs + dt, steps + chunk
+        calls.append((int(got.numpy()), dt))
+        steps += chunk
         chunk = min(2 * chunk, 32)  # a few calls, each longer: the call's own cost stays out of the rate
 
-    rate = images / secs if secs > 0 else float("nan")
+    images, secs = sum(i for i, _ in calls), sum(s for _, s in calls)
+    rate, rate_se = input_rate([i for i, _ in calls], [s for _, s in calls])
     n_cores = cores()
-    return {"input_capacity_images_per_sec": rate * workers,
+    return {"input_capacity_images_per_sec": rate * workers, "input_capacity_uncertainty": rate_se * workers,
             "input_capacity_method": (f"measured: {steps} steps ({images} images) of the run's own input pulled alone "
                                       f"after training, {secs:.2f} s" + (f"; the chief's rate x {workers} workers"
                                                                           if workers > 1 else "")),

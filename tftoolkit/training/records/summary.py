@@ -104,13 +104,16 @@ def input_fields(info: dict, *, streamed: bool, augment: bool, skipped=None) -> 
             "skipped_images": count, "skipped_image_examples": names[:SHOW_SKIPPED]}
 
 
-def input_verdict(capacity: dict, *, status: str, images_per_sec: float, device_kind: str, data_service=None) -> dict:
+def input_verdict(capacity: dict, *, status: str, images_per_sec: float, device_kind: str, data_service=None,
+                  images_per_sec_se: float = math.nan) -> dict:
     """The input capacity fields: the probe's figures (``capacity``, measure.input.bench.probe's) and what they say
-    against the rate training consumed."""
+    against the rate training consumed (``images_per_sec``, its standard error ``images_per_sec_se``)."""
     nan = math.nan
-    cap = {"input_capacity_images_per_sec": nan, "input_capacity_method": f"not measured (the run {status})",
-           "input_cores": None, "input_capacity_per_core": nan, **capacity}
-    return {**cap, **judge_input(cap["input_capacity_images_per_sec"], images_per_sec, device_kind),
+    cap = {"input_capacity_images_per_sec": nan, "input_capacity_uncertainty": nan,
+           "input_capacity_method": f"not measured (the run {status})", "input_cores": None,
+           "input_capacity_per_core": nan, **capacity}
+    return {**cap, **judge_input(cap["input_capacity_images_per_sec"], images_per_sec, device_kind,
+                                 cap["input_capacity_uncertainty"], images_per_sec_se),
             "data_service": data_service}
 
 
@@ -152,7 +155,8 @@ def train_summary(config, setup, facts: dict, *, status: str, error, steps: int,
         **input_fields(input_info, streamed=streamed, augment=config.augment, skipped=skipped),
         **rec,
         **input_verdict(capacity, status=status, images_per_sec=rec.get("images_per_sec", math.nan),
-                        device_kind=setup.kind, data_service=data_service),
+                        images_per_sec_se=rec.get("images_per_sec_uncertainty", math.nan), device_kind=setup.kind,
+                        data_service=data_service),
         "loss": facts["loss"], "metrics": list(metric_names),
     }
 
