@@ -189,7 +189,7 @@ def breakdown_frame(df: pd.DataFrame) -> pd.DataFrame:
                 if "failed" in statuses or (ms != ms and statuses):
                     status = "failed"
                 else:  # the runs' own rule (measure.parts.Part): a negative mean is never measured
-                    status = Part(ms, err).status if err == err else "measured"
+                    status = Part(ms, err).status if err == err and ms == ms else "measured"
                 rows.append({"group": name, "replicas": int(n), "part": part, "ms": ms, "err_ms": err,
                              "status": status, "step_ms": step, "step_err_ms": step_err, "training_step_ms": train})
     out = pd.DataFrame(rows, columns=["group", "replicas", "part", "ms", "err_ms", "status", "step_ms", "step_err_ms",
