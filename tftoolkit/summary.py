@@ -81,7 +81,8 @@ _ALL = (
         ("allreduce_dtype", "", "dtype the gradients travelled in through the all-reduce (bfloat16, float16: cast "
                                 "before it and back after; float32: each in its own dtype, uncast; float32 on one "
                                 "replica, which reduces nothing)"),
-        ("allreduce_packs", "", "all-reduce calls per step, each a pack of gradients in reverse layer order (--allreduce-packs)"),
+        ("allreduce_packs", "", "all-reduce calls per optimizer step, each a pack of gradients in reverse layer order "
+                                "(--allreduce-packs)"),
         ("precision", "", "float32, mixed_float16 or mixed_bfloat16"),
         ("jit", "", "whether XLA compilation was asked for"),
         ("jit_effective", "", "whether the step really was XLA-compiled (not over several simulated CPU replicas)"),
@@ -151,7 +152,7 @@ _ALL = (
                                                       "image size, augmentation, placement, data service): the run's own "
                                                       "pipeline pulled with no model after training (all workers: the "
                                                       "chief's rate x workers); null when not measured"),
-        ("input_capacity_uncertainty", "images/s", "standard error of input_capacity_images_per_sec (the probe's calls)"),
+        ("input_capacity_uncertainty", "images/s", "its standard error (a line through the probe's calls; NaN under 5)"),
         ("input_capacity_method", "", "how input_capacity_images_per_sec was found: measured, with the batches and "
                                       "seconds of the probe, or not measured and why (the run failed, or this "
                                       "process trained no steps: a resume after the run's last checkpoint)"),
@@ -159,10 +160,9 @@ _ALL = (
         ("input_capacity_per_core", "images/s", "input_capacity_images_per_sec / (input_cores x workers): the host's "
                                                 "input rate per core, what advise and predict scale with"),
         ("input_headroom", "1", "input_capacity_images_per_sec / images_per_sec: how many times faster the input can "
-                                "go than training consumed it; near 1 or below, the run was input-bound. On simulated "
-                                "CPU replicas input and compute share the cores, so 1 / input_headroom is the share "
-                                "of the cores' time the input needed"),
-        ("input_headroom_uncertainty", "1", "standard error of input_headroom (the two rates' relative errors)"),
+                                "go than training consumed it (near 1 or below: input-bound); on simulated CPU "
+                                "replicas 1 / input_headroom is the share of the shared cores' time input needed"),
+        ("input_headroom_uncertainty", "1", "its standard error (the two rates' relative errors)"),
         ("input_verdict", "", "input-bound (headroom under 1.25), near (under 2) or fed; empty when not measured"),
         ("input_note", "", "one sentence: the verdict, its figures and errors (on simulated replicas, the cores' share)"),
         ("data_service", "", "the tf.data service the input came through, or null: address, mode, job, workers "

@@ -220,8 +220,13 @@ def test_a_mean_below_zero_is_never_measured_within_three_errors_and_failed_beyo
 
 
 def test_a_headroom_within_noise_of_its_line_is_named_so_in_the_finding():
-    # 1.20 ± 0.05 is within 2 errors of the input-bound line (1.25): named with its error and the line it may cross
+    # 1.20 ± 0.05 is within 2 errors of the input-bound line (1.25): named with its error and what else it may be
     runs = [_measured(2, 1.20, "input-bound", input_headroom_uncertainty=0.05),
             _measured(4, 0.60, "input-bound", input_headroom_uncertainty=0.02)]
     (line,) = findings.input_capacity(_res(runs))
-    assert "replicas=4 (headroom 0.60 ± 0.02)" in line and "replicas=2 (headroom 1.20 ± 0.05, within noise of 1.25)" in line
+    assert "replicas=4 (headroom 0.60 ± 0.02)" in line
+    assert "replicas=2 (headroom 1.20 ± 0.05, may be close to the limit)" in line
+    # Every run fed, the least headroom 2.1 ± 0.1: "at least" with its error and that it may be close to the limit
+    (line,) = findings.input_capacity(_res([_measured(2, 2.1, "fed", input_headroom_uncertainty=0.1),
+                                            _measured(4, 3.0, "fed", input_headroom_uncertainty=0.1)]))
+    assert "at least 2.1x what training consumed (± 0.1, may be close to the limit; the least at replicas=2)" in line

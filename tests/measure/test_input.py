@@ -4,6 +4,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 from tftoolkit import cli
@@ -96,36 +97,57 @@ def test_on_simulated_replicas_the_verdict_says_what_share_of_the_cores_input_ne
     assert v["input_verdict"] == "input-bound" and "about 91% of their time" in v["input_note"]
 
 
-def test_the_probe_s_rate_is_all_its_images_over_all_its_seconds_with_the_ratio_estimator_s_error():
-    from tftoolkit.measure.input.verdict import rate
+def test_the_probe_s_rate_is_the_slope_through_its_calls_with_the_slope_s_error():
+    from tftoolkit.measure.input.verdict import MIN_CALLS, rate
 
-    # Three calls at 640, 610 and 640 images/sec: 448 images in 0.71 s; residuals 64 - 631 x 0.1, ... by hand
-    r, se = rate([64, 128, 256], [0.1, 0.21, 0.4])
-    assert r == pytest.approx(448 / 0.71)
-    resid = [64 - r * 0.1, 128 - r * 0.21, 256 - r * 0.4]
-    assert se == pytest.approx(math.sqrt(3 / 2 * sum(x * x for x in resid)) / 0.71) and 5 < se < 20
-    assert rate([64, 128], [0.1, 0.2]) == (pytest.approx(640.0), pytest.approx(0.0))  # calls that agree: no spread
-    assert math.isnan(rate([64], [0.1])[1]) and all(math.isnan(x) for x in rate([], []))
+    # Calls of 64 ... 2048 images, each 1.6 ms of fixed cost plus 3.2 us an image (312,500 images/s): the slope
+    # gives the rate without the fixed cost, which all images over all seconds would take as input time
+    images = [64, 128, 256, 512, 1024, 2048]
+    exact = [0.0016 + 3.2e-6 * i for i in images]
+    r, se = rate(images, exact)
+    assert r == pytest.approx(312_500) and se == pytest.approx(0, abs=1e-6)
+    assert sum(images) / sum(exact) < 0.8 * r  # what the old total ratio said
+    # Noise on the seconds: the slope's standard error (n - 2 degrees of freedom), carried to the rate
+    noisy = [t + d for t, d in zip(exact, [1e-4, -2e-4, 1e-4, 2e-4, -1e-4, -1e-4])]
+    r, se = rate(images, noisy)
+    x, y = np.array(images, float), np.array(noisy)
+    slope, cost = np.polyfit(x, y, 1)
+    resid = y - (cost + slope * x)
+    assert r == pytest.approx(1 / slope)
+    assert se == pytest.approx(math.sqrt(resid @ resid / 4 / ((x - x.mean()) ** 2).sum()) / slope**2)
+    assert 0.01 * r < se < 0.1 * r
+    # Too few calls for an error (a slow pipeline's probe), or a line that does not rise: the total ratio, no error
+    few = rate(images[:MIN_CALLS - 1], exact[:MIN_CALLS - 1])
+    assert few[0] == pytest.approx(sum(images[:4]) / sum(exact[:4])) and math.isnan(few[1])
+    assert math.isnan(rate([64] * 6, [0.01, 0.02, 0.01, 0.02, 0.01, 0.02])[1])
+    assert all(math.isnan(v) for v in rate([], []))
 
 
-@pytest.mark.parametrize("capacity, se, verdict, line, other", [
-    (1300.0, 50.0, "near", 1.25, "input-bound"),          # 1.30 ± 0.06: within 2 errors of 1.25
-    (1200.0, 50.0, "input-bound", 1.25, "close to the limit"),
-    (2100.0, 100.0, "fed", 2.0, "close to the limit"),   # 2.1 ± 0.1
-    (1950.0, 100.0, "near", 2.0, "not the limit"),
-    (1600.0, 20.0, "near", None, None),                  # 1.60 ± 0.03: clear of both lines
+@pytest.mark.parametrize("capacity, se, verdict, others", [
+    (1300.0, 50.0, "near", ["input-bound"]),                 # 1.30 ± 0.06: within 2 errors of 1.25
+    (1200.0, 50.0, "input-bound", ["near"]),
+    (2100.0, 100.0, "fed", ["near"]),                        # 2.1 ± 0.1
+    (1950.0, 100.0, "near", ["fed"]),
+    (1600.0, 300.0, "near", ["input-bound", "fed"]),         # 1.6 ± 0.3: either side
+    (3000.0, 600.0, "fed", ["near"]),                        # 3.0 ± 0.6: down to 1.8
+    (3000.0, 900.0, "fed", ["input-bound", "near"]),         # 3.0 ± 0.9: down to 1.2
+    (1600.0, 20.0, "near", []),                              # 1.60 ± 0.03: clear of both lines
+    (1250.0, 0.0, "near", []),                               # on the line with no error: nothing to say
 ])
-def test_a_headroom_within_noise_of_a_line_says_so_and_what_it_may_be(capacity, se, verdict, line, other):
-    from tftoolkit.measure.input.verdict import line_within_noise, verdict as judge
+def test_a_headroom_within_noise_of_a_line_says_what_else_it_may_be(capacity, se, verdict, others):
+    from tftoolkit.measure.input.verdict import WORDS, kinds_within_noise, verdict as judge
 
-    v = judge(capacity, 1000.0, "GPU", se, 20.0)
+    consumed_se = 20.0 if se else 0.0
+    v = judge(capacity, 1000.0, "GPU", se, consumed_se)
     assert v["input_verdict"] == verdict  # the figures' verdict, whatever the noise
-    assert v["input_headroom_uncertainty"] == pytest.approx(capacity / 1000 * math.hypot(se / capacity, 0.02))
-    assert line_within_noise(v["input_headroom"], v["input_headroom_uncertainty"]) == line
-    assert f"{capacity:,.0f} ± {se:,.0f} images/sec" in v["input_note"] and "1,000 ± 20" in v["input_note"]
-    said = f"within 2 standard errors of a headroom of {line:g}, so it may be {other}" if line else "standard errors"
-    assert (said in v["input_note"]) == bool(line), v["input_note"]
-    assert line_within_noise(1.3, math.nan) is None  # an error not known says nothing
+    assert v["input_headroom_uncertainty"] == pytest.approx(capacity / 1000 * math.hypot(se / capacity,
+                                                                                           consumed_se / 1000))
+    assert kinds_within_noise(v["input_headroom"], v["input_headroom_uncertainty"]) == others
+    assert f"{capacity:,.0f} ± {se:,.0f} images/sec" in v["input_note"]
+    said = "within 2 standard errors it may be " + " or ".join(WORDS[k] for k in others)
+    assert (said in v["input_note"]) == bool(others), v["input_note"]
+    assert ("may be" in v["input_note"]) == bool(others), v["input_note"]
+    assert kinds_within_noise(1.3, math.nan) == []  # an error not known says nothing
 
 
 @pytest.mark.parametrize("capacity, consumed", [(float("nan"), 100.0), (100.0, float("nan")), (0.0, 10.0), (10.0, 0.0)])

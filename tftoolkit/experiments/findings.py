@@ -71,8 +71,8 @@ MEASURED, WITHIN_NOISE, FAILED, UNKNOWN = "measured", "within noise", "failed", 
 def part_status(rows: pd.DataFrame, key: str) -> tuple[float, float, str]:
     """(mean, standard error of the mean, status) of a breakdown part ``key`` (say "allreduce_time_s") over ``rows``
     (the repeats at one replica count). The status is the summaries' own ``<part>_status`` where they record one (a
-    failed measurement in any repeat fails the mean), else stats.within_noise of the mean and its error: a part within
-    noise is never a finding."""
+    failed measurement in any repeat fails the mean), else the runs' own rule (measure.parts.Part) on the mean and its
+    error; without an error, unknown: a part within noise is never a finding."""
     values = pd.to_numeric(rows[key], errors="coerce")
     se = pd.to_numeric(rows.get(key[:-2] + "_uncertainty_s", pd.Series(math.nan, index=rows.index)), errors="coerce")
     recorded = rows.get(key[:-2] + "_status", pd.Series(None, index=rows.index, dtype=object))
@@ -147,15 +147,20 @@ def communication(res: results.Results) -> list[str]:
 LIST_AT_MOST = 6
 
 
+def _headroom(h: float, se: float, digits: int = 2) -> str:
+    """A headroom with its error, and the other verdicts within NOISE_SIGMAS of it (measure.input.verdict): the
+    verdict is the figures', not a finding beyond their noise."""
+    others = input_verdict.kinds_within_noise(h, se)
+    return (f"{h:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "")
+            + (f", may be {' or '.join(input_verdict.WORDS[k] for k in others)}" if others else ""))
+
+
 def _named(rows: pd.DataFrame, labels: pd.Series) -> str:
-    """Each run by its label, with its headroom and error, and where the headroom is within noise of a verdict's
-    line, that line (measure.input.verdict): the verdict is the figures', not a finding beyond their noise."""
+    """Each run by its label, with its headroom and error (``_headroom``)."""
     se = pd.to_numeric(rows.get("input_headroom_uncertainty", pd.Series(math.nan, index=rows.index)), errors="coerce")
 
     def one(i, h):
-        err = f" ± {se[i]:.2f}" if se[i] == se[i] else ""
-        line = input_verdict.line_within_noise(h, se[i])
-        return f"{labels[i]} (headroom {h:.2f}{err}" + (f", within noise of {line:g})" if line else ")")
+        return f"{labels[i]} (headroom {_headroom(h, se[i])})"
 
     items = [one(i, h) for i, h in rows["input_headroom"].items()]
     more = len(items) - LIST_AT_MOST
@@ -184,8 +189,14 @@ def input_capacity(res: results.Results) -> list[str]:
     rest = f" Not measured in {unmeasured} older run(s)." if unmeasured else ""
     if bound.empty and near.empty:
         low = measured["input_headroom"].idxmin()
+        se = pd.to_numeric(measured.get("input_headroom_uncertainty", pd.Series(math.nan, index=measured.index)),
+                           errors="coerce")
+        h, others = measured.loc[low, "input_headroom"], input_verdict.kinds_within_noise(
+            measured.loc[low, "input_headroom"], se[low])
+        said = (f"± {se[low]:.1f}" if se[low] == se[low] else "") + (
+            f", may be {' or '.join(input_verdict.WORDS[k] for k in others)}" if others else "")
         text = (f"**Input kept up** in all {len(measured)} measured run(s): the input alone could deliver at least "
-                f"{measured.loc[low, 'input_headroom']:.1f}x what training consumed (the least at {labels[low]}).")
+                f"{h:.1f}x what training consumed ({said + '; ' if said else ''}the least at {labels[low]}).")
     else:
         fed = len(measured) - len(bound) - len(near)
         parts = ([f"input-bound at {_named(bound, labels)}."] if len(bound) else []) + \

@@ -159,8 +159,8 @@ class Breakdown:
             return f"{p.raw * 1e3:.2f}" + (f" ± {p.uncertainty * 1e3:.2f}" if p.uncertainty == p.uncertainty else "")
 
         noisy = [name for name, p in self.parts.items() if p.within_noise]
-        text = (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors above zero)" if noisy
-                else "every part above noise")
+        text = (f"{' and '.join(noisy)} within noise (under {NOISE_SIGMAS:g} standard errors above zero, not "
+                f"{FAIL_SIGMAS:g} below)" if noisy else "every part above noise")
         if self.failed:
             bad = ", ".join(f"{name} came out {ms(self.parts[name])} ms" for name in self.failed)
             return (f"the breakdown FAILED: {bad}, negative beyond {FAIL_SIGMAS:g} of its errors (a time cannot be): "

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..errors import DataError
-from ..measure.stats import within_noise
+from ..measure.parts import MEASURED, Part
 from .scaling import configurations
 from .theme import IDEAL_STYLE, bytes_axis, device_note, footnote, format_bytes, new_figure, replicas_axis, require, themed
 
@@ -192,7 +192,8 @@ def comm_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration (``group``, as ``plots.scaling.configurations`` labels it) and replica count: the
     mean compute, all-reduce paid in the step and (when measured) all-reduce timed alone, in seconds, each with its
     standard error (``*_err_s``, from the runs' own uncertainties), ``communication_share`` = all-reduce / (compute +
-    all-reduce) in percent, and ``allreduce_within_noise``: the all-reduce within 2 errors of zero (drawn hollow)."""
+    all-reduce) in percent, and ``allreduce_within_noise``: the all-reduce not measured above its noise by the runs' own
+    rule (measure.parts.Part: under 2 errors above zero, or below it), drawn hollow, never a solid figure."""
     require(df, ["replicas", "compute_time_s", "allreduce_time_s"], "communication vs compute plot")
     cols = [c for c in COMM_COLUMNS if c in df.columns]
     parts = []
@@ -211,7 +212,7 @@ def comm_frame(df: pd.DataFrame) -> pd.DataFrame:
     if out[["compute_time_s", "allreduce_time_s"]].isna().all().all():
         raise DataError("communication vs compute plot: compute_time_s / allreduce_time_s are empty (measure off?)")
     out["communication_share"] = out["allreduce_time_s"] / (out["compute_time_s"] + out["allreduce_time_s"]) * 100
-    out["allreduce_within_noise"] = [bool(within_noise(v, e)) for v, e in
+    out["allreduce_within_noise"] = [e == e and v == v and Part(v, e).status != MEASURED for v, e in
                                      zip(out["allreduce_time_s"], out["allreduce_time_err_s"])]
     return out
 
@@ -275,6 +276,7 @@ def plot_comm_vs_compute(df: pd.DataFrame) -> Figure:
     ax2.set_title("Communication fraction")
     ax2.legend(loc="upper left", fontsize=8)
     note = device_note(df).strip(" ()")
-    footnote(fig, "error bars: 1 standard error; hollow: the all-reduce is within 2 errors of zero"
+    footnote(fig, "error bars: 1 standard error; hollow: the all-reduce is not above its noise (under 2 errors above "
+             "zero)"
              + (f"; {note}" if note else ""))
     return fig

@@ -18,13 +18,14 @@ from .results import Results, scaling_frame, scaling_runs
 
 # Summary fields points.csv puts first, in this order, where present (every other column follows them).
 KEY_FIGURES = ["replicas", "global_batch", "lr_rule", "learning_rate", "images_per_sec", "images_per_sec_uncertainty",
-               "final_loss", "val_accuracy", "communication_fraction", "mfu", "input_headroom", "input_verdict",
+               "final_loss", "val_accuracy", "communication_fraction", "mfu", "input_headroom",
+               "input_headroom_uncertainty", "input_verdict",
                "wall_time_s"]
 summary_schema.names(*KEY_FIGURES)
 # The summary fields the overview shows of each point besides what varied and its status (what a reader compares),
 # declared so that a renamed field fails here rather than leaving a blank column.
 COMPARED = summary_schema.names("images_per_sec", "images_per_sec_uncertainty", "val_accuracy", "input_headroom",
-                                "input_verdict")
+                                "input_headroom_uncertainty", "input_verdict")
 
 
 # --- tables ----------------------------------------------------------------------------------------------

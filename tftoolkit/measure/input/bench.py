@@ -93,8 +93,9 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
     n_cores = cores()
     return {"input_capacity_images_per_sec": rate * workers, "input_capacity_uncertainty": rate_se * workers,
             "input_capacity_method": (f"measured: {steps} steps ({images} images) of the run's own input pulled alone "
-                                      f"after training, {secs:.2f} s" + (f"; the chief's rate x {workers} workers"
-                                                                          if workers > 1 else "")),
+                                      f"after training in {len(calls)} calls, {secs:.2f} s"
+                                      + (f"; the chief's rate and error x {workers} workers (the other hosts' "
+                                         "differences not in it)" if workers > 1 else "")),
             "input_cores": n_cores,
             "input_capacity_per_core": rate / n_cores}
 

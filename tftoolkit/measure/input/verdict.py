@@ -18,27 +18,44 @@ def _pm(value: float, error: float, digits: int) -> str:
     return f"{value:,.{digits}f}" + (f" ± {error:,.{digits}f}" if error == error else "")
 
 
+MIN_CALLS = 5  # timed calls a rate's error needs: a line through them leaves n - 2 degrees of freedom (3 at least)
+
+
 def rate(images: list[int], seconds: list[float]) -> tuple[float, float]:
-    """Images/sec over the probe's timed calls (all their images over all their seconds) and its standard error:
-    the ratio estimator's, sqrt(n / (n - 1) * sum((images_i - rate * seconds_i)^2)) / sum(seconds_i) over the n
-    calls, so a call that ran slower or faster than the others widens it; NaN under two calls."""
+    """Images/sec over the probe's timed calls, and its standard error. The calls grow (1, 2, 4, ... steps) and each
+    pays a fixed cost besides its images (a call's launch, tens of microseconds to milliseconds), so the rate is
+    the slope of a least-squares line through (images, seconds): 1 / seconds per image, the fixed cost its intercept,
+    kept out of the rate; its error is the slope's (n - 2 degrees of freedom) carried to the rate (se_slope /
+    slope^2). Under MIN_CALLS calls, or where the line does not rise, the rate is all the images over all the
+    seconds and its error is not known (NaN)."""
     n, total_s = len(images), float(sum(seconds))
     if n == 0 or n != len(seconds) or not total_s > 0:
         return math.nan, math.nan
-    r = sum(images) / total_s
-    if n < 2:
-        return r, math.nan
-    spread = sum((i - r * s) ** 2 for i, s in zip(images, seconds))
-    return r, math.sqrt(n / (n - 1) * spread) / total_s
+    overall = sum(images) / total_s
+    if n < MIN_CALLS:
+        return overall, math.nan
+    mx, my = sum(images) / n, total_s / n
+    sxx = sum((x - mx) ** 2 for x in images)
+    slope = sum((x - mx) * (y - my) for x, y in zip(images, seconds)) / sxx if sxx > 0 else math.nan
+    if not slope > 0:
+        return overall, math.nan
+    cost = my - slope * mx
+    residual = sum((y - cost - slope * x) ** 2 for x, y in zip(images, seconds)) / (n - 2)
+    return 1 / slope, math.sqrt(residual / sxx) / slope ** 2
 
 
-def line_within_noise(headroom: float, uncertainty: float) -> float | None:
-    """The verdict's line (INPUT_BOUND or NEAR) that ``headroom`` is within NOISE_SIGMAS of its ``uncertainty`` of,
-    the nearer one; None when it is clear of both or its error is not known: then the verdict is the figures'."""
-    if not (uncertainty == uncertainty and uncertainty >= 0 and headroom == headroom):
-        return None
-    close = [line for line in (INPUT_BOUND, NEAR) if abs(headroom - line) <= NOISE_SIGMAS * uncertainty]
-    return min(close, key=lambda line: abs(headroom - line)) if close else None
+def _kind(headroom: float) -> str:
+    return "input-bound" if headroom < INPUT_BOUND else "near" if headroom < NEAR else "fed"
+
+
+def kinds_within_noise(headroom: float, uncertainty: float) -> list[str]:
+    """The verdicts other than the figures' that ``headroom`` reaches within NOISE_SIGMAS of its ``uncertainty``
+    (in the order input-bound, near, fed); none when its error is not known or is zero."""
+    if not (uncertainty == uncertainty and uncertainty > 0 and headroom == headroom):
+        return []
+    lo, hi = _kind(headroom - NOISE_SIGMAS * uncertainty), _kind(headroom + NOISE_SIGMAS * uncertainty)
+    order = list(WORDS)
+    return [k for k in order[order.index(lo):order.index(hi) + 1] if k != _kind(headroom)]
 
 
 def verdict(capacity: float, consumed: float, device_kind: str, capacity_se: float = math.nan,
@@ -59,18 +76,17 @@ def verdict(capacity: float, consumed: float, device_kind: str, capacity_se: flo
     se = headroom * math.hypot(capacity_se / capacity, consumed_se / consumed)  # NaN where either error is unknown
     figures = (f"the input alone delivers {_pm(capacity, capacity_se, 0)} images/sec, training consumed "
                f"{_pm(consumed, consumed_se, 0)}")
-    if headroom < INPUT_BOUND:
-        kind, note = "input-bound", f"input-bound: {figures} (headroom {_pm(headroom, se, 2)})"
-    elif headroom < NEAR:
-        kind, note = "near", (f"input is close to the limit: {figures} (headroom {_pm(headroom, se, 2)}, little to "
-                              "spare)")
+    kind = _kind(headroom)
+    if kind == "input-bound":
+        note = f"input-bound: {figures} (headroom {_pm(headroom, se, 2)})"
+    elif kind == "near":
+        note = f"input is close to the limit: {figures} (headroom {_pm(headroom, se, 2)}, little to spare)"
     else:
-        kind, note = "fed", f"input is not the limit: {figures} ({_pm(headroom, se, 1)}x headroom)"
-    line = line_within_noise(headroom, se)
-    if line is not None:  # the kind on the line's other side
-        other = ("near" if kind == "input-bound" else "input-bound") if line == INPUT_BOUND else \
-            ("fed" if kind == "near" else "near")
-        note += f"; within {NOISE_SIGMAS:g} standard errors of a headroom of {line:g}, so it may be {WORDS[other]}"
+        note = f"input is not the limit: {figures} ({_pm(headroom, se, 1)}x headroom)"
+    others = kinds_within_noise(headroom, se)
+    if others:
+        note += (f"; within {NOISE_SIGMAS:g} standard errors it may be "
+                 f"{' or '.join(WORDS[k] for k in others)}")
     if device_kind == "CPU-simulated":
         note += (f"; on simulated replicas input and compute share the cores, so the input needed about "
                  f"{1 / headroom:.0%} of their time")
