@@ -275,6 +275,26 @@ def test_input_becomes_the_limit_where_the_gpus_outrun_the_host(tmp_path, capsys
             "(1,200 images/s) 12 cores per host would feed them, or 2 more hosts of 4 cores") in text
 
 
+def test_the_input_s_error_travels_into_its_limit_and_a_count_within_it_says_either_side_is_possible(tmp_path):
+    # The run measured its capacity 400 ± 40 images/s (10%): 450 at 3 GPUs is within 2 of its errors (80) of it
+    run = _run_dir(tmp_path, **FED_BY_4_CORES, input_capacity_images_per_sec=400.0, input_capacity_uncertainty=40.0)
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8, straggler=0), figures=False)
+    df = r["frame"].set_index("replicas")
+    assert df["input_capacity_uncertainty"].tolist() == pytest.approx([40.0] * 8)  # one host each: its 10%
+    il = json.loads((tmp_path / "p" / "prediction.json").read_text())["input_limit"]
+    assert il["host_capacity_uncertainty"] == pytest.approx(40.0)
+    text = predict.forecast_text(r)
+    assert "= 400 ± 40 images/s per host" in text
+    assert ("fast: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers 400 ± 40 "
+            "(within 2 of its errors: it may keep up there); 5 cores per host") in text
+    # A capacity measured without an error (an older run, or too few probe calls): the figures alone, as before
+    run = _run_dir(tmp_path, "old", **FED_BY_4_CORES, input_capacity_images_per_sec=400.0,
+                   input_capacity_uncertainty=None)
+    r = predict.run(run, tmp_path / "q", Scenario(interconnects=FAST, max_replicas=8, straggler=0), figures=False)
+    text = predict.forecast_text(r)
+    assert "= 400 images/s per host" in text and "may keep up" not in text and " ± " not in text.split("input:")[1]
+
+
 def test_host_cores_asks_about_another_server_and_each_host_feeds_its_own_gpus(tmp_path, capsys):
     # No straggler term (--straggler 0): the figures below are the link's and the input's arithmetic alone.
     run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "workers": 2, "input_cores": 2})  # 2 workers x 2 cores each

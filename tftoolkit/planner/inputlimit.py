@@ -14,10 +14,12 @@ import pandas as pd
 
 from .. import summary
 from ..errors import ConfigError
+from ..measure.stats import NOISE_SIGMAS  # within this many of the input's errors: either side
 from .calibration import finite
 
 # The summary fields the input limit is made from.
-INPUT_READS = summary.names("input_capacity_per_core", "input_cores", "workers", "data_service")
+INPUT_READS = summary.names("input_capacity_per_core", "input_cores", "workers", "data_service",
+                            "input_capacity_images_per_sec", "input_capacity_uncertainty")
 NOT_MEASURED = "input capacity not measured in this run"
 
 
@@ -28,6 +30,7 @@ class InputHost:
     per_core: float   # images/s one core's input delivers (the run's input_capacity_per_core)
     cores: int        # cores of each GPU host, and of each tf.data service worker host
     cores_from: str   # where ``cores`` came from, for every figure made with it
+    relative_error: float = math.nan  # the run's input_capacity_uncertainty / its capacity (NaN: not known)
 
     @property
     def capacity(self) -> float:
@@ -50,13 +53,16 @@ def input_host(s: dict, host_cores: int | None = None) -> tuple[InputHost | None
                       "a run without --data-service)")
     # On CPU-simulated replicas the per-core rate is still a planning figure: the probe pulled the input alone
     # after training, with the cores to itself, so it did not share them with the simulated replicas' compute.
+    cap, cap_se = s.get("input_capacity_images_per_sec"), s.get("input_capacity_uncertainty")
+    rel = cap_se / cap if finite(cap) and cap > 0 and finite(cap_se) and cap_se >= 0 else math.nan
     if host_cores is not None:
-        return InputHost(float(per_core), host_cores, "--host-cores"), ""
+        return InputHost(float(per_core), host_cores, "--host-cores", rel), ""
     cores, workers = s.get("input_cores"), s.get("workers") or 1
     if not (finite(cores) and cores >= 1 and finite(workers) and workers >= 1):
         return None, "the run does not say how many cores its input had (input_cores); give --host-cores"
     n = int(cores) * int(workers)
-    return InputHost(float(per_core), n, f"this run's host: input_cores {int(cores)} x {int(workers)} worker(s)"), ""
+    return InputHost(float(per_core), n, f"this run's host: input_cores {int(cores)} x {int(workers)} worker(s)",
+                     rel), ""
 
 
 def _ceil(x: float) -> int:
@@ -73,6 +79,7 @@ def add_input_limit(frame: pd.DataFrame, host: InputHost, gpus_per_host: int) ->
     hosts = np.ceil(out["replicas"].astype(float) / gpus_per_host)
     ips = out["images_per_sec"].astype(float)
     out["input_capacity_images_per_sec"] = host.capacity * hosts
+    out["input_capacity_uncertainty"] = out["input_capacity_images_per_sec"] * host.relative_error
     out["input_limited"] = ips > out["input_capacity_images_per_sec"]
     out["input_cores_needed_per_host"] = [_ceil(v / h / host.per_core) for v, h in zip(ips, hosts)]
     out["input_service_workers_needed"] = [_ceil((v - c) / host.capacity)
@@ -83,6 +90,7 @@ def add_input_limit(frame: pd.DataFrame, host: InputHost, gpus_per_host: int) ->
 def _needs(r) -> dict:
     return {"replicas": int(r["replicas"]), "images_per_sec": float(r["images_per_sec"]),
             "input_capacity_images_per_sec": float(r["input_capacity_images_per_sec"]),
+            "input_capacity_uncertainty": float(r["input_capacity_uncertainty"]),
             "cores_needed_per_host": int(r["input_cores_needed_per_host"]),
             "service_workers_needed": int(r["input_service_workers_needed"])}
 
@@ -108,13 +116,26 @@ def _lift(n: dict, host: InputHost) -> str:
             f"of {host.cores} cores as tf.data service workers")
 
 
+def _capacity(n: dict) -> str:
+    """The input's capacity at a count, with its error where the run measured one."""
+    se = n["input_capacity_uncertainty"]
+    return f"{n['input_capacity_images_per_sec']:,.0f}" + (f" ± {se:,.0f}" if se == se else "")
+
+
+def _close(n: dict) -> bool:
+    """The GPUs' rate within NOISE_SIGMAS of the input's errors of its capacity: either side is possible."""
+    se = n["input_capacity_uncertainty"]
+    return se == se and abs(n["images_per_sec"] - n["input_capacity_images_per_sec"]) <= NOISE_SIGMAS * se
+
+
 def _limit_note(first: dict | None, largest: dict, closest: dict, host: InputHost) -> str:
     if first is None:
         return (f"input keeps up to {largest['replicas']} GPUs: at its closest, {closest['replicas']} GPUs would "
-                f"consume {closest['images_per_sec']:,.0f} images/s of the "
-                f"{closest['input_capacity_images_per_sec']:,.0f} the input delivers")
+                f"consume {closest['images_per_sec']:,.0f} images/s of the {_capacity(closest)} the input delivers"
+                + (f" (within {NOISE_SIGMAS:g} of its errors: it may be the limit there)" if _close(closest) else ""))
     text = (f"input becomes the limit at {first['replicas']} GPUs: they would consume {first['images_per_sec']:,.0f} "
-            f"images/s, the input delivers {first['input_capacity_images_per_sec']:,.0f}; {_lift(first, host)}")
+            f"images/s, the input delivers {_capacity(first)}"
+            + (f" (within {NOISE_SIGMAS:g} of its errors: it may keep up there)" if _close(first) else "") + f"; {_lift(first, host)}")
     if largest["replicas"] != first["replicas"]:
         text += (f"; at {largest['replicas']} GPUs ({largest['images_per_sec']:,.0f} images/s) "
                  f"{_lift(largest, host)}")
@@ -125,7 +146,7 @@ def host_fields(host: InputHost) -> dict:
     """The input host's figures, as advice.json and prediction.json hold them (``input_limit``)."""
     return {"forecast": True, "per_core_images_per_sec": host.per_core, "host_cores": host.cores,
             "host_cores_from": host.cores_from, "host_capacity_images_per_sec": host.capacity,
-            "service_worker_cores": host.cores}
+            "host_capacity_uncertainty": host.capacity * host.relative_error, "service_worker_cores": host.cores}
 
 
 def input_lines(il: dict | None) -> list[str]:
@@ -134,8 +155,11 @@ def input_lines(il: dict | None) -> list[str]:
         return []
     lines = []
     if "per_core_images_per_sec" in il:
+        se = il.get("host_capacity_uncertainty", math.nan)
+        se = math.nan if se is None else se
         lines.append(f"input: {il['per_core_images_per_sec']:,.0f} images/s per core x {il['host_cores']} cores "
-                     f"({il['host_cores_from']}) = {il['host_capacity_images_per_sec']:,.0f} images/s per host")
+                     f"({il['host_cores_from']}) = {il['host_capacity_images_per_sec']:,.0f}"
+                     + (f" ± {se:,.0f}" if se == se else "") + " images/s per host")
     if not il.get("forecast"):
         return lines + [f"input limit: {il['why']}"]
     if "scenarios" in il:
