@@ -266,6 +266,11 @@ def test_comm_vs_compute_carries_errors_noise_and_the_simulated_note(runs):
     table = comm.comm_frame(data)
     assert table["allreduce_within_noise"].tolist() == [False, True, False]
     assert table["compute_time_err_s"].tolist() == pytest.approx([0.002] * 3)
+    # 2.5 errors below zero (within noise by the runs' rule, measure.parts.Part) and 3.5 below (failed): neither is a
+    # measured all-reduce, so neither is drawn solid
+    below = comm.comm_frame(runs.assign(allreduce_time_s=[0.0, -0.005, -0.007],
+                                        allreduce_time_uncertainty_s=[0.0, 0.002, 0.002]))
+    assert below["allreduce_within_noise"].tolist() == [False, True, True]
     fig = comm.plot_comm_vs_compute(data)
     left, right = fig.axes
     assert len(left.containers) >= 2  # error bars on compute and on the all-reduce
