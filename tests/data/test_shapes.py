@@ -123,12 +123,12 @@ def test_fewer_shards_on_a_rerun_removes_the_old_ones(tmp_path):
 
 
 def test_cli_data_prepare(tmp_path, capsys, monkeypatch):
-    from tftoolkit.engine import devices
+    from tftoolkit.data import shapes
 
-    # TensorFlow is imported through the toolkit's door (start-up lines held, objects frozen) when shards are
-    # written, and not at all when the folder already holds them: it had printed TensorFlow's start-up lines
+    # TensorFlow is imported through the toolkit's door (tftoolkit/tfimport.py: start-up lines held, objects frozen)
+    # when shards are written, and not at all when the folder already holds them: it had printed its start-up lines
     imports = []
-    monkeypatch.setattr(devices, "import_tensorflow", lambda: imports.append(1))
+    monkeypatch.setattr(shapes, "import_tensorflow", lambda: imports.append(1))
     out = tmp_path / "cli"
     argv = ["data", "prepare", "--out", str(out), "--images", "100", "--val-images", "20", "--size", "16", "--seed",
             "2", "--shard-size", "50"]

@@ -34,12 +34,9 @@ def add(sub) -> None:
 
 def prepare(args) -> int:
     from ..data import home, shapes
-    from ..engine import devices
 
-    # The shards are written with TensorFlow: imported as every command does (its start-up lines held, its objects
-    # frozen), and only when there is something to render.
     m = shapes.prepare(args.out, images=args.images, val_images=args.val_images, size=args.size, seed=args.seed,
-                       shard_size=args.shard_size, force=args.force, before_render=devices.import_tensorflow)
+                       shard_size=args.shard_size, force=args.force)
     splits = m["splits"]
     out = args.out or home.default_dir()
     print(f"{out}: shapes16k, {splits['train']['examples']} train images in {len(splits['train']['shards'])} "

@@ -18,13 +18,13 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataError
 from ..fileio import size_text
+from ..tfimport import import_tensorflow
 from . import tfrecords
 from .home import default_dir
 from .manifest import read_manifest_if_valid
@@ -245,12 +245,8 @@ def check_fits(out: Path, images: int, val_images: int, size: int, shard_size: i
 
 
 def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_images: int = 4000, size: int = 32,
-            seed: int = 0, *, shard_size: int = SHARD_SIZE, force: bool = False,
-            before_render: Callable[[], None] | None = None) -> dict:
+            seed: int = 0, *, shard_size: int = SHARD_SIZE, force: bool = False) -> dict:
     """Render shapes16k into ``out`` (TFRecord shards + manifest.json) and return the manifest.
-
-    ``before_render``: called once before the first shard is written, not when there is nothing to render (the CLI
-    imports TensorFlow there, through engine.devices.import_tensorflow, which this layer cannot reach).
 
     Does nothing when ``out`` already holds a verified dataset made with the same arguments (unless
     ``force``). Written so that an interrupted prepare never leaves a manifest naming missing shards: the
@@ -271,8 +267,7 @@ def prepare(out: str | os.PathLike | None = None, images: int = 16000, val_image
             log.info("shapes16k already prepared in %s (same arguments, shards verified)", out)
             return existing
 
-    if before_render is not None:
-        before_render()
+    import_tensorflow()  # the shards are written with it: through the toolkit's door, only when there is any to write
     t0 = time.perf_counter()
     jobs = []  # (split, shard index, first id, labels)
     for split, n in (("train", images), ("val", val_images)):
