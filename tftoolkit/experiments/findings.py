@@ -150,9 +150,8 @@ LIST_AT_MOST = 6
 def _headroom(h: float, se: float, digits: int = 2) -> str:
     """A headroom with its error, and the other verdicts within NOISE_SIGMAS of it (measure.input.verdict): the
     verdict is the figures', not a finding beyond their noise."""
-    others = input_verdict.kinds_within_noise(h, se)
-    return (f"{h:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "")
-            + (f", may be {' or '.join(input_verdict.WORDS[k] for k in others)}" if others else ""))
+    others = input_verdict.may_be(h, se)
+    return f"{h:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "") + (f", {others}" if others else "")
 
 
 def _named(rows: pd.DataFrame, labels: pd.Series) -> str:
@@ -191,10 +190,9 @@ def input_capacity(res: results.Results) -> list[str]:
         low = measured["input_headroom"].idxmin()
         se = pd.to_numeric(measured.get("input_headroom_uncertainty", pd.Series(math.nan, index=measured.index)),
                            errors="coerce")
-        h, others = measured.loc[low, "input_headroom"], input_verdict.kinds_within_noise(
-            measured.loc[low, "input_headroom"], se[low])
-        said = (f"± {se[low]:.1f}" if se[low] == se[low] else "") + (
-            f", may be {' or '.join(input_verdict.WORDS[k] for k in others)}" if others else "")
+        h = measured.loc[low, "input_headroom"]
+        said = ", ".join(x for x in (f"± {se[low]:.1f}" if se[low] == se[low] else "",
+                                     input_verdict.may_be(h, se[low])) if x)
         text = (f"**Input kept up** in all {len(measured)} measured run(s): the input alone could deliver at least "
                 f"{h:.1f}x what training consumed ({said + '; ' if said else ''}the least at {labels[low]}).")
     else:

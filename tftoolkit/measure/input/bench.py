@@ -79,21 +79,21 @@ def probe(strategy, feed, iterator, workers: int = 1, seconds: float = PROBE_S) 
 
     pull = puller(strategy, feed, local=True)
     pull(iterator, tf.constant(1)).numpy()  # tracing is not input time
-    calls, steps, chunk = [], 0, 1  # (images, seconds) of each timed call
-    while (steps < PROBE_STEPS_WORKERS) if workers > 1 else (sum(s for _, s in calls) < seconds or steps < 2):
+    images, secs, steps, chunk = [], [], 0, 1  # each timed call's images and seconds
+    while (steps < PROBE_STEPS_WORKERS) if workers > 1 else (sum(secs) < seconds or steps < 2):
         if workers > 1:
             chunk = min(chunk, PROBE_STEPS_WORKERS - steps)
         got, dt = timer.timed(pull, iterator, tf.constant(chunk))
-        calls.append((int(got.numpy()), dt))
+        images.append(int(got.numpy()))
+        secs.append(dt)
         steps += chunk
         chunk = min(2 * chunk, 32)  # a few calls, each longer: the call's own cost stays out of the rate
 
-    images, secs = sum(i for i, _ in calls), sum(s for _, s in calls)
-    rate, rate_se = input_rate([i for i, _ in calls], [s for _, s in calls])
+    rate, rate_se = input_rate(images, secs)
     n_cores = cores()
     return {"input_capacity_images_per_sec": rate * workers, "input_capacity_uncertainty": rate_se * workers,
-            "input_capacity_method": (f"measured: {steps} steps ({images} images) of the run's own input pulled alone "
-                                      f"after training in {len(calls)} calls, {secs:.2f} s"
+            "input_capacity_method": (f"measured: {steps} steps ({sum(images)} images) of the run's own input pulled "
+                                      f"alone after training in {len(images)} calls, {sum(secs):.2f} s"
                                       + (f"; the chief's rate and error x {workers} workers (the other hosts' "
                                          "differences not in it)" if workers > 1 else "")),
             "input_cores": n_cores,

@@ -58,6 +58,13 @@ def kinds_within_noise(headroom: float, uncertainty: float) -> list[str]:
     return [k for k in order[order.index(lo):order.index(hi) + 1] if k != _kind(headroom)]
 
 
+def may_be(headroom: float, uncertainty: float) -> str:
+    """"may be close to the limit or not the limit": the other verdicts within noise (``kinds_within_noise``) in
+    words, or "" when there are none."""
+    others = kinds_within_noise(headroom, uncertainty)
+    return f"may be {' or '.join(WORDS[k] for k in others)}" if others else ""
+
+
 def verdict(capacity: float, consumed: float, device_kind: str, capacity_se: float = math.nan,
             consumed_se: float = math.nan) -> dict:
     """input_headroom (with its standard error, from the two figures' relative errors), input_verdict and input_note
@@ -83,10 +90,8 @@ def verdict(capacity: float, consumed: float, device_kind: str, capacity_se: flo
         note = f"input is close to the limit: {figures} (headroom {_pm(headroom, se, 2)}, little to spare)"
     else:
         note = f"input is not the limit: {figures} ({_pm(headroom, se, 1)}x headroom)"
-    others = kinds_within_noise(headroom, se)
-    if others:
-        note += (f"; within {NOISE_SIGMAS:g} standard errors it may be "
-                 f"{' or '.join(WORDS[k] for k in others)}")
+    if others := may_be(headroom, se):
+        note += f"; within {NOISE_SIGMAS:g} standard errors it {others}"
     if device_kind == "CPU-simulated":
         note += (f"; on simulated replicas input and compute share the cores, so the input needed about "
                  f"{1 / headroom:.0%} of their time")
