@@ -199,6 +199,18 @@ def test_an_import_runs_with_the_collector_off_and_what_it_made_stays_out_of_lat
         assert not gc.isenabled()
     finally:
         gc.enable()
+    # Dead cycles already on the heap (a notebook's earlier cells) are freed first, not frozen for the process's life
+    import weakref
+
+    class Node:
+        pass
+
+    dead = Node()
+    dead.me, gone = dead, weakref.ref(dead)
+    del dead
+    with devices.frozen_import():
+        pass
+    assert gone() is None
     frozen = gc.get_freeze_count()
     with pytest.raises(ImportError):  # and a failed import leaves it on, and freezes nothing (not its traceback)
         with devices.frozen_import():
