@@ -285,14 +285,50 @@ def test_the_input_s_error_travels_into_its_limit_and_a_count_within_it_says_eit
     assert il["host_capacity_uncertainty"] == pytest.approx(40.0)
     text = predict.forecast_text(r)
     assert "= 400 ± 40 images/s per host" in text
+    # The GPUs' forecast has its interval too (425..496 images/s at 3 GPUs): it reaches within 2 errors of the
+    # capacity (320..480), so 3 GPUs may keep up, and 2 GPUs (283..331) may already be limited.
     assert ("fast: input becomes the limit at 3 GPUs: they would consume 450 images/s, the input delivers 400 ± 40 "
-            "(within 2 of its errors: it may keep up there); 5 cores per host") in text
+            "(the GPUs' forecast interval, 425..496 images/s, reaches within 2 of the input capacity's errors: it may "
+            "keep up there); 5 cores per host") in text
+    assert ("; it may already be the limit at 2 GPUs (300 images/s; the GPUs' forecast interval, 283..331 images/s, "
+            "reaches within 2 of the input capacity's errors)") in text
+    assert df["input_limited"].tolist() == [False, False] + [True] * 6
+    assert df["input_limit_possible"].tolist() == [False] + [True] * 7
+    assert (il["scenarios"]["fast"]["limit_replicas"], il["scenarios"]["fast"]["limit_possible_from_replicas"]) == (3, 2)
     # A capacity measured without an error (an older run, or too few probe calls): the figures alone, as before
     run = _run_dir(tmp_path, "old", **FED_BY_4_CORES, input_capacity_images_per_sec=400.0,
                    input_capacity_uncertainty=None)
     r = predict.run(run, tmp_path / "q", Scenario(interconnects=FAST, max_replicas=8, straggler=0), figures=False)
     text = predict.forecast_text(r)
     assert "= 400 images/s per host" in text and "may keep up" not in text and " ± " not in text.split("input:")[1]
+
+
+def test_the_gpus_forecast_interval_alone_can_put_a_count_on_either_side_of_the_input_limit(tmp_path):
+    # A capacity without an error: 110 images/s per core x 4 = 440. At 3 GPUs the forecast is 450 (425..496): over
+    # it at its centre, under it at its low end. At 2 GPUs (283..331) the input keeps up whatever the forecast's
+    # error, so the input may be the limit from 3 GPUs, not before.
+    run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "input_capacity_per_core": 110.0})
+    r = predict.run(run, tmp_path / "p", Scenario(interconnects=FAST, max_replicas=8, straggler=0), figures=False)
+    df = r["frame"].set_index("replicas")
+    assert df.loc[3, "images_per_sec_low"] < 440 < df.loc[3, "images_per_sec"]
+    assert df["input_limited"].tolist() == df["input_limit_possible"].tolist() == [False, False] + [True] * 6
+    sc = json.loads((tmp_path / "p" / "prediction.json").read_text())["input_limit"]["scenarios"]["fast"]
+    assert (sc["limit_replicas"], sc["limit_possible_from_replicas"]) == (3, 3)
+    text = predict.forecast_text(r)
+    assert ("the input delivers 440 (the GPUs' forecast interval, 425..496 images/s, reaches the input capacity: it "
+            "may keep up there); ") in text and "may already be" not in text
+    # Where the input keeps up at every count's centre, the count whose interval reaches it is named, and the
+    # first such count when that is not the closest: 320 x 4 = 1,280 ± 128; 7 GPUs (991..1,157) reach 1,024.
+    run = _run_dir(tmp_path, "wide", **{**FED_BY_4_CORES, "input_capacity_per_core": 320.0},
+                   input_capacity_images_per_sec=1280.0, input_capacity_uncertainty=128.0)
+    r = predict.run(run, tmp_path / "q", Scenario(interconnects=FAST, max_replicas=8, straggler=0), figures=False)
+    df = r["frame"].set_index("replicas")
+    assert not df["input_limited"].any() and df["input_limit_possible"].tolist() == [False] * 6 + [True] * 2
+    text = predict.forecast_text(r)
+    assert ("fast: input keeps up to 8 GPUs: at its closest, 8 GPUs would consume 1,200 images/s of the 1,280 ± 128 "
+            "the input delivers (the GPUs' forecast interval, 1,133..1,322 images/s, reaches within 2 of the input "
+            "capacity's errors: it may be the limit there); the first count at which it may be the limit is 7 GPUs "
+            "(the GPUs' forecast interval, 991..1,157 images/s, reaches within 2 of the input capacity's errors)") in text
 
 
 def test_host_cores_asks_about_another_server_and_each_host_feeds_its_own_gpus(tmp_path, capsys):

@@ -2,6 +2,8 @@
 (``input_capacity_per_core``). Hosts like the run's, or of ``--host-cores`` cores, each feed their own GPUs; the
 first GPU count whose predicted images/sec exceed that capacity is where input becomes the limit, and the cores
 per host (or tf.data service workers, hosts of the same cores) that would lift it follow from the rate per core.
+Neither side is stated where the evidence does not show it: a count whose forecast interval reaches within
+NOISE_SIGMAS of the capacity's errors may be on either side, and the note says so.
 Used by ``predict`` and ``advise``."""
 
 from __future__ import annotations
@@ -84,11 +86,16 @@ def add_input_limit(frame: pd.DataFrame, host: InputHost, gpus_per_host: int) ->
     out["input_cores_needed_per_host"] = [_ceil(v / h / host.per_core) for v, h in zip(ips, hosts)]
     out["input_service_workers_needed"] = [_ceil((v - c) / host.capacity)
                                            for v, c in zip(ips, out["input_capacity_images_per_sec"])]
+    # Limited, or within the forecast's interval and the capacity's error of it (_either_side): the evidence does
+    # not say which side of the limit the count is on.
+    out["input_limit_possible"] = [bool(r["input_limited"]) or bool(_either_side(_needs(r))) for _, r in out.iterrows()]
     return out
 
 
 def _needs(r) -> dict:
+    band = [float(r.get(k, math.nan)) for k in ("images_per_sec_low", "images_per_sec_high")]
     return {"replicas": int(r["replicas"]), "images_per_sec": float(r["images_per_sec"]),
+            "images_per_sec_low": band[0], "images_per_sec_high": band[1],
             "input_capacity_images_per_sec": float(r["input_capacity_images_per_sec"]),
             "input_capacity_uncertainty": float(r["input_capacity_uncertainty"]),
             "cores_needed_per_host": int(r["input_cores_needed_per_host"]),
@@ -106,8 +113,14 @@ def input_limit(frame: pd.DataFrame, host: InputHost) -> dict:
     # Where the GPUs come closest to the input's capacity: past one host, each host's GPUs consume less (the
     # all-reduce between hosts slows the step), so that is not always the largest count.
     closest = _needs(g.loc[(g["images_per_sec"] / g["input_capacity_images_per_sec"]).idxmax()])
-    return {"limit_replicas": first["replicas"] if first else None, "at_limit": first, "at_largest": largest,
-            "note": _limit_note(first, largest, closest, host)}
+    # The first count at which the input may be the limit: the first limited one, or an earlier one whose forecast
+    # interval or capacity error reaches the other side (_either_side).
+    maybe = g[g["input_limit_possible"]]
+    possible = _needs(maybe.iloc[0]) if len(maybe) else None
+    earlier = possible if possible is not None and (first is None or possible["replicas"] < first["replicas"]) else None
+    return {"limit_replicas": first["replicas"] if first else None,
+            "limit_possible_from_replicas": possible["replicas"] if possible else None,
+            "at_limit": first, "at_largest": largest, "note": _limit_note(first, largest, closest, host, earlier)}
 
 
 def _lift(n: dict, host: InputHost) -> str:
@@ -122,20 +135,44 @@ def _capacity(n: dict) -> str:
     return f"{n['input_capacity_images_per_sec']:,.0f}" + (f" ± {se:,.0f}" if se == se else "")
 
 
-def _close(n: dict) -> bool:
-    """The GPUs' rate within NOISE_SIGMAS of the input's errors of its capacity: either side is possible."""
-    se = n["input_capacity_uncertainty"]
-    return se == se and abs(n["images_per_sec"] - n["input_capacity_images_per_sec"]) <= NOISE_SIGMAS * se
+def _either_side(n: dict) -> str:
+    """Why either side of the limit is possible at a count ("": it is not): the GPUs' forecast interval
+    (images_per_sec_low..high, where the forecast has one) reaches within NOISE_SIGMAS of the input's errors of its
+    capacity (where the run measured one). Judged on the central figures alone, a forecast 10% over a capacity
+    whose own error is 10% would be stated as a limit that the evidence does not show."""
+    se, cap = n["input_capacity_uncertainty"], n["input_capacity_images_per_sec"]
+    lo, hi = n["images_per_sec_low"], n["images_per_sec_high"]
+    interval = lo == lo and hi == hi and lo < hi
+    if not interval:
+        lo = hi = n["images_per_sec"]
+    reach = NOISE_SIGMAS * se if se == se else 0.0
+    if not (lo <= cap + reach and hi >= cap - reach) or not (interval or reach > 0):
+        return ""
+    errors = f"within {NOISE_SIGMAS:g} of the input capacity's errors"
+    if not interval:
+        return errors
+    return f"the GPUs' forecast interval, {lo:,.0f}..{hi:,.0f} images/s, reaches " + (
+        errors if reach > 0 else "the input capacity")
 
 
-def _limit_note(first: dict | None, largest: dict, closest: dict, host: InputHost) -> str:
+def _limit_note(first: dict | None, largest: dict, closest: dict, host: InputHost, earlier: dict | None) -> str:
+    """The sentence predict and advise print. ``earlier``: a count before ``first`` (or, where input keeps up, any
+    count) at which either side is possible."""
     if first is None:
-        return (f"input keeps up to {largest['replicas']} GPUs: at its closest, {closest['replicas']} GPUs would "
+        why = _either_side(closest)
+        text = (f"input keeps up to {largest['replicas']} GPUs: at its closest, {closest['replicas']} GPUs would "
                 f"consume {closest['images_per_sec']:,.0f} images/s of the {_capacity(closest)} the input delivers"
-                + (f" (within {NOISE_SIGMAS:g} of its errors: it may be the limit there)" if _close(closest) else ""))
+                + (f" ({why}: it may be the limit there)" if why else ""))
+        if earlier is not None and earlier["replicas"] != closest["replicas"]:
+            text += f"; the first count at which it may be the limit is {earlier['replicas']} GPUs ({_either_side(earlier)})"
+        return text
+    why = _either_side(first)
     text = (f"input becomes the limit at {first['replicas']} GPUs: they would consume {first['images_per_sec']:,.0f} "
             f"images/s, the input delivers {_capacity(first)}"
-            + (f" (within {NOISE_SIGMAS:g} of its errors: it may keep up there)" if _close(first) else "") + f"; {_lift(first, host)}")
+            + (f" ({why}: it may keep up there)" if why else "") + f"; {_lift(first, host)}")
+    if earlier is not None:
+        text += (f"; it may already be the limit at {earlier['replicas']} GPUs ({earlier['images_per_sec']:,.0f} "
+                 f"images/s; {_either_side(earlier)})")
     if largest["replicas"] != first["replicas"]:
         text += (f"; at {largest['replicas']} GPUs ({largest['images_per_sec']:,.0f} images/s) "
                  f"{_lift(largest, host)}")
