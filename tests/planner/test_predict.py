@@ -331,6 +331,16 @@ def test_the_gpus_forecast_interval_alone_can_put_a_count_on_either_side_of_the_
             "(the GPUs' forecast interval, 991..1,157 images/s, reaches within 2 of the input capacity's errors)") in text
 
 
+def test_the_input_line_counts_one_core_as_one_core():
+    from tftoolkit.planner.inputlimit import input_lines
+
+    il = {"forecast": False, "why": "w", "per_core_images_per_sec": 100.0, "host_cores_from": "--host-cores",
+          "host_capacity_images_per_sec": 100.0}
+    assert input_lines({**il, "host_cores": 1})[0].startswith("input: 100 images/s per core x 1 core (--host-cores)")
+    assert "x 2 cores (--host-cores) = 200" in input_lines({**il, "host_cores": 2,
+                                                            "host_capacity_images_per_sec": 200.0})[0]
+
+
 def test_host_cores_asks_about_another_server_and_each_host_feeds_its_own_gpus(tmp_path, capsys):
     # No straggler term (--straggler 0): the figures below are the link's and the input's arithmetic alone.
     run = _run_dir(tmp_path, **{**FED_BY_4_CORES, "workers": 2, "input_cores": 2})  # 2 workers x 2 cores each

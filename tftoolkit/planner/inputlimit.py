@@ -194,7 +194,8 @@ def input_lines(il: dict | None) -> list[str]:
     if "per_core_images_per_sec" in il:
         se = il.get("host_capacity_uncertainty", math.nan)
         se = math.nan if se is None else se
-        lines.append(f"input: {il['per_core_images_per_sec']:,.0f} images/s per core x {il['host_cores']} cores "
+        lines.append(f"input: {il['per_core_images_per_sec']:,.0f} images/s per core x {il['host_cores']} "
+                     f"core{'s' if il['host_cores'] != 1 else ''} "
                      f"({il['host_cores_from']}) = {il['host_capacity_images_per_sec']:,.0f}"
                      + (f" ± {se:,.0f}" if se == se else "") + " images/s per host")
     if not il.get("forecast"):
