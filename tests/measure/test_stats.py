@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from tftoolkit.measure import stats
@@ -57,3 +58,11 @@ def test_ratio_uncertainty_adds_relative_errors_in_quadrature():
     assert stats.ratio_uncertainty(300, 30, 100, 10) == pytest.approx(3 * math.sqrt(0.02))
     assert stats.ratio_uncertainty(300, 0, 100, 0) == 0.0
     assert math.isnan(stats.ratio_uncertainty(300, math.nan, 100, 10))
+
+
+def test_plus_minus_prints_an_error_only_where_one_is_known():
+    assert stats.plus_minus(1234.5, 56.7, ",.0f") == "1,234 ± 57"
+    assert stats.plus_minus(1.2345, 0.01) == "1.23 ± 0.01"
+    assert stats.plus_minus(1.2345, np.float64(0.0)) == "1.23 ± 0.00"  # a measured zero is an error, shown
+    for unknown in (None, math.nan, math.inf, True, "0.1"):
+        assert stats.plus_minus(1.2345, unknown) == "1.23", unknown

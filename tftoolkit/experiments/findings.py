@@ -151,7 +151,7 @@ def _headroom(h: float, se: float, digits: int = 2) -> str:
     """A headroom with its error, and the other verdicts within NOISE_SIGMAS of it (measure.input.verdict): the
     verdict is the figures', not a finding beyond their noise."""
     others = input_verdict.may_be(h, se)
-    return f"{h:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "") + (f", {others}" if others else "")
+    return stats.plus_minus(h, se, f".{digits}f") + (f", {others}" if others else "")
 
 
 def _named(rows: pd.DataFrame, labels: pd.Series) -> str:

@@ -80,6 +80,13 @@ def scaling_efficiency(speedup_value: float, replicas: int, baseline_replicas: i
     return float(speedup_value) / (replicas / baseline_replicas)
 
 
+def plus_minus(value: float, error, spec: str = ".2f") -> str:
+    """``value`` formatted by ``spec``, with " ± error" (the same format) where the error is a finite number: a figure
+    whose error is unknown (None, NaN) is printed alone, never with a made-up one."""
+    known = isinstance(error, (int, float, np.number)) and not isinstance(error, bool) and math.isfinite(error)
+    return f"{value:{spec}}" + (f" ± {error:{spec}}" if known else "")
+
+
 def ratio_uncertainty(a: float, a_err: float, b: float, b_err: float) -> float:
     """Standard error of a/b for independent a and b (first-order error propagation)."""
     if not (b != 0 and math.isfinite(a) and math.isfinite(b)):

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import summary
 from ..errors import ConfigError
-from ..measure.stats import NOISE_SIGMAS  # within this many of the input's errors: either side
+from ..measure.stats import NOISE_SIGMAS, plus_minus  # NOISE_SIGMAS: within this many of its errors, either side
 from .calibration import finite
 
 # The summary fields the input limit is made from.
@@ -131,8 +131,7 @@ def _lift(n: dict, host: InputHost) -> str:
 
 def _capacity(n: dict) -> str:
     """The input's capacity at a count, with its error where the run measured one."""
-    se = n["input_capacity_uncertainty"]
-    return f"{n['input_capacity_images_per_sec']:,.0f}" + (f" ± {se:,.0f}" if se == se else "")
+    return plus_minus(n["input_capacity_images_per_sec"], n["input_capacity_uncertainty"], ",.0f")
 
 
 def _either_side(n: dict) -> str:
@@ -164,7 +163,8 @@ def _limit_note(first: dict | None, largest: dict, closest: dict, host: InputHos
                 f"consume {closest['images_per_sec']:,.0f} images/s of the {_capacity(closest)} the input delivers"
                 + (f" ({why}: it may be the limit there)" if why else ""))
         if earlier is not None and earlier["replicas"] != closest["replicas"]:
-            text += f"; the first count at which it may be the limit is {earlier['replicas']} GPUs ({_either_side(earlier)})"
+            text += (f"; the first count at which it may be the limit is {earlier['replicas']} GPUs "
+                     f"({_either_side(earlier)})")
         return text
     why = _either_side(first)
     text = (f"input becomes the limit at {first['replicas']} GPUs: they would consume {first['images_per_sec']:,.0f} "
@@ -192,12 +192,10 @@ def input_lines(il: dict | None) -> list[str]:
         return []
     lines = []
     if "per_core_images_per_sec" in il:
-        se = il.get("host_capacity_uncertainty", math.nan)
-        se = math.nan if se is None else se
+        capacity = plus_minus(il["host_capacity_images_per_sec"], il.get("host_capacity_uncertainty"), ",.0f")
         lines.append(f"input: {il['per_core_images_per_sec']:,.0f} images/s per core x {il['host_cores']} "
-                     f"core{'s' if il['host_cores'] != 1 else ''} "
-                     f"({il['host_cores_from']}) = {il['host_capacity_images_per_sec']:,.0f}"
-                     + (f" ± {se:,.0f}" if se == se else "") + " images/s per host")
+                     f"core{'s' if il['host_cores'] != 1 else ''} ({il['host_cores_from']}) = {capacity} images/s "
+                     "per host")
     if not il.get("forecast"):
         return lines + [f"input limit: {il['why']}"]
     if "scenarios" in il:

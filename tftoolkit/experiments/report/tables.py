@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ... import fileio
-from ...measure import scaling
+from ...measure import scaling, stats
 from ... import summary as summary_schema
 from .results import Results, scaling_frame, scaling_runs
 
@@ -100,14 +100,14 @@ def _rate(r) -> str:
     ips, se = r.get("images_per_sec"), r.get("images_per_sec_uncertainty")
     if not _finite(ips):
         return ""
-    return f"{ips:,.0f} ± {se:,.0f}" if _finite(se) else f"{ips:,.0f}"
+    return stats.plus_minus(ips, se, ",.0f")
 
 
 def _headroom(r) -> str:
     h, se, verdict = r.get("input_headroom"), r.get("input_headroom_uncertainty"), r.get("input_verdict")
     if not _finite(h):
         return ""
-    text = f"{h:.2f} ± {se:.2f}" if _finite(se) else f"{h:.2f}"
+    text = stats.plus_minus(h, se)
     return f"{text} ({verdict})" if isinstance(verdict, str) and verdict else text
 
 

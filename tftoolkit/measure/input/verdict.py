@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import math
 
-from ..stats import NOISE_SIGMAS
+from ..stats import NOISE_SIGMAS, plus_minus
 
 INPUT_BOUND, NEAR = 1.25, 2.0  # headroom under INPUT_BOUND: input-bound; under NEAR: little to spare
 WORDS = {"input-bound": "input-bound", "near": "close to the limit", "fed": "not the limit"}
-
-
-def _pm(value: float, error: float, digits: int) -> str:
-    return f"{value:,.{digits}f}" + (f" ± {error:,.{digits}f}" if error == error else "")
 
 
 MIN_CALLS = 5  # timed calls a rate's error needs: a line through them leaves n - 2 degrees of freedom (3 at least)
@@ -81,15 +77,16 @@ def verdict(capacity: float, consumed: float, device_kind: str, capacity_se: flo
                 "input_note": "input capacity not measured"}
     headroom = capacity / consumed
     se = headroom * math.hypot(capacity_se / capacity, consumed_se / consumed)  # NaN where either error is unknown
-    figures = (f"the input alone delivers {_pm(capacity, capacity_se, 0)} images/sec, training consumed "
-               f"{_pm(consumed, consumed_se, 0)}")
+    figures = (f"the input alone delivers {plus_minus(capacity, capacity_se, ',.0f')} images/sec, training consumed "
+               f"{plus_minus(consumed, consumed_se, ',.0f')}")
     kind = _kind(headroom)
     if kind == "input-bound":
-        note = f"input-bound: {figures} (headroom {_pm(headroom, se, 2)})"
+        note = f"input-bound: {figures} (headroom {plus_minus(headroom, se, ',.2f')})"
     elif kind == "near":
-        note = f"input is close to the limit: {figures} (headroom {_pm(headroom, se, 2)}, little to spare)"
+        note = (f"input is close to the limit: {figures} (headroom {plus_minus(headroom, se, ',.2f')}, little to "
+                "spare)")
     else:
-        note = f"input is not the limit: {figures} ({_pm(headroom, se, 1)}x headroom)"
+        note = f"input is not the limit: {figures} ({plus_minus(headroom, se, ',.1f')}x headroom)"
     if others := may_be(headroom, se):
         note += f"; within {NOISE_SIGMAS:g} standard errors it {others}"
     if device_kind == "CPU-simulated":
